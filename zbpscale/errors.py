@@ -1,0 +1,24 @@
+"""The exception tree: user mistakes are `ZbpError`s and print as one line; bugs keep their traceback."""
+
+
+class ZbpError(Exception):
+    """Base of every error that is the user's to fix. The CLI prints it as one line with its hint."""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def __reduce__(self):  # keep the hint across processes (pickle would drop the keyword-only argument)
+        return (self.__class__, (self.args[0],), {"hint": self.hint})
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{message} (hint: {self.hint})" if self.hint else message
+
+
+class ConfigError(ZbpError, ValueError):
+    """A config value is out of range or unknown; the message names the field and the allowed values."""
+
+
+class DataError(ZbpError):
+    """Data are missing, corrupt or cannot be reached; the message says what to run to fix it."""

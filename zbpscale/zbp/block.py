@@ -1,0 +1,67 @@
+"""`ZBPBlock`: an autograd Function whose forward queries a black box once and whose backward is the
+zeroth-order estimate of its VJP, plus the seed bookkeeping that makes every call reproducible.
+
+The Function saves the input, (for forward differences) the fp32 output, and one integer seed; the
+probes are regenerated from that seed in backward, never stored. The seed of a call derives from
+(base seed, step, micro-step, layer, core, rank), so calls differ from each other and a rerun of the
+same step draws the same probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from zbpscale.zbp.config import ZBPConfig
+from zbpscale.zbp.estimator import Box, estimate_vjp, measurement_dtype
+from zbpscale.zbp.probes import mix_seed
+
+CORE_IDS = {"attn": 0, "ffn": 1}
+
+
+@dataclass
+class ZBPClock:
+    """Where training is, for probe seeds; the trainer advances it, the model's cores read it."""
+
+    step: int = 0
+    """Optimizer step."""
+    micro: int = 0
+    """Micro-batch index inside the step (gradient accumulation)."""
+    rank: int = 0
+    """Data-parallel rank (0 when the trainer maps every micro-batch to a global index instead)."""
+
+
+def call_seed(cfg: ZBPConfig, clock: ZBPClock, layer: int, core: str) -> int:
+    """The probe seed of one core call."""
+    return mix_seed(cfg.seed, clock.step, clock.micro, layer, CORE_IDS[core], clock.rank)
+
+
+class ZBPBlock(torch.autograd.Function):
+    """y = f(x) exactly; dL/dx = estimate_vjp(f, x, dL/dy). Queries in fp32 even under autocast."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, f: Box, mask: torch.Tensor | None, cfg: ZBPConfig, seed: int):
+        with torch.autocast(x.device.type, enabled=False):
+            y = f(x.to(measurement_dtype(x.dtype)))
+        ctx.f, ctx.mask, ctx.cfg, ctx.seed = f, mask, cfg, seed
+        if cfg.scheme == "forward":
+            ctx.save_for_backward(x, y)
+        else:
+            ctx.save_for_backward(x)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_y: torch.Tensor):
+        x, *rest = ctx.saved_tensors
+        cfg = ctx.cfg
+        grad_x = estimate_vjp(
+            ctx.f, x, grad_y, n=cfg.n, probe=cfg.probe, scheme=cfg.scheme, eps=cfg.eps,
+            seed=ctx.seed, chunk=cfg.chunk, mask=ctx.mask, y=rest[0] if rest else None,
+        )
+        return grad_x.to(x.dtype), None, None, None, None
+
+
+def zbp_apply(f: Box, x: torch.Tensor, cfg: ZBPConfig, seed: int, mask: torch.Tensor | None = None):
+    """Apply the black box f to x with a zeroth-order backward (see `ZBPBlock`)."""
+    return ZBPBlock.apply(x, f, mask, cfg, seed)

@@ -1,0 +1,80 @@
+"""`ZBPConfig`: how a ZBP arm estimates the backward pass of its physical (black-box) cores."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from zbpscale.errors import ConfigError
+
+PROBES = ("rademacher", "gaussian", "sphere", "orthogonal")
+SCHEMES = ("central", "forward")
+CORES = ("both", "attn", "ffn", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZBPConfig:
+    """Settings of the zeroth-order estimator used in place of backprop through the physical cores."""
+
+    n: int = 16
+    """Probes per unit (one score row, or one token of the SwiGLU core) and per backward pass."""
+    probe: str = "rademacher"
+    """Probe family: rademacher (+-1 entries), gaussian, sphere (norm sqrt(d)), orthogonal (scaled basis)."""
+    scheme: str = "central"
+    """central: 2n queries, O(eps^2) bias; forward: n queries plus the forward output, O(eps) bias."""
+    eps: float = 1e-3
+    """Perturbation per probe entry: the box is queried at x +- eps * u."""
+    chunk: int = 16
+    """Probes per batched query; bounds memory (the score core holds chunk * B*H*T^2 values per tensor)."""
+    cores: str = "both"
+    """Which cores are physical black boxes: both, attn (score-space softmax), ffn (SwiGLU), none."""
+    seed: int = 0
+    """Base seed of the probes; per-call seeds derive from (seed, step, micro-step, layer, core, rank)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ConfigError(f"ZBPConfig.n must be an integer >= 1, got {self.n!r}")
+        if self.probe not in PROBES:
+            raise ConfigError(f"ZBPConfig.probe must be one of {', '.join(PROBES)}; got {self.probe!r}")
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"ZBPConfig.scheme must be one of {', '.join(SCHEMES)}; got {self.scheme!r}")
+        if not self.eps > 0:
+            raise ConfigError(f"ZBPConfig.eps must be > 0, got {self.eps!r}")
+        if not isinstance(self.chunk, int) or self.chunk < 1:
+            raise ConfigError(f"ZBPConfig.chunk must be an integer >= 1, got {self.chunk!r}")
+        if self.cores not in CORES:
+            raise ConfigError(f"ZBPConfig.cores must be one of {', '.join(CORES)}; got {self.cores!r}")
+
+    @property
+    def attn_physical(self) -> bool:
+        return self.cores in ("both", "attn")
+
+    @property
+    def ffn_physical(self) -> bool:
+        return self.cores in ("both", "ffn")
+
+
+_ARM = re.compile(r"zbp_n(?P<n>\d+)(?P<fwd>_fwd)?(?:_(?P<probe>rademacher|gaussian|sphere|orthogonal))?")
+
+
+def arm_zbp_config(arm: str, **overrides) -> ZBPConfig | None:
+    """The estimator settings of a named training arm: `bp` -> None (exact backprop), `zbp_n16` -> n=16.
+
+    Names: `bp`, `zbp_n<N>`, optionally followed by `_fwd` (forward differences) and `_<probe>`,
+    e.g. `zbp_n4_fwd`, `zbp_n64_gaussian`. `overrides` replace any other field.
+    """
+    if arm == "bp":
+        if overrides:
+            raise ConfigError(f"arm 'bp' takes no ZBP settings, got {sorted(overrides)}")
+        return None
+    match = _ARM.fullmatch(arm)
+    if match is None:
+        raise ConfigError(
+            f"unknown arm {arm!r}",
+            hint="arms are 'bp' or 'zbp_n<N>[_fwd][_<probe>]', e.g. zbp_n16, zbp_n4_fwd, zbp_n64_gaussian",
+        )
+    fields = {"n": int(match["n"]), "scheme": "forward" if match["fwd"] else "central"}
+    if match["probe"]:
+        fields["probe"] = match["probe"]
+    return dataclasses.replace(ZBPConfig(**fields), **overrides)
