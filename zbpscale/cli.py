@@ -1,0 +1,56 @@
+"""The `zbpscale` command: one subcommand per job, heavy imports inside the subcommand that needs them.
+
+A `ZbpError` (the user's mistake) prints as one red line on stderr and exits 2; anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zbpscale.errors import ZbpError
+
+
+def _cmd_sizes(args: argparse.Namespace) -> None:
+    from zbpscale.model import size_table
+
+    print(size_table())
+
+
+def _cmd_prepare_data(args: argparse.Namespace) -> None:
+    from zbpscale.data import prepare_cli
+
+    prepare_cli.run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zbpscale", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("sizes", help="list the model size presets with their parameter counts")
+    p.set_defaults(func=_cmd_sizes)
+
+    p = sub.add_parser("prepare-data", help="tokenize a corpus into GPT-2 BPE uint16 shards")
+    from zbpscale.data import prepare_cli
+
+    prepare_cli.add_arguments(p)
+    p.set_defaults(func=_cmd_prepare_data)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ZbpError as err:
+        print(f"\033[31merror:\033[0m {err}" if sys.stderr.isatty() else f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Training and validation batches from prepared shards, memory-mapped, independent of the world size.
+
+The global batch of step s is a function of (seed, s) only:
+    starts = Generator(PCG64(SeedSequence([seed, s]))).integers(0, n_windows, size=global_batch)
+where window w is the T+1 tokens at offset w of the training stream (windows never straddle two shards);
+x = window[:-1], y = window[1:]. Rank r of W takes rows [r*G/W, (r+1)*G/W) of that global batch. So
+(a) a run resumed at step s sees exactly the batches it would have seen, with no loader state to save, and
+(b) the data order is the same whether the run has 1, 2 or 8 ranks (e.g. after a requeue onto fewer GPUs).
+Windows are drawn with replacement: over a run some tokens are seen twice and some never, as in nanoGPT.
+
+Validation batches are fixed: consecutive, non-overlapping windows from the start of the validation split,
+grouped into global batches and split across ranks the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zbpscale.data import shards
+from zbpscale.errors import ConfigError, DataError
+
+
+def read_manifest(data_dir: Path) -> dict:
+    """The manifest of a finished prep; a DataError with the command to run if there is none."""
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        what = "an unfinished prep" if (Path(data_dir) / ".prep_progress.npz").exists() else "no prepared data"
+        raise DataError(f"{data_dir} holds {what} (no manifest.json)",
+                        hint=f"run `zbpscale prepare-data --out {data_dir}` with the source you want (re-running "
+                             "the same command resumes an interrupted prep)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != "zbpscale-shards" or manifest.get("format_version") != shards.VERSION:
+        raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
+                        hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
+    return manifest
+
+
+def open_split(data_dir: Path, split: str, *, verify: bool = False) -> list:
+    """The split's shards as read-only memmaps, each checked against the manifest (sha256 too if `verify`)."""
+    manifest = read_manifest(data_dir)
+    tok = manifest["tokenizer"]
+    maps = []
+    for shard in manifest[split]["shards"]:
+        path = Path(data_dir) / shard["file"]
+        shards.check_shard(path, tokens=shard["tokens"], tokenizer=tok["name"], vocab_size=tok["n_vocab"],
+                           sha256=shard["sha256"] if verify else None)
+        maps.append(shards.open_tokens(path))
+    return maps
+
+
+def _rank_rows(n: int, rank: int, world_size: int) -> slice:
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is outside world size {world_size}")
+    if n % world_size:
+        raise ConfigError(f"global batch {n} is not divisible by world size {world_size}",
+                          hint="choose a global batch that every world size you may run on divides")
+    per = n // world_size
+    return slice(rank * per, (rank + 1) * per)
+
+
+def _to_xy(windows):
+    import numpy as np
+    import torch
+
+    batch = torch.from_numpy(np.stack(windows).astype(np.int64))  # (B, T+1)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()  # (B, T), (B, T)
+
+
+class TokenLoader:
+    """`batch(step)` -> this rank's (x, y) of step `step`'s global batch; `val_batches()` -> fixed list."""
+
+    def __init__(self, data_dir: Path, *, seq_len: int, global_batch: int, seed: int, rank: int = 0,
+                 world_size: int = 1, verify: bool = False):
+        import numpy as np
+
+        if seq_len < 1 or global_batch < 1:
+            raise ConfigError(f"seq_len ({seq_len}) and global_batch ({global_batch}) must be positive")
+        self.data_dir, self.seq_len, self.global_batch, self.seed = Path(data_dir), seq_len, global_batch, seed
+        self.rank, self.world_size = rank, world_size
+        self._rows = _rank_rows(global_batch, rank, world_size)
+        self.train = open_split(data_dir, "train", verify=verify)
+        self.val = open_split(data_dir, "val", verify=verify)
+        windows = np.array([max(len(m) - seq_len, 0) for m in self.train], dtype=np.int64)  # starts per shard
+        if windows.sum() == 0:
+            raise DataError(f"{data_dir}: no training shard holds {seq_len + 1} tokens",
+                            hint="prepare more tokens or use a larger --shard-tokens")
+        self._cum = np.concatenate([[0], np.cumsum(windows)])  # window w lives in shard searchsorted(cum, w)
+        self.n_windows = int(self._cum[-1])
+
+    def global_starts(self, step: int):
+        """`(shard, offset)` arrays of the global batch's windows at `step`: a function of (seed, step) only."""
+        import numpy as np
+
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, step])))
+        w = rng.integers(0, self.n_windows, size=self.global_batch)
+        shard = np.searchsorted(self._cum, w, side="right") - 1
+        return shard, w - self._cum[shard]
+
+    def batch(self, step: int):
+        """This rank's share of step `step`'s global batch: x, y int64 tensors of shape (G/W, T)."""
+        shard, offset = self.global_starts(step)
+        t = self.seq_len + 1
+        return _to_xy([self.train[k][o:o + t] for k, o in zip(shard[self._rows], offset[self._rows])])
+
+    def val_batches(self, batch_size: int | None = None, max_batches: int | None = None) -> list:
+        """Fixed validation batches, this rank's share of each: a list of (x, y), the same for every seed."""
+        batch_size = batch_size or self.global_batch
+        rows = _rank_rows(batch_size, self.rank, self.world_size)
+        t = self.seq_len + 1
+        windows = [m[o:o + t] for m in self.val for o in range(0, len(m) - t + 1, self.seq_len)]
+        n = len(windows) // batch_size
+        if max_batches is not None:
+            n = min(n, max_batches)
+        if n == 0:
+            raise DataError(f"{self.data_dir}: the validation split has {sum(len(m) for m in self.val):,} tokens, "
+                            f"fewer than one batch of {batch_size} x {t}",
+                            hint="prepare with a larger --val-tokens or evaluate with a smaller batch")
+        return [_to_xy(windows[i * batch_size:(i + 1) * batch_size][rows]) for i in range(n)]
+
+
+def micro_batches(x, y, n_micro: int) -> list:
+    """Split a rank's (x, y) into `n_micro` equal (x_i, y_i) for gradient accumulation, in row order."""
+    if n_micro < 1 or x.shape[0] % n_micro:
+        raise ConfigError(f"a rank's batch of {x.shape[0]} rows does not split into {n_micro} micro-batches",
+                          hint="choose grad-accumulation steps that divide the per-rank batch")
+    return list(zip(x.chunk(n_micro), y.chunk(n_micro)))

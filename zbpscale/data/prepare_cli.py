@@ -1,0 +1,69 @@
+"""`zbpscale prepare-data`: tokenize a corpus into GPT-2 BPE uint16 shards (see zbpscale/data/prepare.py).
+
+    zbpscale prepare-data --source embedded --out data/embedded
+    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --out /scratch/data/fineweb-edu
+    zbpscale prepare-data --source 'local:/data/fineweb-edu/sample/10BT/*.parquet' --tokens 3e9 --out ...
+
+Re-running the same command resumes an interrupted prep, or checks a finished one and does nothing else.
+This module imports only the standard library at import time: the CLI imports it at startup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def parse_count(text: str) -> int:
+    """A token count: `3e9`, `3000000000`, `3_000_000_000`, `100M`, `3B`, `1.5k`."""
+    match = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (examples: 3e9, 100M, 250000)")
+    value = float(match.group(1).replace("_", "")) * _SUFFIXES.get(match.group(2), 1)
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
+    return int(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", default="embedded",
+                        help="fineweb-edu | wikitext-103 | local:<path or glob of .parquet/.jsonl/.txt> | embedded "
+                             "(CPython's help topics, ~139k tokens; the default)")
+    parser.add_argument("--out", required=True, help="folder for the shards and manifest.json")
+    parser.add_argument("--tokens", type=parse_count, default=None,
+                        help="training-token budget, e.g. 3e9 (default: the whole source)")
+    parser.add_argument("--shard-tokens", type=parse_count, default=100_000_000,
+                        help="tokens per shard file (default 1e8)")
+    parser.add_argument("--val-tokens", type=parse_count, default=None,
+                        help="validation split size, held out by document (default 1e7; 8192 for embedded)")
+    parser.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
+    parser.add_argument("--offline", action="store_true",
+                        help="never contact the Hugging Face hub (also set by HF_HUB_OFFLINE=1)")
+    parser.add_argument("--config", default=None,
+                        help="hub dataset config (default sample-10BT for fineweb-edu, wikitext-103-raw-v1)")
+    parser.add_argument("--layout", default="auto", choices=("auto", "documents", "lines"),
+                        help="rows are documents (FineWeb-Edu) or lines of ' = Title = ' articles (WikiText)")
+    parser.add_argument("--seed", type=int, default=0, help="chooses the validation documents (default 0)")
+    parser.add_argument("--verify", action="store_true",
+                        help="on an already finished prep, also check every shard's sha256")
+    parser.add_argument("--log-every", type=float, default=10.0, metavar="SECONDS",
+                        help="seconds between progress lines when stdout is not a terminal (default 10)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from zbpscale.data.prepare import PrepConfig, prepare
+
+    cfg = PrepConfig(source=args.source, out=Path(args.out), tokens=args.tokens, shard_tokens=args.shard_tokens,
+                     val_tokens=args.val_tokens, workers=args.workers, offline=args.offline, config=args.config,
+                     layout=args.layout, seed=args.seed, verify=args.verify)
+    try:
+        prepare(cfg, report_every=args.log_every, log=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.out}",
+              file=sys.stderr)
+        raise

@@ -1,0 +1,217 @@
+"""Where documents come from: FineWeb-Edu, WikiText-103, local files, or the embedded corpus.
+
+Sources, as `--source` spells them:
+    fineweb-edu        hub dataset HuggingFaceFW/fineweb-edu (config `sample-10BT` unless --config), column `text`
+    wikitext-103       hub dataset Salesforce/wikitext, config `wikitext-103-raw-v1`, split train
+    local:<path|glob>  .parquet / .jsonl / .json / .txt files (a folder means every such file inside it)
+    embedded           the English help topics that every CPython ships in `pydoc_data.topics`
+
+Layouts: `documents` (one row is one document, FineWeb-Edu's columns text, id, url, ...) and `lines`
+(WikiText's single `text` column with one line per row; an article starts at a ` = Title = ` line and runs
+to the next one, and each article is one document). `auto` picks `lines` for a single `text` column and
+`documents` otherwise; .txt files are read as lines.
+
+Offline mode is decided before `datasets` is imported (`--offline` or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE),
+so that nothing waits ~20 s on an unreachable hub; local files and the embedded corpus always run offline.
+A hub source that is neither reachable nor cached fails at once with a hint to use `local:`.
+
+The embedded corpus needs nothing but a Python install. On CPython 3.11.7 it is 78 distinct topics (79 less one
+duplicate), 465,517 bytes of UTF-8, 138,766 GPT-2 tokens (138,844 with the end-of-text token before each
+document); other Python versions ship other topics, so the manifest records the Python version and the
+corpus sha256.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import ConfigError, DataError
+
+HUB = {
+    # name: (hub id, default config, layout)
+    "fineweb-edu": ("HuggingFaceFW/fineweb-edu", "sample-10BT", "documents"),
+    "wikitext-103": ("Salesforce/wikitext", "wikitext-103-raw-v1", "lines"),
+}
+LAYOUTS = ("auto", "documents", "lines")
+_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".txt": "text"}
+_SOURCES_HELP = "use one of: fineweb-edu, wikitext-103, local:<path or glob>, embedded"
+_LOCAL_HINT = "download the parquet files where the hub is reachable and pass --source 'local:/path/to/*.parquet'"
+_TITLE = re.compile(r"^= (?!=).*(?<!=) =$")  # `= Title =` (stripped) but not `= = Section = =`
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A resolved `--source`: what to read and how to cut it into documents."""
+
+    spec: str
+    """The source as the user wrote it (`fineweb-edu`, `local:data/*.parquet`, `embedded`, ...)."""
+    kind: str
+    """`hub`, `local` or `embedded`."""
+    hub_id: str | None = None
+    """The Hugging Face dataset id, for hub sources."""
+    config: str | None = None
+    """The hub dataset's config (subset) name, for hub sources."""
+    files: tuple[str, ...] = ()
+    """The local files, sorted, for `local:` sources."""
+    fmt: str | None = None
+    """The `datasets` builder for the local files: `parquet`, `json` or `text`."""
+    layout: str = "auto"
+    """`documents`, `lines` or `auto` (decided from the columns when the source is opened)."""
+
+
+def decide_offline(flag: bool) -> bool:
+    """Offline if asked for on the command line or by the Hugging Face environment variables."""
+    env = any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+              for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return bool(flag) or env
+
+
+def apply_offline() -> None:
+    """Put `datasets` and `huggingface_hub` in offline mode (before they are imported, if possible)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    # Both libraries read the variables once, at import; if they are already imported, tell them directly.
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = True
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].config.HF_HUB_OFFLINE = True
+
+
+def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto") -> Source:
+    """Check `--source` (and `--config`, `--layout`) without touching the network or importing `datasets`."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    if spec == "embedded":
+        if config is not None:
+            raise ConfigError("--config applies to hub sources only, not to embedded")
+        return Source(spec=spec, kind="embedded", layout="documents")
+    if spec in HUB:
+        hub_id, default_config, hub_layout = HUB[spec]
+        return Source(spec=spec, kind="hub", hub_id=hub_id, config=config or default_config,
+                      layout=hub_layout if layout == "auto" else layout)
+    if spec.startswith("local:"):
+        if config is not None:
+            raise ConfigError("--config applies to hub sources only, not to local files")
+        files = _expand_local(spec[len("local:"):])
+        fmts = sorted({_FORMATS[Path(f).suffix.lower()] for f in files})
+        if len(fmts) > 1:
+            raise DataError(f"{spec} mixes file formats ({', '.join(fmts)})", hint="point local: at one format")
+        fmt = fmts[0]
+        return Source(spec=spec, kind="local", files=tuple(files), fmt=fmt,
+                      layout="lines" if fmt == "text" and layout == "auto" else layout)
+    raise ConfigError(f"unknown source {spec!r}", hint=_SOURCES_HELP)
+
+
+def _expand_local(pattern: str) -> list[str]:
+    if not pattern:
+        raise ConfigError("local: needs a path or glob, e.g. local:'data/fineweb/*.parquet'", hint=_SOURCES_HELP)
+    path = Path(pattern).expanduser()
+    if path.is_dir():
+        found = [str(p) for p in sorted(path.rglob("*")) if p.is_file()]
+    else:
+        found = sorted(glob.glob(str(path), recursive=True))
+    files = [f for f in found if Path(f).suffix.lower() in _FORMATS]
+    if not files:
+        what = "no .parquet, .jsonl, .json or .txt files" if found else "nothing"
+        raise DataError(f"{what} found at local:{pattern}", hint="point local: at downloaded .parquet/.jsonl/.txt "
+                        "files, e.g. local:'/data/fineweb-edu/sample/10BT/*.parquet'")
+    return files
+
+
+def embedded_documents() -> list[str]:
+    """The embedded corpus: CPython's English help topics, one document per topic, in sorted topic order.
+
+    Topics with the same text (`if` and `else` on 3.11) are kept once, so one cannot sit in train while its
+    copy sits in the validation split.
+    """
+    from pydoc_data.topics import topics
+
+    return list(dict.fromkeys(topics[name] for name in sorted(topics)))
+
+
+def describe(source: Source) -> dict:
+    """What the manifest records about the source."""
+    record = {"spec": source.spec, "kind": source.kind, "layout": source.layout}
+    if source.kind == "hub":
+        record.update(hub_id=source.hub_id, config=source.config, split="train")
+    elif source.kind == "local":
+        record.update(format=source.fmt, files=list(source.files))
+    else:
+        docs = embedded_documents()
+        record.update(corpus="pydoc_data.topics", python=sys.version.split()[0], documents=len(docs),
+                      sha256=hashlib.sha256("\x00".join(docs).encode()).hexdigest())
+    return record
+
+
+def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str]:
+    """Return `(documents, layout)`: an iterator over the source's non-empty document texts, in a fixed order."""
+    if source.kind == "embedded":
+        return iter(embedded_documents()), "documents"
+    if offline or source.kind == "local":
+        apply_offline()
+    dataset = _load(source, offline=offline)
+    columns = _columns(dataset)
+    if "text" not in columns:
+        raise DataError(f"{source.spec} has no 'text' column (columns: {', '.join(columns)})",
+                        hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
+    layout = source.layout
+    if layout == "auto":
+        layout = "lines" if columns == ["text"] else "documents"
+    if len(columns) > 1 and hasattr(dataset, "select_columns"):
+        dataset = dataset.select_columns(["text"])
+    rows = (text for batch in dataset.iter(batch_size=1024) for text in batch["text"])  # columns, not row dicts
+    docs = group_wikitext_articles(rows) if layout == "lines" else rows
+    return (doc for doc in docs if doc and doc.strip()), layout
+
+
+def _load(source: Source, *, offline: bool):
+    if "datasets" not in sys.modules:
+        # `datasets` imports torch (~3 s here) for every streaming dataset when it can; the prep never needs it.
+        os.environ.setdefault("USE_TORCH", "0")
+    import datasets
+
+    if source.kind == "local":
+        extra = {"keep_linebreaks": True} if source.fmt == "text" else {}
+        return datasets.load_dataset(source.fmt, data_files=list(source.files), split="train", streaming=True,
+                                     **extra)
+    where = f"{source.hub_id} (config {source.config})"
+    try:
+        # Online: stream from the hub. Offline: only the local `datasets` cache can answer.
+        return datasets.load_dataset(source.hub_id, source.config, split="train", streaming=not offline)
+    except (ConnectionError, FileNotFoundError, OSError) as err:
+        state = "the hub is offline" if offline else "the hub cannot be reached"
+        hint = _LOCAL_HINT if offline else _LOCAL_HINT + " (and --offline, so that nothing waits on the hub)"
+        raise DataError(f"cannot load {where}: {state} and it is not in the local Hugging Face cache "
+                        f"({type(err).__name__})", hint=hint) from None
+    except ValueError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(f"cannot load {where}: {first}", hint="check --config against the dataset card") from None
+
+
+def _columns(dataset) -> list[str]:
+    names = getattr(dataset, "column_names", None)
+    if names:
+        return list(names)
+    first = next(iter(dataset), None)
+    return list(first) if first else []
+
+
+def group_wikitext_articles(lines: Iterator[str]) -> Iterator[str]:
+    """Join WikiText lines into articles: a ` = Title = ` line starts a new article."""
+    article: list[str] = []
+    for line in lines:
+        if line is None:
+            continue
+        if _TITLE.match(line.strip()) and any(part.strip() for part in article):
+            yield "".join(article).strip()
+            article = []
+        article.append(line)
+    if article:
+        yield "".join(article).strip()
