@@ -1,0 +1,267 @@
+"""The trainer against references.
+
+Compared: 2-process gloo DDP with 1-process gradient accumulation to the same global batch (losses within
+1e-5); a run interrupted by a real SIGUSR2, and one killed by SIGKILL after a periodic checkpoint, with an
+uninterrupted run (bitwise per-step losses and final parameters, no missing or duplicated step); the LR
+schedule with a literal table; the batch plan with hand-computed splits; the non-finite guard with the
+parameters it must leave untouched; diagnostics with theory (c ~ 1) and with the whole-basis identity.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from zbpscale import checkpoint
+from zbpscale.errors import ConfigError
+from zbpscale.metrics import read_records
+from zbpscale.model import ModelConfig, Transformer
+from zbpscale.train import (
+    CONFIG, EXIT_REQUEUE, TrainConfig, TrainingDiverged, batch_plan, lr_at, train,
+)
+from zbpscale.zbp import ZBPConfig
+
+SMALL = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    from zbpscale.data.prepare import PrepConfig, prepare
+
+    out = tmp_path_factory.mktemp("data") / "embedded"
+    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
+    return out
+
+
+def small_cfg(data_dir, **fields) -> TrainConfig:
+    base = dict(model=SMALL, data_dir=str(data_dir), steps=6, global_batch=8, lr=3e-3, warmup_steps=2,
+                eval_every=3, eval_batches=2, ckpt_every=0, ckpt_every_s=0, device="cpu")
+    return TrainConfig(**{**base, **fields})
+
+
+def train_losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
+
+
+def final_state(run_dir: Path) -> dict:
+    return checkpoint.load_latest(run_dir)["model"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0) -> subprocess.Popen:
+    """A real training process on the run folder's config.json, as a job would start it."""
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run_dir)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG).write_text(json.dumps(cfg.to_dict()))
+    return run_dir
+
+
+# ---------------------------------------------------------------- schedule and batch plan
+
+LR_TABLE = [  # lr=1.0, warmup_steps=4, steps=14, min_lr_ratio=0.1: cosine over steps 4..13 (9 intervals)
+    (0, 0.25),          # warmup: (step + 1) / 4
+    (1, 0.50),
+    (3, 1.00),          # last warmup step reaches the peak
+    (4, 1.00),          # cosine starts at the peak (progress 0)
+    (5, 0.9728616794),  # progress 1/9: 0.1 + 0.45 * (1 + cos(pi / 9))
+    (8, 0.6281416800),  # progress 4/9
+    (12, 0.1271383206),  # progress 8/9
+    (13, 0.10),         # the last step sits on the floor
+    (20, 0.10),         # past the end: stays on the floor
+]
+
+
+def test_lr_schedule_table():
+    cfg = TrainConfig(model=SMALL, data_dir="x", steps=14, lr=1.0, warmup_steps=4, min_lr_ratio=0.1)
+    for step, expected in LR_TABLE:
+        assert lr_at(step, cfg) == pytest.approx(expected, abs=1e-9), step
+
+
+@pytest.mark.parametrize("global_batch, micro, world, expected", [
+    (64, 0, 1, (64, 1)),   # no accumulation: the whole batch in one forward
+    (64, 8, 1, (8, 8)),    # 64 = 8 x 8 on one rank
+    (64, 8, 4, (8, 2)),    # 16 per rank = 8 x 2
+    (64, 16, 4, (16, 1)),
+    (48, 0, 8, (6, 1)),
+])
+def test_batch_plan(global_batch, micro, world, expected):
+    cfg = TrainConfig(model=SMALL, data_dir="x", steps=1, global_batch=global_batch, micro_batch=micro)
+    assert batch_plan(cfg, world) == expected
+
+
+@pytest.mark.parametrize("global_batch, micro, world, match", [
+    (64, 0, 3, "not divisible by world size 3"),
+    (64, 6, 2, "micro_batch=6 does not divide the per-rank batch 32"),
+])
+def test_batch_plan_errors(global_batch, micro, world, match):
+    cfg = TrainConfig(model=SMALL, data_dir="x", steps=1, global_batch=global_batch, micro_batch=micro)
+    with pytest.raises(ConfigError, match=match):
+        batch_plan(cfg, world)
+
+
+# ---------------------------------------------------------------- DDP equivalence
+
+@pytest.mark.parametrize("arm", [None, ZBPConfig(n=4)], ids=["bp", "zbp_n4"])
+def test_ddp_two_ranks_equals_one_rank_with_accumulation(tmp_path, data_dir, arm):
+    model = ModelConfig(**{**SMALL.__dict__, "zbp": arm})
+    cfg = small_cfg(data_dir, model=model, steps=4, micro_batch=4)  # world 1: 2 micro-steps of 4
+    train(cfg, tmp_path / "single")
+    ddp_dir = write_config(tmp_path / "ddp", cfg)  # world 2: 1 micro-step of 4 per rank
+    port = free_port()
+    procs = [launch(ddp_dir, rank=r, world=2, port=port) for r in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out
+    single, ddp = train_losses(tmp_path / "single"), train_losses(ddp_dir)
+    assert [s for s, _ in single] == [s for s, _ in ddp] == list(range(4))
+    for (_, a), (_, b) in zip(single, ddp):
+        assert b == pytest.approx(a, rel=1e-5)
+    assert read_records(ddp_dir)[0]["world_size"] == 2
+
+
+# ---------------------------------------------------------------- exact resume
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"trainer exited early: {proc.communicate()[0]}"
+        assert time.time() < deadline, "timed out waiting for the trainer"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("arm", [None, ZBPConfig(n=4)], ids=["bp", "zbp_n4"])
+def test_sigusr2_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm):
+    model = ModelConfig(**{**SMALL.__dict__, "zbp": arm})
+    cfg = small_cfg(data_dir, model=model, steps=40, micro_batch=4)
+    train(cfg, tmp_path / "reference")
+
+    run = write_config(tmp_path / "interrupted", cfg)
+    proc = launch(run)
+    wait_for(lambda: len(train_losses(run)) >= 3, proc)
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_REQUEUE, out
+    stopped = len(train_losses(run))
+    assert 3 <= stopped < 40 and checkpoint.list_checkpoints(run)[-1][0] == stopped
+    proc = launch(run)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+
+    assert train_losses(run) == train_losses(tmp_path / "reference")  # bitwise, steps 0..39 once each
+    ref, got = final_state(tmp_path / "reference"), final_state(run)
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    kinds = [r["kind"] for r in read_records(run)]
+    assert kinds.count("start") == 2 and kinds.count("resume") == 1
+    assert [r["status"] for r in read_records(run) if r["kind"] == "end"] == ["checkpointed", "completed"]
+
+
+def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
+    cfg = small_cfg(data_dir, steps=40, ckpt_every=4)
+    train(cfg, tmp_path / "reference")
+    run = write_config(tmp_path / "killed", cfg)
+    proc = launch(run)
+    # Kill once a checkpoint exists and the run has logged steps past it (work to be redone).
+    wait_for(lambda: checkpoint.list_checkpoints(run)
+             and len(train_losses(run)) >= checkpoint.list_checkpoints(run)[-1][0] + 2, proc)
+    proc.kill()
+    proc.wait()
+    logged_before = len(train_losses(run))
+    assert logged_before < 40
+    proc = launch(run)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert train_losses(run) == train_losses(tmp_path / "reference")
+    ref, got = final_state(tmp_path / "reference"), final_state(run)
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    resume = next(r for r in read_records(run) if r["kind"] == "resume")
+    assert resume["dropped"] >= 2
+
+
+def test_finished_run_is_not_retrained(tmp_path, data_dir):
+    cfg = small_cfg(data_dir, steps=2)
+    assert train(cfg, tmp_path / "run") == "completed"
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert train(cfg, tmp_path / "run") == "completed"
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+
+
+def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
+    train(small_cfg(data_dir, steps=2), tmp_path / "run")
+    with pytest.raises(ConfigError, match="fields differ: lr"):
+        train(small_cfg(data_dir, steps=2, lr=1e-2), tmp_path / "run")
+
+
+# ---------------------------------------------------------------- non-finite guard
+
+def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, monkeypatch):
+    import zbpscale.train as train_module
+
+    built = []
+
+    class PoisonedAtStep3(Transformer):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            built.append(self)
+
+        def forward(self, idx, targets=None):
+            logits, loss = super().forward(idx, targets)
+            if loss is not None and self.training and self.zbp_clock.step == 3:
+                loss = loss * float("nan")
+            return logits, loss
+
+    monkeypatch.setattr(train_module, "Transformer", PoisonedAtStep3)
+    with pytest.raises(TrainingDiverged, match=r"step 3: loss nan.*stopped before the optimizer update in"):
+        train(small_cfg(data_dir, steps=6), tmp_path / "run")
+    assert all(torch.isfinite(p).all() for p in built[0].parameters())
+    assert [s for s, _ in train_losses(tmp_path / "run")] == [0, 1, 2]
+    assert read_records(tmp_path / "run")[-1]["status"] == "diverged"
+
+
+# ---------------------------------------------------------------- diagnostics
+
+def test_diagnostics_c_of_the_swiglu_core_is_near_one(data_dir):
+    from zbpscale.data.loader import TokenLoader
+    from zbpscale.diagnostics import diagnose
+
+    zbp = ZBPConfig(n=16)
+    model = Transformer(ModelConfig(n_layer=2, n_head=2, d_model=64, max_seq_len=64, zbp=zbp))
+    batch = TokenLoader(data_dir, seq_len=64, global_batch=4, seed=0).batch(0)
+    report = diagnose(model, batch, zbp)
+    ffn = [c for c in report["cores"] if c["core"] == "ffn"]
+    assert len(ffn) == 2 and all(c["c"] == pytest.approx(1.0, rel=0.15) for c in ffn)
+    attn = [c for c in report["cores"] if c["core"] == "attn"]
+    assert len(attn) == 2 and all(0.5 < c["c"] < 1.15 for c in attn)  # (d-1)/d per row, rows of length 2..64
+    assert len(report["blocks"]) == 4 and all(b["fwd_gain"] > 0 and b["bwd_gain"] > 0 for b in report["blocks"])
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_diagnostics_grad_cosine_is_one_with_whole_bases():
+    from zbpscale.diagnostics import diagnose
+
+    zbp = ZBPConfig(n=12, probe="orthogonal", eps=1e-5)
+    cfg = ModelConfig(n_layer=2, n_head=2, d_model=8, d_ff=6, max_seq_len=4, vocab_size=50, zbp=zbp)
+    model = Transformer(cfg).double()
+    batch = (torch.randint(0, 50, (3, 4)), torch.randint(0, 50, (3, 4)))
+    report = diagnose(model, batch, zbp)
+    assert report["grad_cosine"] == pytest.approx(1.0, abs=1e-9)
+    assert all(c["nsr"] < 1e-9 for c in report["cores"])
+    bp_report = diagnose(Transformer(ModelConfig(**{**cfg.__dict__, "zbp": None})).double(), batch, None)
+    assert bp_report["cores"] == [] and bp_report["grad_cosine"] is None

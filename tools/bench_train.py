@@ -1,0 +1,90 @@
+"""Trainer overhead benchmark: `train()` against a minimal plain-PyTorch loop, same model, same batches.
+
+Both run the same BP model on the same prepared data (the trainer's own loader), one after the other in
+alternating rounds; per-step time is wall clock between consecutive steps (the trainer's includes its
+logging, heartbeat, grad clipping and the loss collective). Goal: trainer tokens/s >= 0.95 of the plain loop.
+
+  zbpscale prepare-data --source embedded --out data/embedded
+  python tools/bench_train.py --data data/embedded            # tiny model, CPU, 2 threads
+  python tools/bench_train.py --data ... --size s60 --batch 16 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from zbpscale.data.loader import TokenLoader
+from zbpscale.metrics import read_records
+from zbpscale.model import Transformer, model_config
+from zbpscale.train import TrainConfig, build_optimizer, lr_at, train
+
+
+def plain_loop(cfg: TrainConfig, device: str, bf16: bool) -> list[float]:
+    """Seconds per step of the simplest correct loop: batch, forward, backward, AdamW step."""
+    torch.manual_seed(cfg.seed)
+    model = Transformer(cfg.model).to(device)
+    opt = build_optimizer(model, cfg)
+    loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed)
+    stamps = []
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        x, y = (t.to(device) for t in loader.batch(step))
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()  # the trainer reads the loss every step too
+        stamps.append(time.perf_counter())
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def trainer_steps(cfg: TrainConfig, root: Path) -> list[float]:
+    run = Path(tempfile.mkdtemp(dir=root))
+    train(cfg, run)
+    times = [r["time"] for r in read_records(run) if r["kind"] == "train"]
+    return [b - a for a, b in zip(times, times[1:])]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="prepared data folder")
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--batch", type=int, default=8, help="global batch (sequences)")
+    p.add_argument("--steps", type=int, default=20, help="steps per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    bf16 = args.device == "cuda"
+    cfg = TrainConfig(model=model_config(args.size), data_dir=args.data, steps=args.steps,
+                      global_batch=args.batch, eval_every=0, eval_batches=1, ckpt_every=0, ckpt_every_s=0,
+                      device=args.device, bf16=bf16)
+    plain, trainer = [], []
+    with tempfile.TemporaryDirectory() as root:
+        for _ in range(args.rounds):
+            plain += plain_loop(cfg, args.device, bf16)[2:]  # drop warm-up steps
+            trainer += trainer_steps(cfg, Path(root))[2:]
+    tokens = args.batch * cfg.seq_len
+    plain_tps, trainer_tps = tokens / statistics.median(plain), tokens / statistics.median(trainer)
+    record = {"size": args.size, "device": args.device, "batch": args.batch, "plain_tokens_per_s": round(plain_tps),
+              "trainer_tokens_per_s": round(trainer_tps), "ratio": round(trainer_tps / plain_tps, 3)}
+    if args.json:
+        print(json.dumps(record))
+    else:
+        print(f"plain loop {plain_tps:,.0f} tok/s, trainer {trainer_tps:,.0f} tok/s, "
+              f"ratio {trainer_tps / plain_tps:.3f} ({args.size}, batch {args.batch}, {args.device})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Checkpoints of a run: written atomically, the last K kept, loaded with `weights_only=True`.
+
+A checkpoint holds everything resume needs: model and optimizer state, `step` (the number of optimizer
+steps done, which is the step training resumes at) and the RNG states of Python, NumPy and torch (CPU and
+CUDA). The data position is the step itself: batches are a function of (seed, step) only. Files are `ckpt_00001234.pt` in
+`<run_dir>/checkpoints/`; a partly written file is never visible under that name (temp file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from zbpscale.errors import ZbpError
+
+_NAME = re.compile(r"ckpt_(\d{8})\.pt")
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the finished checkpoints, oldest first."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name))]
+    return sorted(found)
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, keys.numpy(), *rest))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
+    """Write `payload` (plus the step and RNG states) as the checkpoint of `step`; keep the newest `keep`."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"ckpt_{step:08d}.pt"
+    tmp = folder / f".{final.name}.tmp"
+    with open(tmp, "wb") as fh:
+        torch.save({**payload, "step": step, "rng": rng_state()}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(folder)
+    for _, old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def load_latest(run_dir: Path, map_location="cpu") -> dict | None:
+    """The newest checkpoint of the run, or None; a file that fails to load is reported, not skipped."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        return None
+    step, path = found[-1]
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # a corrupt file must not silently restart the run from scratch
+        raise ZbpError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})",
+                       hint="move it aside to resume from the previous checkpoint") from err
+    if state.get("step") != step:
+        raise ZbpError(f"checkpoint {path} says step {state.get('step')}, its name says {step}",
+                       hint="move it aside to resume from the previous checkpoint")
+    return state

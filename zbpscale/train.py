@@ -1,0 +1,427 @@
+"""Training of one run: `train(cfg, run_dir)`, and `python -m zbpscale.train` as a thin entry point.
+
+    python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
+    torchrun --nproc-per-node 8 -m zbpscale.train --run-dir ... (same flags)
+    python -m zbpscale.train --run-dir jobs/try/tiny-bp      # continue a run from its folder
+
+Works alone, under torchrun and inside a submitit job (the distributed environment comes from RANK /
+WORLD_SIZE / LOCAL_RANK / MASTER_*; see dist.py). Resume is automatic: a run folder with a checkpoint
+continues from it, a finished one is recognised and not retrained. On SIGUSR2 or SIGTERM the handler only
+sets a flag; at the next step boundary all ranks agree (one small all-reduce), write one checkpoint and
+exit with EXIT_REQUEUE ("checkpointed, please requeue"). A non-finite loss or gradient norm stops the run
+before the optimizer update. The trainer knows nothing of SLURM or submitit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from zbpscale import checkpoint, dist
+from zbpscale.errors import ConfigError, ZbpError
+from zbpscale.metrics import MetricsLog, read_records
+from zbpscale.model import ModelConfig, Transformer, flops_per_token, n_params
+from zbpscale.zbp import ZBPConfig
+
+EXIT_REQUEUE = 75  # checkpointed on request (signal): run me again to continue
+EXIT_DIVERGED = 3  # non-finite loss or gradient norm: stopped before the optimizer update
+COMPLETE = "COMPLETE"
+CONFIG = "config.json"
+
+
+class TrainingDiverged(ZbpError):
+    """The loss or the gradient norm stopped being finite."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Everything one run needs; written to <run_dir>/config.json and checked on every resume."""
+
+    model: ModelConfig
+    """The model and its arm (model.zbp None = bp)."""
+    data_dir: str
+    """Folder of prepared shards (`zbpscale prepare-data`)."""
+    steps: int
+    """Optimizer steps of the whole run."""
+    global_batch: int = 64
+    """Sequences per optimizer step across all ranks (tokens per step = global_batch * seq_len)."""
+    micro_batch: int = 0
+    """Sequences per forward pass on one rank; 0 = the rank's whole share (no accumulation)."""
+    lr: float = 3e-4
+    """Peak learning rate, reached at the end of warmup."""
+    min_lr_ratio: float = 0.1
+    """The cosine schedule ends at lr * min_lr_ratio."""
+    warmup_steps: int = 0
+    """Linear warmup from lr / warmup_steps to lr."""
+    weight_decay: float = 0.1
+    """Decoupled (AdamW) weight decay of the matrices."""
+    decay_norms_and_embeddings: bool = False
+    """Also decay the norm weights and the token/position embeddings."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping; the norm is still logged)."""
+    eval_every: int = 100
+    """Evaluate every this many steps (and after the last one); 0 = only at the end."""
+    eval_batches: int = 8
+    """Fixed validation batches (of global_batch sequences) per evaluation."""
+    ckpt_every: int = 500
+    """Checkpoint every this many steps (0 = only on signals and at the end)."""
+    ckpt_every_s: float = 1800.0
+    """... and whenever this many seconds passed since the last checkpoint (0 = never by time)."""
+    keep_ckpts: int = 2
+    """Checkpoints kept on disk (the newest)."""
+    diag_every: int = 0
+    """Diagnostics (branch gains, per-core NSR and c, ZBP/BP gradient cosine) every this many steps; 0 = off."""
+    log_every: int = 1
+    """Write a train record every this many steps."""
+    seed: int = 0
+    """Seed of the initialization and of the data order."""
+    device: str = "auto"
+    """auto (GPU when there is one), cpu or cuda."""
+    bf16: bool | None = None
+    """bf16 autocast; None = on for CUDA, off for CPU. ZBP measurements stay fp32 either way."""
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, "
+                              f"{self.min_lr_ratio}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        model = dict(d.pop("model"))
+        zbp = model.pop("zbp", None)
+        model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
+        return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
+
+
+def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(micro_batch, accumulation steps) per rank for the fixed global batch; a ConfigError if impossible."""
+    if cfg.global_batch % world_size:
+        raise ConfigError(f"global_batch={cfg.global_batch} is not divisible by world size {world_size}",
+                          hint="pick a global batch that is a multiple of the number of GPUs")
+    per_rank = cfg.global_batch // world_size
+    micro = cfg.micro_batch or per_rank
+    if per_rank % micro:
+        raise ConfigError(f"micro_batch={micro} does not divide the per-rank batch {per_rank} "
+                          f"(global_batch={cfg.global_batch} / world size {world_size})",
+                          hint=f"use a micro_batch that divides {per_rank}")
+    return micro, per_rank // micro
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to cfg.lr over warmup_steps, then cosine down to lr * min_lr_ratio at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - 1 - cfg.warmup_steps)
+    return min_lr + 0.5 * (cfg.lr - min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def derived_numbers(cfg: TrainConfig, world_size: int) -> dict:
+    """Every number that follows from the config, printed and saved before any compute is spent."""
+    micro, accum = batch_plan(cfg, world_size)
+    params = n_params(cfg.model)
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    total_tokens = tokens_per_step * cfg.steps
+    return {
+        "params": params,
+        "params_non_embedding": n_params(cfg.model, embeddings=False),
+        "world_size": world_size,
+        "micro_batch": micro,
+        "accumulation_steps": accum,
+        "tokens_per_step": tokens_per_step,
+        "total_steps": cfg.steps,
+        "total_tokens": total_tokens,
+        "tokens_per_param": total_tokens / params,
+        "flops_per_token": flops_per_token(cfg.model),
+        "total_flops_bp": flops_per_token(cfg.model) * total_tokens,
+        "arm": "bp" if cfg.model.zbp is None else f"zbp n={cfg.model.zbp.n} {cfg.model.zbp.scheme} "
+                                                   f"{cfg.model.zbp.probe} cores={cfg.model.zbp.cores}",
+    }
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        is_table = name.startswith(("wte.", "wpe."))
+        (no_decay if (p.dim() < 2 or is_table) and not cfg.decay_norms_and_embeddings else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = next(model.parameters()).device.type == "cuda"
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: list, env: dist.DistEnv, bf16: bool) -> float:
+    """Mean validation loss over the fixed batches, averaged over ranks."""
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        with _autocast(env, bf16):
+            total += model(x.to(env.device), y.to(env.device))[1].item()
+    model.train()
+    return dist.all_reduce_sum([total / len(batches)], env)[0] / env.world_size
+
+
+def _autocast(env: dist.DistEnv, bf16: bool):
+    return torch.autocast(env.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+class _StopFlag:
+    """SIGUSR2 / SIGTERM only set a flag here; the loop acts on it at a step boundary."""
+
+    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum = 0
+        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
+def _git_revision() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
+    path = run_dir / CONFIG
+    if not path.exists():
+        return
+    saved = json.loads(path.read_text())
+    current = json.loads(json.dumps(cfg.to_dict()))
+    if saved != current:
+        fields = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        raise ConfigError(f"{path} holds a different config (fields differ: {', '.join(fields)})",
+                          hint="resume with the same settings, or train in a new run folder")
+
+
+def train(cfg: TrainConfig, run_dir: str | Path) -> str:
+    """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'."""
+    run_dir = Path(run_dir)
+    env = dist.init(cfg.device)
+    try:
+        return _train(cfg, run_dir, env)
+    finally:
+        dist.shutdown(env)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from zbpscale.data.loader import TokenLoader, micro_batches
+
+    _check_config(run_dir, cfg)
+    if (run_dir / COMPLETE).exists():
+        if env.is_main:
+            print(f"{run_dir}: already complete ({COMPLETE} marker present); nothing to do")
+        return "completed"
+    bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
+    micro, accum = batch_plan(cfg, env.world_size)
+    numbers = derived_numbers(cfg, env.world_size)
+
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = Transformer(cfg.model).to(env.device)
+    optimizer = build_optimizer(model, cfg)
+    start = 0
+    state = checkpoint.load_latest(run_dir, map_location=env.device)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        checkpoint.set_rng_state(state["rng"])
+        start = state["step"]
+    ddp = DistributedDataParallel(model) if env.distributed else model
+    loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
+                         rank=env.rank, world_size=env.world_size)
+    val = loader.val_batches(max_batches=cfg.eval_batches)
+
+    log = MetricsLog(run_dir, enabled=env.is_main)
+    attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir)) if env.is_main else 0
+    if env.is_main:
+        if start:
+            log.write("resume", from_step=start, dropped=log.rollback_to(start))
+        (run_dir / CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+        print(f"run {run_dir} attempt {attempt}: " + ", ".join(
+            f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in numbers.items()), flush=True)
+        if start:
+            print(f"resuming at step {start} of {cfg.steps}", flush=True)
+        log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
+                  derived=numbers, git=_git_revision(), host=os.uname().nodename,
+                  versions={"torch": torch.__version__, "python": sys.version.split()[0]})
+
+    stop = _StopFlag()
+    last_ckpt = time.monotonic()
+    tokens_per_step = numbers["tokens_per_step"]
+    status = "completed"
+    try:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            # ---- forward / backward over this rank's micro-batches (all-reduce on the last only) ----
+            x_all, y_all = loader.batch(step)
+            loss_sum = torch.zeros((), device=env.device)
+            for m, (x, y) in enumerate(micro_batches(x_all, y_all, accum)):
+                model.set_zbp_clock(step=step, micro=env.rank * accum + m, rank=0)  # global micro index
+                last = m == accum - 1
+                with (nullcontext() if last or not env.distributed else ddp.no_sync()), _autocast(env, bf16):
+                    _, loss = ddp(x.to(env.device), y.to(env.device))
+                (loss / accum).backward()
+                loss_sum += loss.detach()
+            # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
+            time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
+            loss_g, stop_votes, time_votes = dist.all_reduce_sum(
+                [loss_sum.item() / accum, float(stop.signum != 0), float(time_due and env.is_main)], env)
+            loss_g /= env.world_size
+            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+            # ---- never step on a non-finite loss or gradient ----
+            if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
+                log.write("end", step=step, status="diverged",
+                          reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
+                raise TrainingDiverged(
+                    f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
+                    f"optimizer update in {run_dir}", hint="lower the learning rate or check the data")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            done = step + 1
+            step_time = time.perf_counter() - t0
+            if step % cfg.log_every == 0 or done == cfg.steps:
+                log.write("train", step=step, tokens=done * tokens_per_step, loss=loss_g, lr=lr,
+                          grad_norm=grad_norm, step_time=step_time, tokens_per_s=tokens_per_step / step_time)
+            # ---- evaluation and diagnostics ----
+            if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+                val_loss = evaluate(ddp, val, env, bf16)
+                log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
+            if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
+                from zbpscale.diagnostics import diagnose
+
+                log.write("diag", step=step, **diagnose(model, val[0], cfg.model.zbp, diag_seed=step))
+            log.heartbeat(done, done * tokens_per_step)
+            # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
+            periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
+            if (periodic or time_votes or stop_votes) and done < cfg.steps:
+                if env.is_main:
+                    checkpoint.save(run_dir, done, {"model": model.state_dict(),
+                                                    "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
+                dist.barrier(env)
+                last_ckpt = time.monotonic()
+            if stop_votes:
+                status = "checkpointed"
+                break
+    finally:
+        stop.restore()
+    if status == "completed":
+        if env.is_main:
+            checkpoint.save(run_dir, cfg.steps, {"model": model.state_dict(),
+                                                 "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
+            (run_dir / COMPLETE).write_text(json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
+        log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
+    else:
+        log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop.signum}: requeue me")
+        if env.is_main:
+            print(f"checkpointed at step {done} on signal {stop.signum}; run again to continue", flush=True)
+    steps_done = cfg.steps if status == "completed" else done
+    log.heartbeat(steps_done, steps_done * tokens_per_step, force=True)
+    log.close()
+    dist.barrier(env)
+    return status
+
+
+def _parse(argv: list[str] | None):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m zbpscale.train", description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
+    p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
+    p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
+    p.add_argument("--data", help="prepared data folder")
+    p.add_argument("--steps", type=int, help="optimizer steps")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any TrainConfig field, e.g. --set global_batch=32 --set lr=1e-3 (repeatable)")
+    return p.parse_args(argv)
+
+
+def config_from_args(args) -> TrainConfig:
+    """A TrainConfig from the command line, or the run folder's config.json when only --run-dir is given."""
+    from zbpscale.model import model_config
+    from zbpscale.zbp import arm_zbp_config
+
+    saved = Path(args.run_dir) / CONFIG
+    if args.size is None and args.data is None and args.steps is None and not args.set:
+        if not saved.exists():
+            raise ConfigError(f"{saved} does not exist", hint="give --size, --arm, --data and --steps for a new run")
+        return TrainConfig.from_dict(json.loads(saved.read_text()))
+    missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)} for a new run")
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields or key in ("model", "data_dir", "steps"):
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of "
+                              f"{', '.join(k for k in fields if k not in ('model', 'data_dir', 'steps'))}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    model = model_config(args.size, zbp=arm_zbp_config(args.arm))
+    return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+        status = train(config_from_args(args), args.run_dir)
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except ZbpError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return EXIT_REQUEUE if status == "checkpointed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
