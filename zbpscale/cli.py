@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sizes", help="list the model size presets with their parameter counts")
     p.set_defaults(func=_cmd_sizes)
 
+    # `zbpscale submit ...` is handed whole to `python -m zbpscale.submit` (see main).
+    sub.add_parser("submit", help="plan and submit a sweep (same as python -m zbpscale.submit)", add_help=False)
+
     p = sub.add_parser("prepare-data", help="tokenize a corpus into GPT-2 BPE uint16 shards")
     from zbpscale.data import prepare_cli
 
@@ -40,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["submit"]:
+        from zbpscale import submit
+
+        return submit.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

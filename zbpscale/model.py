@@ -91,6 +91,7 @@ class ModelConfig:
 # Named sizes, ordered by parameter count. Ladder sizes are named after their total parameter count;
 # the two tiny ones (tests, smoke runs) after their non-embedding count.
 SIZES: dict[str, ModelConfig] = {
+    "nano": ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=64),  # job-layer tests: fast steps
     "tiny": ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128),
     "mini": ModelConfig(n_layer=4, n_head=4, d_model=256, max_seq_len=256),
     "s60": ModelConfig(n_layer=12, n_head=6, d_model=384),

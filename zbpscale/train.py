@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from zbpscale import checkpoint, dist
+from zbpscale import checkpoint, dist, signals
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import ModelConfig, Transformer, flops_per_token, n_params
@@ -194,23 +193,6 @@ def _autocast(env: dist.DistEnv, bf16: bool):
     return torch.autocast(env.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 
-class _StopFlag:
-    """SIGUSR2 / SIGTERM only set a flag here; the loop acts on it at a step boundary."""
-
-    SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum = 0
-        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-
-    def restore(self) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-
-
 def _git_revision() -> str | None:
     import subprocess
 
@@ -237,11 +219,15 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
 def train(cfg: TrainConfig, run_dir: str | Path) -> str:
     """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'."""
     run_dir = Path(run_dir)
-    env = dist.init(cfg.device)
+    signals.install()  # from the start: a stop request during set-up is honoured at the first step
     try:
-        return _train(cfg, run_dir, env)
+        env = dist.init(cfg.device)
+        try:
+            return _train(cfg, run_dir, env)
+        finally:
+            dist.shutdown(env)
     finally:
-        dist.shutdown(env)
+        signals.restore()
 
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
@@ -288,69 +274,65 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
                   derived=numbers, git=_git_revision(), host=os.uname().nodename,
                   versions={"torch": torch.__version__, "python": sys.version.split()[0]})
 
-    stop = _StopFlag()
     last_ckpt = time.monotonic()
     tokens_per_step = numbers["tokens_per_step"]
     status = "completed"
-    try:
-        for step in range(start, cfg.steps):
-            t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            # ---- forward / backward over this rank's micro-batches (all-reduce on the last only) ----
-            x_all, y_all = loader.batch(step)
-            loss_sum = torch.zeros((), device=env.device)
-            for m, (x, y) in enumerate(micro_batches(x_all, y_all, accum)):
-                model.set_zbp_clock(step=step, micro=env.rank * accum + m, rank=0)  # global micro index
-                last = m == accum - 1
-                with (nullcontext() if last or not env.distributed else ddp.no_sync()), _autocast(env, bf16):
-                    _, loss = ddp(x.to(env.device), y.to(env.device))
-                (loss / accum).backward()
-                loss_sum += loss.detach()
-            # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
-            time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
-            loss_g, stop_votes, time_votes = dist.all_reduce_sum(
-                [loss_sum.item() / accum, float(stop.signum != 0), float(time_due and env.is_main)], env)
-            loss_g /= env.world_size
-            max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
-            # ---- never step on a non-finite loss or gradient ----
-            if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
-                log.write("end", step=step, status="diverged",
-                          reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
-                raise TrainingDiverged(
-                    f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
-                    f"optimizer update in {run_dir}", hint="lower the learning rate or check the data")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            done = step + 1
-            step_time = time.perf_counter() - t0
-            if step % cfg.log_every == 0 or done == cfg.steps:
-                log.write("train", step=step, tokens=done * tokens_per_step, loss=loss_g, lr=lr,
-                          grad_norm=grad_norm, step_time=step_time, tokens_per_s=tokens_per_step / step_time)
-            # ---- evaluation and diagnostics ----
-            if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
-                val_loss = evaluate(ddp, val, env, bf16)
-                log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
-            if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
-                from zbpscale.diagnostics import diagnose
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        # ---- forward / backward over this rank's micro-batches (all-reduce on the last only) ----
+        x_all, y_all = loader.batch(step)
+        loss_sum = torch.zeros((), device=env.device)
+        for m, (x, y) in enumerate(micro_batches(x_all, y_all, accum)):
+            model.set_zbp_clock(step=step, micro=env.rank * accum + m, rank=0)  # global micro index
+            last = m == accum - 1
+            with (nullcontext() if last or not env.distributed else ddp.no_sync()), _autocast(env, bf16):
+                _, loss = ddp(x.to(env.device), y.to(env.device))
+            (loss / accum).backward()
+            loss_sum += loss.detach()
+        # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
+        time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
+        loss_g, stop_votes, time_votes = dist.all_reduce_sum(
+            [loss_sum.item() / accum, float(signals.received() != 0), float(time_due and env.is_main)], env)
+        loss_g /= env.world_size
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+        # ---- never step on a non-finite loss or gradient ----
+        if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
+            log.write("end", step=step, status="diverged",
+                      reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
+            raise TrainingDiverged(
+                f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
+                f"optimizer update in {run_dir}", hint="lower the learning rate or check the data")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        done = step + 1
+        step_time = time.perf_counter() - t0
+        if step % cfg.log_every == 0 or done == cfg.steps:
+            log.write("train", step=step, tokens=done * tokens_per_step, loss=loss_g, lr=lr,
+                      grad_norm=grad_norm, step_time=step_time, tokens_per_s=tokens_per_step / step_time)
+        # ---- evaluation and diagnostics ----
+        if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+            val_loss = evaluate(ddp, val, env, bf16)
+            log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
+        if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
+            from zbpscale.diagnostics import diagnose
 
-                log.write("diag", step=step, **diagnose(model, val[0], cfg.model.zbp, diag_seed=step))
-            log.heartbeat(done, done * tokens_per_step)
-            # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
-            periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
-            if (periodic or time_votes or stop_votes) and done < cfg.steps:
-                if env.is_main:
-                    checkpoint.save(run_dir, done, {"model": model.state_dict(),
-                                                    "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
-                dist.barrier(env)
-                last_ckpt = time.monotonic()
-            if stop_votes:
-                status = "checkpointed"
-                break
-    finally:
-        stop.restore()
+            log.write("diag", step=step, **diagnose(model, val[0], cfg.model.zbp, diag_seed=step))
+        log.heartbeat(done, done * tokens_per_step)
+        # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
+        periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
+        if (periodic or time_votes or stop_votes) and done < cfg.steps:
+            if env.is_main:
+                checkpoint.save(run_dir, done, {"model": model.state_dict(),
+                                                "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
+            dist.barrier(env)
+            last_ckpt = time.monotonic()
+        if stop_votes:
+            status, stop_signal = "checkpointed", signals.received()
+            break
     if status == "completed":
         if env.is_main:
             checkpoint.save(run_dir, cfg.steps, {"model": model.state_dict(),
@@ -358,9 +340,9 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
             (run_dir / COMPLETE).write_text(json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
         log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
     else:
-        log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop.signum}: requeue me")
+        log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop_signal}: requeue me")
         if env.is_main:
-            print(f"checkpointed at step {done} on signal {stop.signum}; run again to continue", flush=True)
+            print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
     steps_done = cfg.steps if status == "completed" else done
     log.heartbeat(steps_done, steps_done * tokens_per_step, force=True)
     log.close()

@@ -1,0 +1,234 @@
+"""`python -m zbpscale.submit` against a real SLURM (started by tools/slurm_local.py), training on CPU.
+
+Compared: sacct's final state and the run folders with what the sweep asked for; the per-step losses of a run
+that timed out and was requeued with those of an uninterrupted in-process run (bitwise); the attempts record
+with the interruptions the scheduler caused (timeout / preempted); a second submit with the first.
+Skipped, with the reason, where no SLURM can run (`python tools/slurm_local.py install` as root).
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zbpscale.job import read_attempts
+from zbpscale.metrics import read_records
+from zbpscale.train import COMPLETE, TrainConfig, train
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("slurm_local", REPO / "tools" / "slurm_local.py")
+slurm_local = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(slurm_local)
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    ok, reason = slurm_local.available()
+    if not ok:
+        pytest.skip(reason)
+    shared = os.environ.get("ZBPSCALE_SLURM_DIR")
+    folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="zbpscale-slurm-submit-", dir="/tmp"))
+    owned = not slurm_local.is_running(folder)
+    env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
+    yield env
+    if owned:
+        slurm_local.stop(folder)
+        if not shared:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    from zbpscale.data.prepare import PrepConfig, prepare
+
+    out = tmp_path_factory.mktemp("slurm-data") / "embedded"
+    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
+    return out
+
+
+def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
+                time_min: int = 30, max_timeouts: int = 20, ckpt_every: int = 0) -> Path:
+    """A sweep file of the nano model on CPU: batch 4 x 32 tokens, so a step takes a fraction of a second."""
+    arms_src = ", ".join(f"arm({a!r})" for a in arms)
+    text = textwrap.dedent(f"""\
+        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+        CPU = Resources(gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
+        SWEEP = Sweep(
+            name={name!r},
+            sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=3e-3, resources=CPU),),
+            arms=({arms_src},),
+            data=Data(dir={str(data_dir)!r}, source="embedded"),
+            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
+            root={str(folder / "jobs")!r},
+            max_timeouts={max_timeouts},
+            signal_delay_s=30,
+        )
+        """)
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    return path
+
+
+def submit(sweep: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    cwd = sweep.parent.parent if sweep.parent.name == "sweeps" else sweep.parent
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "slurm", *args],
+                         cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def job_ids(run_dir: Path) -> list[str]:
+    return [a["job_id"] for a in read_attempts(run_dir) if a["event"] == "submitted"]
+
+
+def wait_final(env: dict, job_id: str, timeout: float = 600) -> str:
+    deadline = time.time() + timeout
+    state = ""
+    while time.time() < deadline:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], env=env,
+                             capture_output=True, text=True, timeout=30)
+        state = out.stdout.strip().split(" ")[0]
+        if state in FINAL:
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} still {state or 'unknown'} after {timeout:.0f} s")
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
+
+
+def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tmp_path, slurm_env):
+    """The README's main job, sweeps/smoke.py as shipped, from a folder without data: prep job first."""
+    shutil.copytree(REPO / "sweeps", tmp_path / "sweeps")
+    sweep = tmp_path / "sweeps" / "smoke.py"
+    out = submit(sweep, slurm_env)
+    assert "data not prepared" in out.stdout
+    runs = [tmp_path / "jobs" / "smoke" / name for name in ("tiny-bp", "tiny-zbp_n4")]
+    for run in runs:
+        (job,) = job_ids(run)
+        assert wait_final(slurm_env, job, timeout=900) == "COMPLETED", list((run / "logs").iterdir())
+        assert (run / COMPLETE).exists()
+        assert [s for s, _ in losses(run)] == list(range(30))
+        assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
+    assert (tmp_path / "data" / "embedded" / "manifest.json").exists()
+    again = submit(sweep, slurm_env)
+    assert "data not prepared" not in again.stdout and "left alone: tiny-bp (complete)" in again.stdout
+    assert all(len(job_ids(run)) == 1 for run in runs)
+
+
+def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
+    sweep = write_sweep(tmp_path, "multi", data_dir, steps=4, tasks=2)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "multi" / "nano-bp"
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job) == "COMPLETED"
+    start = next(r for r in read_records(run) if r["kind"] == "start")
+    assert start["world_size"] == 2 and start["derived"]["micro_batch"] == 2
+    assert [s for s, _ in losses(run)] == list(range(4))
+
+
+def test_timeout_requeues_and_resumes_bitwise(tmp_path, slurm_env, data_dir):
+    """--time=1 with the warning signal 30 s before: the run checkpoints, requeues, and goes on."""
+    sweep = write_sweep(tmp_path, "timeout", data_dir, steps=250, time_min=1)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "timeout" / "nano-bp"
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job, timeout=900) == "COMPLETED"
+    ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
+    assert ends[-1] == "completed" and ends.count("timeout") >= 1, ends
+    reference = tmp_path / "reference"
+    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
+    assert losses(run) == losses(reference)  # every step once, bitwise equal to never stopping
+
+
+def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_dir):
+    sweep = write_sweep(tmp_path, "bound", data_dir, steps=5000, time_min=1, max_timeouts=1)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "bound" / "nano-bp"
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job, timeout=600) == "FAILED"
+    ends = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert [a["why"] for a in ends] == ["timeout", "failed"]
+    assert "over max_timeouts=1" in ends[-1]["reason"]
+    assert "failed" in submit(sweep, slurm_env, "--dry-run").stdout
+
+
+def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env, data_dir):
+    """A job on the high partition that needs the whole node preempts the run (USR2 at the grace time)."""
+    sweep = write_sweep(tmp_path, "preempt", data_dir, steps=150)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "preempt" / "nano-bp"
+    (job,) = job_ids(run)
+    deadline = time.time() + 300
+    while len(losses(run)) < 5:
+        assert time.time() < deadline, "the run never started training"
+        time.sleep(0.5)
+    high = subprocess.run(["sbatch", "--parsable", "-p", slurm_local.HIGH_PARTITION, "-c", str(slurm_local.CPUS),
+                           "-o", str(tmp_path / "high.out"), "--wrap", "sleep 5"], env=slurm_env,
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    assert wait_final(slurm_env, high) == "COMPLETED"
+    assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
+    ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
+    assert ends[-1] == "completed" and "preempted" in ends and "timeout" not in ends, ends
+    reference = tmp_path / "reference"
+    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
+    assert losses(run) == losses(reference)
+
+
+def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: float = 300) -> int:
+    from zbpscale.checkpoint import list_checkpoints
+
+    deadline = time.time() + timeout
+    while True:
+        found = list_checkpoints(run)
+        if found and len(losses(run)) >= found[-1][0] + extra_steps:
+            return found[-1][0]
+        assert time.time() < deadline, "no checkpoint followed by progress in time"
+        time.sleep(0.3)
+
+
+def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_dir):
+    sweep = write_sweep(tmp_path, "requeue", data_dir, steps=150, ckpt_every=10)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "requeue" / "nano-bp"
+    (job,) = job_ids(run)
+    wait_for_checkpoint_and_progress(run)
+    subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True, timeout=30)
+    assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
+    assert sum(a["event"] == "start" for a in read_attempts(run)) >= 2
+    reference = tmp_path / "reference"
+    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
+    assert losses(run) == losses(reference)
+
+
+def test_killed_rank_fails_the_job_and_resubmit_resumes_only_that_run(tmp_path, slurm_env, data_dir):
+    sweep = write_sweep(tmp_path, "killed", data_dir, steps=150, arms=("bp", "zbp_n4"), ckpt_every=10)
+    submit(sweep, slurm_env)
+    runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
+    victim = runs["nano-bp"]
+    saved = wait_for_checkpoint_and_progress(victim)
+    pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
+    os.kill(pid, 9)  # rank 0's Python process, as an OOM killer would
+    assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
+    assert wait_final(slurm_env, job_ids(runs["nano-zbp_n4"])[0], timeout=600) == "COMPLETED"
+    again = submit(sweep, slurm_env)
+    assert "nano-bp: resume -> job" in again.stdout and len(job_ids(runs["nano-zbp_n4"])) == 1
+    assert wait_final(slurm_env, job_ids(victim)[-1], timeout=600) == "COMPLETED"
+    resume = next(r for r in read_records(victim) if r["kind"] == "resume")
+    assert resume["from_step"] >= saved
+    reference = tmp_path / "reference"
+    train(TrainConfig.from_dict(json.loads((victim / "config.json").read_text())), reference)
+    assert losses(victim) == losses(reference)

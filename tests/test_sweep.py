@@ -1,0 +1,110 @@
+"""Sweep files and the submit plan, without a scheduler.
+
+Compared: the ladder's expansion with its closed-form size x arm product and names; each run's steps and
+batch split with hand computation from the budget rule; the sbatch script submitit generates for every
+ladder run with a reviewed golden file (tests/golden/ladder_sbatch.txt; regenerate it with
+ZBPSCALE_UPDATE_GOLDEN=1 after a deliberate change, and review the diff); bad sweep files with the one-line
+error contract (file, line, hint; no traceback).
+"""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zbpscale.errors import ConfigError
+from zbpscale.model import n_params, SIZES
+from zbpscale.submit import plan_rows, sbatch_parameters, select
+from zbpscale.sweep import Data, Size, Sweep, arm, expand, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "ladder_sbatch.txt"
+
+
+def test_ladder_expands_to_every_size_and_arm():
+    sweep = load_sweep(REPO / "sweeps" / "ladder.py")
+    runs = expand(sweep)
+    assert [r.name for r in runs] == [f"{s}-{a}" for s in ("s60", "s124", "s350", "s1b")
+                                      for a in ("bp", "zbp_n16", "zbp_n64")]
+    for run in runs:
+        cfg = run.train_config()
+        tokens = 20 * n_params(SIZES[run.size.name])
+        assert cfg.steps == math.ceil(tokens / (cfg.global_batch * 1024))
+        assert (cfg.model.zbp is None) == (run.arm.name == "bp")
+        assert cfg.model.zbp is None or cfg.model.zbp.n == int(run.arm.name.split("_n")[1])
+        assert cfg.device == "cuda" and Path(cfg.data_dir).is_absolute()
+    s1b = next(r for r in runs if r.name == "s1b-bp")
+    row = plan_rows([s1b], {"s1b-bp": "new"})[0]
+    assert (row["micro"], row["accum"], row["world"], row["gpus"]) == (8, 8, 16, 16)  # 1024 = 8 x 8 x 16
+
+
+def render_ladder() -> str:
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    blocks = []
+    for run in expand(load_sweep(REPO / "sweeps" / "ladder.py")):
+        script = _make_sbatch_string(command="python -u -m submitit.core._submit FOLDER", folder="/jobs/FOLDER",
+                                     **sbatch_parameters(run))
+        blocks.append(f"### {run.name}\n" + "".join(f"{line}\n" for line in script.splitlines()
+                                                  if line.startswith("#SBATCH")))
+    return "\n".join(blocks)
+
+
+def test_ladder_sbatch_scripts_match_the_golden_file():
+    text = render_ladder()
+    if os.environ.get("ZBPSCALE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    # The parameters that matter, spelled out: one rank per GPU, 2 nodes for s1b, signal before the limit.
+    s1b = text.split("### s1b-zbp_n64\n")[1].split("###")[0]
+    for line in ("--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8", "--signal=USR2@180", "--time=1440",
+                 "--requeue"):
+        assert f"#SBATCH {line}\n" in s1b
+
+
+def test_only_selects_by_pattern():
+    runs = expand(load_sweep(REPO / "sweeps" / "ladder.py"))
+    assert [r.name for r in select(runs, "s60-*,*-zbp_n64")] == [
+        "s60-bp", "s60-zbp_n16", "s60-zbp_n64", "s124-zbp_n64", "s350-zbp_n64", "s1b-zbp_n64"]
+    with pytest.raises(ConfigError, match="matches no run"):
+        select(runs, "s2b-*")
+
+
+def test_seeds_and_duplicates():
+    sizes = (Size(name="tiny", global_batch=8, tokens=8192),)
+    sweep = Sweep(name="x", sizes=sizes, arms=(arm("bp"),), seeds=(0, 1), data=Data(dir="d"))
+    assert [r.name for r in expand(sweep)] == ["tiny-bp", "tiny-bp-s1"]
+    with pytest.raises(ConfigError, match="duplicate run names: tiny-bp"):
+        Sweep(name="x", sizes=sizes, arms=(arm("bp"), arm("bp")), data=Data(dir="d"))
+
+
+BAD_SWEEPS = [
+    ("no_sweep.py", "X = 1\n", "defines no SWEEP"),
+    ("wrong_type.py", "SWEEP = {'name': 'x'}\n", "SWEEP is a dict, not a zbpscale.sweep.Sweep"),
+    ("raises.py", "import math\n\nSWEEP = 1 / 0\n", "raises.py:3: ZeroDivisionError"),
+    ("unknown_size.py", "from zbpscale.sweep import *\n\nS = Size(name='s2b', global_batch=8)\n",
+     "unknown_size.py:3: ConfigError: unknown size 's2b'"),
+    ("unknown_arm.py", "from zbpscale.sweep import *\nA = arm('zbp16')\n", "unknown_arm.py:2: ConfigError: unknown arm"),
+    ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error"),
+]
+
+
+@pytest.mark.parametrize("name, text, message", BAD_SWEEPS, ids=[b[0] for b in BAD_SWEEPS])
+def test_bad_sweep_files_are_one_line_errors(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_sweep(path)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert message.split(":")[0] in out.stderr
+
+
+def test_missing_sweep_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist.*hint: sweeps live in sweeps/"):
+        load_sweep(tmp_path / "nope.py")

@@ -1,0 +1,184 @@
+"""The job side of a run: what every task of a run's submitit job executes, and the attempts record.
+
+`TrainJob(run_dir, ...)` is pickled by submitit at submit time and called once per task. It exports the
+distributed environment, runs the trainer on the run folder (which resumes by itself), and maps the result:
+  completed          -> the job ends COMPLETED;
+  checkpointed (the trainer caught USR2/SIGTERM and saved) -> rank 0 tells timeout from preemption, counts it
+                        against the sweep's bounds, and requeues the job (`scontrol requeue`: the same
+                        submission restarts and resumes from the run folder, not from pickled state);
+  bounds exhausted, diverged or an exception -> the job fails, with the reason in attempts.jsonl.
+Every attempt is recorded in <run_dir>/attempts.jsonl: `submitted`, `start` and `end` events with the job id,
+the executor, times and, for `end`, `why` (completed | timeout | preempted | failed | cancelled) and `reason`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from zbpscale.errors import ZbpError
+
+ATTEMPTS = "attempts.jsonl"
+TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
+
+
+class JobFailed(ZbpError):
+    """The run cannot go on (bounds exhausted, diverged, crashed); attempts.jsonl says why."""
+
+
+def record(run_dir: Path, event: str, **fields) -> None:
+    """Append one event to the run's attempts record."""
+    path = Path(run_dir) / ATTEMPTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_attempts(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / ATTEMPTS
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line from a killed writer
+    return out
+
+
+def count_ends(attempts: list[dict], why: str) -> int:
+    return sum(1 for a in attempts if a.get("event") == "end" and a.get("why") == why)
+
+
+def parse_slurm_duration(text: str) -> float | None:
+    """Seconds in a SLURM duration ('MM:SS', 'HH:MM:SS', 'D-HH:MM:SS'); None for UNLIMITED/INVALID."""
+    text = text.strip()
+    if not text or not text[0].isdigit():
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + s
+
+
+def seconds_left(job_id: str) -> float | None:
+    """Time left before the job's limit, from squeue; None if squeue cannot tell."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_slurm_duration(out.stdout.splitlines()[0]) if out.stdout.strip() else None
+
+
+def classify_interruption(left_s: float | None, signal_delay_s: int) -> str:
+    """'timeout' when the job's limit is near (the signal was the time-limit warning), else 'preempted'."""
+    if left_s is not None and left_s <= signal_delay_s + TIMEOUT_MARGIN_S:
+        return "timeout"
+    return "preempted"
+
+
+class TrainJob:
+    """The callable of a run's job (see the module docstring); thin on purpose."""
+
+    def __init__(self, run_dir: str, *, max_timeouts: int, max_preemptions: int, signal_delay_s: int):
+        self.run_dir = str(run_dir)
+        self.max_timeouts, self.max_preemptions = max_timeouts, max_preemptions
+        self.signal_delay_s = signal_delay_s
+
+    def __call__(self) -> str:
+        from zbpscale import signals
+
+        signals.install()  # first: the time-limit signal may arrive while torch is still importing
+        import submitit
+
+        from zbpscale.train import CONFIG, TrainConfig, train
+
+        env = submitit.JobEnvironment()
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        run_dir, main = Path(self.run_dir), env.global_rank == 0
+        job_id, started = str(env.job_id), time.time()
+        if main:
+            record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
+                   ranks=env.num_tasks, pid=os.getpid())
+        try:
+            cfg = TrainConfig.from_dict(json.loads((run_dir / CONFIG).read_text()))
+            status = train(cfg, run_dir)
+        except BaseException as err:
+            if main:
+                last = (str(err).strip().splitlines() or [""])[-1]
+                record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {last}")
+            raise
+        if status == "completed":
+            # A time-limit signal may still come while this process exits, when Python has already put the
+            # default handlers back (and USR2's default is to die): a finished run ignores it.
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+            if main:
+                record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
+            return "completed"
+        if main:
+            self._requeue_or_fail(run_dir, job_id)
+        _wait_to_be_requeued(run_dir, job_id, since=started)
+
+    def checkpoint(self):
+        """submitit's own fallback, for a signal that beats `__call__` to it: requeue the same call (the run
+        folder, not this object, holds the state)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self)
+
+    def _requeue_or_fail(self, run_dir: Path, job_id: str) -> None:
+        why = classify_interruption(seconds_left(job_id), self.signal_delay_s)
+        attempts = read_attempts(run_dir)
+        used = count_ends(attempts, why) + 1
+        bound = self.max_timeouts if why == "timeout" else self.max_preemptions
+        if used > bound:
+            reason = f"{why} {used} times, over max_{why}s={bound}"
+            record(run_dir, "end", job_id=job_id, why="failed", reason=reason)
+            raise JobFailed(f"{run_dir.name}: {reason}; not requeued",
+                            hint=f"raise the sweep's max_{why}s or the time limit, then submit again")
+        record(run_dir, "end", job_id=job_id, why=why, reason=f"checkpointed; requeue {used}/{bound}")
+        try:
+            subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as err:
+            # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
+            print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
+                  file=sys.stderr, flush=True)
+
+
+def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: float = 600.0) -> NoReturn:
+    """Leave without a result: the scheduler kills this attempt and starts the requeued one. If rank 0
+    decided the run cannot go on (its `end` record says failed), leave at once instead."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        ends = [a for a in read_attempts(run_dir) if a.get("event") == "end" and a.get("job_id") == job_id
+                and a.get("time", 0) >= since]
+        if ends and ends[-1].get("why") == "failed":
+            break
+        time.sleep(1.0)
+    raise SystemExit(1)
+
+
+class PrepJob:
+    """The data-prep job that training jobs depend on (afterok) when the sweep's data are missing."""
+
+    def __init__(self, prep_config):
+        self.prep_config = prep_config
+
+    def __call__(self) -> str:
+        from zbpscale.data.prepare import prepare
+
+        prepare(self.prep_config, log=lambda line: print(line, flush=True))
+        return "prepared"

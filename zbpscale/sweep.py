@@ -1,0 +1,262 @@
+"""Sweeps as data: a sweep file builds one `Sweep` value; `expand` turns it into runs with fixed names.
+
+    SWEEP = Sweep(name="ladder", sizes=(Size(name="s60", ...), ...), arms=(arm("bp"), arm("zbp_n16")), ...)
+
+A run is one size x arm x seed, named `{size}-{arm}` (plus `-s{seed}` for seeds other than 0), with its
+folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.submit` does.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zbpscale.errors import ConfigError
+from zbpscale.model import SIZES, ModelConfig, flops_per_token, model_config, n_params
+from zbpscale.train import TrainConfig
+from zbpscale.zbp import ZBPConfig, arm_zbp_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """What one run of a size asks the scheduler for."""
+
+    nodes: int = 1
+    """Nodes per run."""
+    gpus_per_node: int = 8
+    """GPUs per node (0 = a CPU run)."""
+    tasks_per_node: int = 0
+    """Ranks per node; 0 = one per GPU (or 1 for a CPU run)."""
+    cpus_per_task: int = 8
+    """CPU cores per rank (data loading, the Python loop)."""
+    mem_gb: int = 0
+    """Memory per node in GB; 0 = the scheduler's default."""
+    time_min: int = 24 * 60
+    """Time limit of one job attempt, in minutes; longer runs requeue and resume."""
+    partition: str | None = None
+    """SLURM partition (None = the cluster's default)."""
+    account: str | None = None
+    """SLURM account."""
+    qos: str | None = None
+    """SLURM quality of service."""
+    constraint: str | None = None
+    """SLURM node constraint, e.g. 'h200'."""
+    extra_sbatch: tuple[tuple[str, str], ...] = ()
+    """Further sbatch options as (name, value) pairs, e.g. (("exclusive", ""),)."""
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "time_min"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Resources.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"Resources.{name} must be >= 0, got {getattr(self, name)}")
+        if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
+            raise ConfigError(f"Resources.tasks_per_node={self.tasks_per_node} must equal gpus_per_node="
+                              f"{self.gpus_per_node} (one rank per GPU), or be 0")
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.tasks_per_node or self.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True)
+class Size:
+    """One rung of the ladder: a model preset with its batch, budget, learning rate and resources."""
+
+    name: str
+    """A model preset (`zbpscale sizes`)."""
+    global_batch: int
+    """Sequences per optimizer step, across all ranks."""
+    micro_batch: int = 0
+    """Sequences per forward pass per rank (0 = no accumulation)."""
+    tokens: int = 0
+    """Training tokens; 0 = tokens_per_param x parameters."""
+    tokens_per_param: float = 20.0
+    """Budget rule when tokens is 0 (20 is Chinchilla's)."""
+    lr: float = 3e-4
+    """Peak learning rate (BP and ZBP alike unless an arm overrides it)."""
+    warmup_frac: float = 0.02
+    """Warmup steps as a fraction of the run."""
+    seq_len: int = 0
+    """Context length; 0 = the preset's."""
+    resources: Resources = field(default_factory=Resources)
+    """What one run of this size asks for."""
+
+    def __post_init__(self) -> None:
+        if self.name not in SIZES:
+            raise ConfigError(f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}")
+        if self.global_batch < 1 or self.tokens < 0 or self.tokens_per_param <= 0:
+            raise ConfigError(f"Size {self.name}: need global_batch >= 1, tokens >= 0, tokens_per_param > 0")
+
+    def model(self, zbp: ZBPConfig | None = None) -> ModelConfig:
+        overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
+        return model_config(self.name, zbp=zbp, **overrides)
+
+    @property
+    def params(self) -> int:
+        return n_params(self.model())
+
+    @property
+    def steps(self) -> int:
+        tokens = self.tokens or self.tokens_per_param * self.params
+        return max(1, math.ceil(tokens / (self.global_batch * self.model().max_seq_len)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arm:
+    """A training method: exact backprop (zbp None) or ZBP with its estimator settings."""
+
+    name: str
+    """Appears in run names: bp, zbp_n16, ..."""
+    zbp: ZBPConfig | None = None
+    """Estimator settings; None = the bp arm."""
+    overrides: tuple[tuple[str, object], ...] = ()
+    """TrainConfig fields to replace for this arm, e.g. (("lr", 1e-4),)."""
+    step_time_ratio: float = 1.0
+    """Step time relative to BP, for planning (measure it with tools/bench_step.py)."""
+
+
+def arm(name: str, *, step_time_ratio: float = 1.0, **overrides) -> Arm:
+    """A named arm: `arm("bp")`, `arm("zbp_n16", lr=1e-4)`; see zbpscale.zbp.arm_zbp_config for the names."""
+    return Arm(name=name, zbp=arm_zbp_config(name), overrides=tuple(sorted(overrides.items())),
+               step_time_ratio=step_time_ratio)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Data:
+    """The sweep's training data, prepared once before the runs (by a prep job when missing)."""
+
+    dir: str
+    """Prepared shard folder (`zbpscale prepare-data --out`); relative paths are from where submit runs."""
+    source: str = "fineweb-edu"
+    """prepare-data --source: fineweb-edu, wikitext-103, local:<glob>, embedded."""
+    tokens: int = 0
+    """prepare-data --tokens (0 = the whole source)."""
+    config: str | None = None
+    """prepare-data --config (hub dataset config)."""
+    workers: int = 8
+    """prepare-data --workers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """Every run of a study: sizes x arms x seeds, with the shared settings."""
+
+    name: str
+    """Folder name under root, and the first part of every run's name."""
+    sizes: tuple[Size, ...]
+    """The ladder's rungs, smallest first."""
+    arms: tuple[Arm, ...]
+    """Training methods compared."""
+    data: Data
+    """Training data."""
+    seeds: tuple[int, ...] = (0,)
+    """Seeds per size x arm."""
+    train: tuple[tuple[str, object], ...] = ()
+    """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
+    root: str = "jobs"
+    """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem)."""
+    max_timeouts: int = 20
+    """Requeues after a time limit before a run is marked failed."""
+    max_preemptions: int = 100
+    """Requeues after preemption before a run is marked failed."""
+    signal_delay_s: int = 180
+    """Seconds between the time-limit signal and the kill: one step plus one checkpoint must fit."""
+    gpu_peak_tflops: float = 989.0
+    """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
+    assumed_mfu: float = 0.35
+    """Model-FLOPs utilization assumed by the plan for BP."""
+
+    def __post_init__(self) -> None:
+        if not self.sizes or not self.arms or not self.seeds:
+            raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
+        names = [r.name for r in expand(self)]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
+                              hint="each size and arm may appear once; use seeds for repeats")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One size x arm x seed of a sweep."""
+
+    sweep: Sweep
+    size: Size
+    arm: Arm
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.size.name}-{self.arm.name}" + (f"-s{self.seed}" if self.seed else "")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.sweep.root) / self.sweep.name / self.name
+
+    def train_config(self) -> TrainConfig:
+        size, steps = self.size, self.size.steps
+        fields = dict(model=size.model(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
+                      global_batch=size.global_batch, micro_batch=size.micro_batch, lr=size.lr,
+                      warmup_steps=int(size.warmup_frac * steps), seed=self.seed,
+                      device="cuda" if size.resources.gpus_per_node else "cpu")
+        fields.update(dict(self.sweep.train))
+        fields.update(dict(self.arm.overrides))
+        return TrainConfig(**fields)
+
+    def estimated_hours(self) -> float:
+        """Wall-clock hours from the sweep's throughput assumption (CPU runs: unknown -> nan)."""
+        res = self.size.resources
+        if not res.gpus:
+            return math.nan
+        flops = flops_per_token(self.size.model()) * self.size.steps * self.size.global_batch \
+            * self.size.model().max_seq_len
+        seconds = flops / (res.gpus * self.sweep.gpu_peak_tflops * 1e12 * self.sweep.assumed_mfu)
+        return seconds * self.arm.step_time_ratio / 3600
+
+
+def data_path(sweep: Sweep) -> Path:
+    """The prepared data folder, absolute (relative paths are from where submit runs)."""
+    return Path(sweep.data.dir).absolute()
+
+
+def expand(sweep: Sweep) -> list[Run]:
+    """Every run of the sweep, sizes outermost, then arms, then seeds."""
+    return [Run(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist",
+                          hint="sweeps live in sweeps/, e.g. sweeps/smoke.py or sweeps/ladder.py")
+    namespace: dict = {"__name__": f"zbpscale_sweep_{path.stem}", "__file__": str(path)}
+    try:
+        code = compile(path.read_text(), str(path), "exec")
+        exec(code, namespace)  # noqa: S102 - a sweep file is the user's own Python
+    except SyntaxError as err:
+        raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
+    except Exception as err:
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
+        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        raise ConfigError(f"{where}: {type(err).__name__}: {err}",
+                          hint="fix the sweep file; `python -m zbpscale.submit FILE --dry-run` checks it") from None
+    sweep = namespace.get("SWEEP")
+    if sweep is None:
+        raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
+    if not isinstance(sweep, Sweep):
+        raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
+    return sweep
+
