@@ -6,41 +6,20 @@ output with what the job was asked to do. Skipped, with the reason, where availa
 run (not root, packages missing: `python tools/slurm_local.py install`).
 """
 
-import importlib.util
-import os
-import shutil
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
-_TOOL = Path(__file__).resolve().parents[1] / "tools" / "slurm_local.py"
-_spec = importlib.util.spec_from_file_location("slurm_local", _TOOL)
-slurm_local = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(slurm_local)
+from conftest import load_slurm_local
 
+slurm_local = load_slurm_local()
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """(state folder, client env) of a running cluster; stops it afterwards if this fixture started it."""
-    ok, reason = slurm_local.available()
-    if not ok:
-        pytest.skip(reason)
-    shared = os.environ.get("ZBPSCALE_SLURM_DIR")
-    folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="zbpscale-slurm-test-", dir="/tmp"))
-    owned = not slurm_local.is_running(folder)
-    env = {**os.environ, **slurm_local.start(folder)}
-    yield folder, env
-    if owned:
-        slurm_local.stop(folder)
-        left = [f"{r['name']} ({r['pid']})" for r in slurm_local.recorded(folder) if r["alive"]]
-        assert not left, f"daemons left running after stop: {left}"
-        if not shared:
-            shutil.rmtree(folder, ignore_errors=True)
+@pytest.fixture
+def cluster(slurm_cluster):
+    return slurm_cluster
 
 
 def _sbatch(env, cwd, *args) -> str:

@@ -6,19 +6,18 @@ with the interruptions the scheduler caused (timeout / preempted); a second subm
 Skipped, with the reason, where no SLURM can run (`python tools/slurm_local.py install` as root).
 """
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import load_slurm_local
 from zbpscale.job import read_attempts
 from zbpscale.metrics import read_records
 from zbpscale.train import COMPLETE, TrainConfig, train
@@ -26,26 +25,13 @@ from zbpscale.train import COMPLETE, TrainConfig, train
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("slurm_local", REPO / "tools" / "slurm_local.py")
-slurm_local = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(slurm_local)
+slurm_local = load_slurm_local()
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
 
 
-@pytest.fixture(scope="module")
-def slurm_env():
-    ok, reason = slurm_local.available()
-    if not ok:
-        pytest.skip(reason)
-    shared = os.environ.get("ZBPSCALE_SLURM_DIR")
-    folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="zbpscale-slurm-submit-", dir="/tmp"))
-    owned = not slurm_local.is_running(folder)
-    env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
-    yield env
-    if owned:
-        slurm_local.stop(folder)
-        if not shared:
-            shutil.rmtree(folder, ignore_errors=True)
+@pytest.fixture
+def slurm_env(slurm_cluster):
+    return slurm_cluster[1]
 
 
 @pytest.fixture(scope="module")

@@ -44,16 +44,10 @@ def record(run_dir: Path, event: str, **fields) -> None:
 
 
 def read_attempts(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / ATTEMPTS
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line from a killed writer
-    return out
+    """Every event of the run's attempts record, in order."""
+    from zbpscale.metrics import read_jsonl
+
+    return read_jsonl(Path(run_dir) / ATTEMPTS)
 
 
 def count_ends(attempts: list[dict], why: str) -> int:

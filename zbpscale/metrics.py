@@ -24,9 +24,9 @@ HEARTBEAT = "heartbeat.json"
 STEP_KINDS = ("train", "eval", "diag")
 
 
-def read_records(run_dir: Path) -> list[dict]:
-    """Every record of the run, in order; a torn last line (a killed writer) is ignored."""
-    path = Path(run_dir) / METRICS
+def read_jsonl(path: Path) -> list[dict]:
+    """The objects of a JSONL file, in order; a torn line (a killed writer) is skipped; no file: []."""
+    path = Path(path)
     if not path.exists():
         return []
     records = []
@@ -36,6 +36,11 @@ def read_records(run_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    """Every record of the run's metrics.jsonl, in order."""
+    return read_jsonl(Path(run_dir) / METRICS)
 
 
 def _atomic_write(path: Path, text: str) -> None:
