@@ -108,3 +108,10 @@ def test_bad_sweep_files_are_one_line_errors(tmp_path, name, text, message):
 def test_missing_sweep_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist.*hint: sweeps live in sweeps/"):
         load_sweep(tmp_path / "nope.py")
+
+
+def test_submit_without_an_executor_is_a_one_line_error():
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(REPO / "sweeps" / "smoke.py"), "--executor",
+                          "local"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "local executor" in out.stderr

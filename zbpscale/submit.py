@@ -207,7 +207,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     """Plan and submit a sweep; returns {run name: action taken}."""
     sweep = load_sweep(path)
     runs = select(expand(sweep), only)
-    use_slurm = executor == "slurm" or (executor == "auto" and slurm_answers())
+    use_slurm = executor in ("auto", "slurm") and slurm_answers()
     alive = slurm_states([j for r in runs if (j := last_job_id(r.run_dir))]) if use_slurm else {}
     actions = {r.name: run_action(r, alive) for r in runs}
     print_plan(sweep, plan_rows(runs, actions))
@@ -215,10 +215,12 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         return actions
     if executor == "slurm" and not use_slurm:
         raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
-                          hint="check SLURM_CONF / the cluster, or use --executor local")
+                          hint="check SLURM_CONF and that the controller is up (sinfo)")
     if not use_slurm:
-        raise ConfigError("no SLURM answers here and the local executor is not available yet",
-                          hint="run on a SLURM cluster, or train single runs with python -m zbpscale.train")
+        raise ConfigError("the local executor is not available yet" + ("" if executor == "local" else
+                                                                       " and no SLURM answers here"),
+                          hint="run on a SLURM cluster (or tools/slurm_local.py), or train single runs with "
+                               "python -m zbpscale.train")
     todo = [r for r in runs if actions[r.name] in ("new", "resume")]
     prep = None
     if todo and not (data_path(sweep) / "manifest.json").exists():
