@@ -89,6 +89,9 @@ BAD_SWEEPS = [
      "unknown_size.py:3: ConfigError: unknown size 's2b'"),
     ("unknown_arm.py", "from zbpscale.sweep import *\nA = arm('zbp16')\n", "unknown_arm.py:2: ConfigError: unknown arm"),
     ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error"),
+    ("unknown_field.py", "from zbpscale.sweep import *\nSWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
+     "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",
+     "unknown_field.py:2: ConfigError: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
 ]
 
 

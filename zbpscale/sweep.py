@@ -8,6 +8,7 @@ folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.subm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import traceback
 from dataclasses import dataclass, field
@@ -181,6 +182,11 @@ class Sweep:
     def __post_init__(self) -> None:
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
+        known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
+        given = set(dict(self.train)).union(*(dict(a.overrides) for a in self.arms))
+        if given - known:
+            raise ConfigError(f"Sweep {self.name!r}: unknown TrainConfig field(s) {', '.join(sorted(given - known))}",
+                              hint=f"fields: {', '.join(sorted(known))}")
         names = [r.name for r in expand(self)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
