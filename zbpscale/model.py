@@ -122,8 +122,7 @@ def n_params(cfg: ModelConfig, *, embeddings: bool = True) -> int:
 
 def flops_per_token(cfg: ModelConfig) -> float:
     """Training FLOPs per token of the bp arm: 6 * (matmul parameters) + 12 * L * T * d for attention."""
-    matmul_params = n_params(cfg) - cfg.padded_vocab * cfg.d_model - (cfg.max_seq_len * cfg.d_model
-                                                                     if cfg.pos_emb == "learned" else 0)
+    matmul_params = n_params(cfg, embeddings=False) + cfg.padded_vocab * cfg.d_model  # blocks + LM head
     return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.max_seq_len * cfg.d_model
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
+from zbpscale.train import batch_plan
 
 ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
          "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
@@ -80,9 +81,7 @@ def plan_rows(runs: list[Run], actions: dict[str, str]) -> list[dict]:
     rows = []
     for run in runs:
         cfg, res = run.train_config(), run.size.resources
-        micro = cfg.micro_batch or cfg.global_batch // res.world_size
-        accum = cfg.global_batch // (micro * res.world_size) if cfg.global_batch % (micro * res.world_size) == 0 \
-            else float("nan")
+        micro, accum = batch_plan(cfg, res.world_size)  # the trainer's own split; a bad one is an error here too
         hours = run.estimated_hours()
         rows.append({
             "run": run.name, "params": run.size.params, "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
