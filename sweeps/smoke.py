@@ -5,7 +5,7 @@
 
 from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 
-CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=2, time_min=30)
 
 SWEEP = Sweep(
     name="smoke",

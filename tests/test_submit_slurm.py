@@ -218,3 +218,21 @@ def test_killed_rank_fails_the_job_and_resubmit_resumes_only_that_run(tmp_path, 
     reference = tmp_path / "reference"
     train(TrainConfig.from_dict(json.loads((victim / "config.json").read_text())), reference)
     assert losses(victim) == losses(reference)
+
+
+def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_path, slurm_env, data_dir):
+    sweep = write_sweep(tmp_path, "cancel", data_dir, steps=400)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "cancel" / "nano-bp"
+    (job,) = job_ids(run)
+    deadline = time.time() + 300
+    while len(losses(run)) < 3:
+        assert time.time() < deadline, "the run never started training"
+        time.sleep(0.3)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=slurm_env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
+    assert wait_final(slurm_env, job) == "COMPLETED"  # it ended itself after the checkpoint, not requeued
+    assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["cancelled"]
+    assert not (run / COMPLETE).exists() and 3 <= len(losses(run)) < 400
+    assert "resume" in submit(sweep, slurm_env, "--dry-run").stdout  # a later submit continues it

@@ -6,6 +6,7 @@ distributed environment, runs the trainer on the run folder (which resumes by it
   checkpointed (the trainer caught USR2/SIGTERM and saved) -> rank 0 tells timeout from preemption, counts it
                         against the sweep's bounds, and requeues the job (`scontrol requeue`: the same
                         submission restarts and resumes from the run folder, not from pickled state);
+  checkpointed with a CANCEL file in the run folder (`zbpscale cancel`) -> the job ends, not requeued;
   bounds exhausted, diverged or an exception -> the job fails, with the reason in attempts.jsonl.
 Every attempt is recorded in <run_dir>/attempts.jsonl: `submitted`, `start` and `end` events with the job id,
 the executor, times and, for `end`, `why` (completed | timeout | preempted | failed | cancelled) and `reason`.
@@ -26,6 +27,7 @@ from typing import NoReturn
 from zbpscale.errors import ZbpError
 
 ATTEMPTS = "attempts.jsonl"
+CANCEL = "CANCEL"  # written by `zbpscale cancel`: the next checkpoint ends the job instead of requeueing it
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
 
@@ -122,6 +124,11 @@ class TrainJob:
             if main:
                 record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
             return "completed"
+        if (run_dir / CANCEL).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+            if main:
+                record(run_dir, "end", job_id=job_id, why="cancelled", reason="cancelled; checkpointed")
+            return "cancelled"
         if main:
             self._requeue_or_fail(run_dir, job_id)
         _wait_to_be_requeued(run_dir, job_id, since=started)

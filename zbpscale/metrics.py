@@ -21,6 +21,7 @@ from pathlib import Path
 
 METRICS = "metrics.jsonl"
 HEARTBEAT = "heartbeat.json"
+COMPLETE = "COMPLETE"  # marker written by the trainer after the last step (a light import for the job layer)
 STEP_KINDS = ("train", "eval", "diag")
 
 

@@ -1,12 +1,17 @@
 """`python -m zbpscale.submit SWEEP`: plan every size x arm run of a sweep and submit what is missing.
 
     python -m zbpscale.submit sweeps/ladder.py --dry-run        # the plan, touching nothing
-    python -m zbpscale.submit sweeps/ladder.py                  # submit: SLURM when it answers
+    python -m zbpscale.submit sweeps/ladder.py                  # submit: SLURM when it answers, else the local queue
     python -m zbpscale.submit sweeps/ladder.py --only 's60-*,*-bp'
+    python -m zbpscale.submit sweeps/smoke.py --wait            # stay until every run has finished (exit 1: one failed)
 
 Idempotent: complete runs are skipped, partial runs resume from their folder, a run whose recorded job is
 still queued or running is left alone, so the same command can be re-run at any time. When the sweep's data
 are not prepared, a prep job is submitted first and the training jobs wait for it (afterok).
+
+Without SLURM (or with `--executor local`) the runs go to the node's detached local queue (zbpscale.local): it
+outlives the terminal, packs runs onto the node's GPUs (CPU runs: `--max-parallel` at a time, default 1) and
+requeues them after their time limit just as the SLURM jobs requeue themselves.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from zbpscale.errors import ConfigError, ZbpError
@@ -62,7 +68,7 @@ def run_action(run: Run, alive: dict[str, str]) -> str:
     """What submit does with a run: new, resume, skip (complete), running (leave alone), failed."""
     from zbpscale.checkpoint import list_checkpoints
     from zbpscale.job import read_attempts
-    from zbpscale.train import COMPLETE
+    from zbpscale.metrics import COMPLETE
 
     run_dir = run.run_dir
     if (run_dir / COMPLETE).exists():
@@ -173,14 +179,8 @@ def submit_prep(sweep: Sweep) -> str:
 def submit_run(run: Run, *, depends_on: str | None = None) -> str:
     """Write the run's resolved config and submit its job; returns the job id."""
     from zbpscale.job import TrainJob, record
-    from zbpscale.train import CONFIG
 
-    run_dir = run.run_dir.absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / CONFIG
-    config = run.train_config().to_dict()
-    if not config_path.exists():
-        config_path.write_text(json.dumps(config, indent=1) + "\n")
+    run_dir = write_config(run)
     params = sbatch_parameters(run)
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
@@ -202,35 +202,175 @@ def select(runs: list[Run], only: str | None) -> list[Run]:
     return chosen
 
 
-def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto") -> dict[str, str]:
-    """Plan and submit a sweep; returns {run name: action taken}."""
+def choose_executor(executor: str) -> str:
+    """slurm or local: `auto` is SLURM when a controller answers, else the local queue."""
+    if executor == "local":
+        return "local"
+    if slurm_answers():
+        return "slurm"
+    if executor == "slurm":
+        raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
+                          hint="check SLURM_CONF and that the controller is up (sinfo), or use --executor local")
+    return "local"
+
+
+def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, str]:
+    """{job id: squeue-style state} of the runs' live jobs."""
+    if kind == "local":
+        from zbpscale.local.queue import LocalQueue
+
+        return LocalQueue(sweep.root).states()
+    return slurm_states([j for r in runs if (j := last_job_id(r.run_dir))])
+
+
+def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
+           max_parallel: int = 0) -> tuple[Sweep, list[Run], str, dict[str, str]]:
+    """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}."""
     sweep = load_sweep(path)
     runs = select(expand(sweep), only)
-    use_slurm = executor in ("auto", "slurm") and slurm_answers()
-    alive = slurm_states([j for r in runs if (j := last_job_id(r.run_dir))]) if use_slurm else {}
-    actions = {r.name: run_action(r, alive) for r in runs}
+    kind = choose_executor(executor)
+    actions = {r.name: run_action(r, scheduler_states(kind, sweep, runs)) for r in runs}
     print_plan(sweep, plan_rows(runs, actions))
     if dry_run:
-        return actions
-    if executor == "slurm" and not use_slurm:
-        raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
-                          hint="check SLURM_CONF and that the controller is up (sinfo)")
-    if not use_slurm:
-        raise ConfigError("the local executor is not available yet" + ("" if executor == "local" else
-                                                                       " and no SLURM answers here"),
-                          hint="run on a SLURM cluster (or tools/slurm_local.py), or train single runs with "
-                               "python -m zbpscale.train")
-    todo = [r for r in runs if actions[r.name] in ("new", "resume")]
-    prep = None
-    if todo and not (data_path(sweep) / "manifest.json").exists():
-        prep = submit_prep(sweep)
-    for run in todo:
-        job = submit_run(run, depends_on=prep)
-        print(f"{run.name}: {actions[run.name]} -> job {job} (logs in {run.run_dir.absolute() / 'logs'})")
+        return sweep, runs, kind, actions
+    if kind == "local":
+        actions = submit_local(sweep, runs, max_parallel=max_parallel)
+    else:
+        todo = [r for r in runs if actions[r.name] in ("new", "resume")]
+        prep = None
+        if todo and not (data_path(sweep) / "manifest.json").exists():
+            prep = submit_prep(sweep)
+        for run in todo:
+            job = submit_run(run, depends_on=prep)
+            print(f"{run.name}: {actions[run.name]} -> job {job} (logs in {run.run_dir.absolute() / 'logs'})")
     skipped = {k: v for k, v in actions.items() if v not in ("new", "resume")}
     if skipped:
         print("left alone: " + ", ".join(f"{k} ({v})" for k, v in skipped.items()))
+    return sweep, runs, kind, actions
+
+
+# ------------------------------------------------------------------------------------------------ local
+def check_fits_here(runs: list[Run], inventory: list[str]) -> None:
+    """The local queue runs one node: refuse runs it could never start, before anything is queued."""
+    for run in runs:
+        res = run.size.resources
+        if res.nodes > 1:
+            raise ConfigError(f"{run.name} asks for {res.nodes} nodes; the local queue runs on this node only",
+                              hint="submit it to SLURM, or set Resources(nodes=1) in the sweep")
+        if res.gpus > len(inventory):
+            raise ConfigError(f"{run.name} needs {res.gpus} GPUs; this node has {len(inventory)}",
+                              hint="lower Resources.gpus_per_node in the sweep (CPU runs: gpus_per_node=0), or "
+                                   "check CUDA_VISIBLE_DEVICES")
+
+
+def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dict[str, str]:
+    """Queue the runs that need a job on the local queue and make sure its driver runs; returns the actions.
+
+    Actions are decided again under the queue's lock, so two submits at once never queue a run twice."""
+    from zbpscale.job import record
+    from zbpscale.local.queue import Entry, LocalQueue
+    from zbpscale.local.slots import gpu_inventory
+
+    check_fits_here(runs, gpu_inventory())
+    queue = LocalQueue(sweep.root)
+    with queue.submit_lock():
+        if max_parallel:
+            queue.set_max_parallel(max_parallel)
+        alive = queue.states()
+        actions = {r.name: run_action(r, alive) for r in runs}
+        todo = [r for r in runs if actions[r.name] in ("new", "resume")]
+        specs = []
+        data = data_path(sweep)
+        if todo and not (data / "manifest.json").exists():
+            d = sweep.data
+            command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", d.source, "--out", str(data),
+                       "--workers", str(max(1, d.workers))]
+            command += (["--tokens", str(d.tokens)] if d.tokens else []) + (["--config", d.config] if d.config else [])
+            specs.append(Entry(job_id="", name=f"{sweep.name}/prep-data", kind="command", command=command,
+                               log_dir=str(Path(sweep.root).absolute() / sweep.name / "prep-data-logs"),
+                               threads=max(1, d.workers)))
+        for run in todo:
+            res, run_dir = run.size.resources, write_config(run)
+            specs.append(Entry(job_id="", name=f"{sweep.name}/{run.name}", run_dir=str(run_dir),
+                               log_dir=str(run_dir / "logs"), gpus=res.gpus, ranks=res.world_size,
+                               threads=res.cpus_per_task, time_s=res.time_min * 60.0,
+                               signal_delay_s=float(sweep.signal_delay_s), max_timeouts=sweep.max_timeouts,
+                               max_preemptions=sweep.max_preemptions,
+                               after="#0" if specs and specs[0].kind == "command" else ""))
+        added = queue.add(specs)
+        for entry in added:
+            if entry.kind == "command":
+                print(f"data not prepared at {data}: prep job {entry.job_id} (log in {entry.log_dir})")
+                continue
+            record(Path(entry.run_dir), "submitted", job_id=entry.job_id, executor="local", logs=entry.log_dir)
+            name = entry.name.split("/", 1)[1]
+            print(f"{name}: {actions[name]} -> local job {entry.job_id} (logs in {entry.log_dir})")
+        started = queue.ensure_driver()
+    if started and not added:
+        print("the local queue's driver was not running: started it again; its jobs go on from their checkpoints")
+    if added or started:
+        print(f"local queue: {queue.dir} (driver log: {queue.dir / 'driver.log'})")
     return actions
+
+
+def write_config(run: Run) -> Path:
+    """Create the run folder with its resolved config (kept when it exists: the run resumes with it)."""
+    from zbpscale.train import CONFIG
+
+    run_dir = run.run_dir.absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "CANCEL").unlink(missing_ok=True)  # a new submission lifts an earlier `zbpscale cancel`
+    if not (run_dir / CONFIG).exists():
+        (run_dir / CONFIG).write_text(json.dumps(run.train_config().to_dict(), indent=1) + "\n")
+    return run_dir
+
+
+# ------------------------------------------------------------------------------------------------ wait
+def progress(run: Run, action: str, alive: dict[str, str]) -> str:
+    """One run in a few words: queued, running step 12/30, complete, failed (reason), stopped (cancelled)."""
+    from zbpscale.job import read_attempts
+    from zbpscale.metrics import HEARTBEAT
+
+    if action == "running":
+        state = alive.get(last_job_id(run.run_dir) or "", "RUNNING")
+        if state != "RUNNING":
+            return "queued"
+        try:
+            step = json.loads((run.run_dir / HEARTBEAT).read_text())["step"]
+        except (OSError, ValueError, KeyError):
+            return "starting"
+        return f"step {step}/{run.size.steps}"
+    ends = [a for a in read_attempts(run.run_dir) if a.get("event") == "end"]
+    if action == "complete":
+        return "complete"
+    if action == "failed":
+        return f"failed ({ends[-1].get('reason', '?')}; log {ends[-1].get('log', run.run_dir / 'logs')})"
+    return f"stopped ({ends[-1].get('why')}: {ends[-1].get('reason')})" if ends else "not submitted"
+
+
+def wait_for(sweep: Sweep, runs: list[Run], kind: str, *, poll_s: float = 2.0, every_s: float = 30.0) -> bool:
+    """Stay until no run has a live job, printing a line when something changes; True if all completed."""
+    from zbpscale.local.queue import LocalQueue
+
+    queue = LocalQueue(sweep.root) if kind == "local" else None
+    shown, shown_at, driver_seen_dead = "", 0.0, 0
+    while True:
+        alive = scheduler_states(kind, sweep, runs)
+        actions = {r.name: run_action(r, alive) for r in runs}
+        line = " | ".join(f"{r.name} {progress(r, actions[r.name], alive)}" for r in runs)
+        if line != shown or time.time() - shown_at > every_s:
+            print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+            shown, shown_at = line, time.time()
+        if not any(alive.get(last_job_id(r.run_dir) or "") for r in runs):
+            break  # no live job left (a run's COMPLETE comes before its job's end: wait for that too)
+        if queue is not None:  # two polls in a row without a driver (not one still starting): start one
+            driver_seen_dead = 0 if queue.driver_alive() else driver_seen_dead + 1
+            if driver_seen_dead >= 2 and queue.ensure_driver():
+                print("the local queue's driver had stopped: started a new one", flush=True)
+        time.sleep(poll_s)
+    bad = [n for n, a in actions.items() if a != "complete"]
+    print(f"all {len(runs)} runs complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
+    return not bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +380,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--executor", default="auto", choices=("auto", "slurm", "local"),
                    help="auto: SLURM when it answers, else the local queue")
+    p.add_argument("--wait", action="store_true",
+                   help="stay until every run has finished, showing progress; exit 1 if one did not complete")
+    p.add_argument("--max-parallel", type=int, default=0, metavar="N",
+                   help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
     args = p.parse_args(argv)
     try:
-        submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor)
+        sweep, runs, kind, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
+                                      max_parallel=args.max_parallel)
+        if args.wait and not args.dry_run:
+            return 0 if wait_for(sweep, runs, kind) else 1
     except ZbpError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nstopped watching; the jobs go on (python -m zbpscale.submit SWEEP --wait to watch again)",
+              file=sys.stderr)
+        return 130
     return 0
 
 

@@ -187,6 +187,11 @@ class Sweep:
         if given - known:
             raise ConfigError(f"Sweep {self.name!r}: unknown TrainConfig field(s) {', '.join(sorted(given - known))}",
                               hint=f"fields: {', '.join(sorted(known))}")
+        for size in self.sizes:
+            if size.resources.time_min * 60 <= self.signal_delay_s:
+                raise ConfigError(f"Sweep {self.name!r}: size {size.name} has time_min={size.resources.time_min}, "
+                                  f"not longer than signal_delay_s={self.signal_delay_s} s",
+                                  hint="the time-limit signal must come after the job starts: raise time_min")
         names = [r.name for r in expand(self)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

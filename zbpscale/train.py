@@ -28,13 +28,12 @@ import torch
 
 from zbpscale import checkpoint, dist, signals
 from zbpscale.errors import ConfigError, ZbpError
-from zbpscale.metrics import MetricsLog, read_records
+from zbpscale.metrics import COMPLETE, MetricsLog, read_records
 from zbpscale.model import ModelConfig, Transformer, flops_per_token, n_params
 from zbpscale.zbp import ZBPConfig
 
 EXIT_REQUEUE = 75  # checkpointed on request (signal): run me again to continue
 EXIT_DIVERGED = 3  # non-finite loss or gradient norm: stopped before the optimizer update
-COMPLETE = "COMPLETE"
 CONFIG = "config.json"
 
 

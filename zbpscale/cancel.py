@@ -1,0 +1,115 @@
+"""`zbpscale cancel SWEEP [--only ...]`: stop a sweep's runs cleanly, on SLURM or the local queue.
+
+A running job is asked to checkpoint first (SIGUSR2, as at a time limit) and then ends without requeueing; a
+job still waiting is dropped. Either way the run keeps its folder, and submitting the sweep again resumes it.
+The command waits (`--no-wait` does not) until the cancelled jobs have stopped, showing which are left.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zbpscale.errors import ZbpError
+from zbpscale.sweep import Run, Sweep, expand, load_sweep
+
+
+def _executor_of(run: Run) -> str:
+    from zbpscale.job import read_attempts
+
+    submitted = [a for a in read_attempts(run.run_dir) if a.get("event") == "submitted"]
+    return submitted[-1].get("executor", "slurm") if submitted else ""
+
+
+def _scancel(*args: str) -> None:
+    try:
+        subprocess.run(["scancel", *args], check=True, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
+
+
+def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
+    """Ask every live job of the runs to stop; returns the runs whose jobs were live."""
+    from zbpscale.job import CANCEL, record
+    from zbpscale.local.queue import LocalQueue
+    from zbpscale.submit import last_job_id, slurm_states
+
+    queue = LocalQueue(sweep.root)
+    local_alive = queue.states()
+    asked = []
+    for run in runs:
+        job, kind = last_job_id(run.run_dir), _executor_of(run)
+        if job is None:
+            continue
+        state = local_alive.get(job) if kind == "local" else slurm_states([job]).get(job)
+        if state is None:
+            continue
+        if kind == "local":
+            queue.request_cancel(job)
+        elif state == "RUNNING":
+            (run.run_dir / CANCEL).write_text(f"{time.time()}\n")
+            _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
+        else:
+            _scancel(job)
+            record(run.run_dir, "end", job_id=job, executor="slurm", why="cancelled", reason="cancelled while "
+                   f"{state.lower()}")
+        print(f"{run.name}: job {job} ({kind}, {state.lower()}) asked to stop", flush=True)
+        asked.append(run)
+    if any(_executor_of(r) == "local" for r in asked):
+        queue.ensure_driver()  # the driver applies the requests (a dead one's jobs are picked up again)
+    return asked
+
+
+def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
+    """Wait until none of the runs has a live job; returns the names still live at the timeout."""
+    from zbpscale.local.queue import LocalQueue
+    from zbpscale.submit import last_job_id, slurm_states
+
+    deadline, shown = time.time() + timeout_s, None
+    while True:
+        local_alive = LocalQueue(sweep.root).states()
+        slurm_jobs = [j for r in runs if _executor_of(r) == "slurm" and (j := last_job_id(r.run_dir))]
+        alive = {**slurm_states(slurm_jobs), **local_alive}
+        left = [r.name for r in runs if alive.get(last_job_id(r.run_dir) or "")]
+        if not left or time.time() > deadline:
+            return left
+        if left != shown:
+            print(f"waiting for {', '.join(left)} to checkpoint and stop", flush=True)
+            shown = left
+        time.sleep(poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from zbpscale.submit import select
+
+    p = argparse.ArgumentParser(prog="zbpscale cancel", description=__doc__.splitlines()[0])
+    p.add_argument("sweep", help="the sweep file, e.g. sweeps/ladder.py")
+    p.add_argument("--only", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+    p.add_argument("--no-wait", action="store_true", help="ask and return; do not wait for the jobs to stop")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the jobs to stop")
+    args = p.parse_args(argv)
+    try:
+        sweep = load_sweep(args.sweep)
+        asked = request(sweep, select(expand(sweep), args.only))
+        if not asked:
+            print("nothing to cancel: no run of the selection has a queued or running job")
+            return 0
+        if args.no_wait:
+            return 0
+        left = wait_stopped(sweep, asked, timeout_s=args.timeout)
+    except ZbpError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if left:
+        print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
+        return 1
+    print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume them)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The local queue's driver: `python -m zbpscale.local.driver JOBS_ROOT`, started detached by submit.
+
+One driver per queue (a kernel lock says which). Every tick it
+  1. applies cancel requests (a queued job is dropped; a running one gets SIGUSR2, checkpoints, stops);
+  2. reaps finished attempts and records them in the run's attempts.jsonl, as the SLURM job does:
+       all ranks exit 0 and COMPLETE is there         -> completed
+       exit 75 after our time-limit SIGUSR2 (or killed at the limit) -> timeout, requeued within max_timeouts
+       exit 75 otherwise (a dead driver's PDEATHSIG, an outside SIGTERM) -> preempted, within max_preemptions
+       anything else                                   -> failed, with the log's last line as the reason;
+  3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
+  4. starts queued jobs on free GPU slots (zbpscale.local.slots), each rank pinned to its own GPU;
+and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
+adopts them: it waits for their processes to end (they were told to checkpoint) and then requeues them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zbpscale.local.queue import LIVE, Entry, LocalQueue, pid_alive, process_start_time
+from zbpscale.metrics import COMPLETE
+from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
+
+TICK_S = 0.2
+HEARTBEAT_S = 2.0
+FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
+EXIT_REQUEUE = 75  # zbpscale.train.EXIT_REQUEUE (not imported: the driver never imports torch)
+
+
+def log(msg: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
+
+
+class Driver:
+    def __init__(self, queue: LocalQueue):
+        self.q = queue
+        self.inventory = gpu_inventory()
+        self.procs: dict[str, list[subprocess.Popen]] = {}  # job id -> ranks we started
+        self.first_exit: dict[str, float] = {}
+        self.beat = 0.0
+
+    # ------------------------------------------------------------------------------------------------ loop
+    def run(self, lock) -> int:
+        """Drive the queue until it is empty; `lock` is the held driver lock (released on the way out)."""
+        log(f"driver {os.getpid()} on {socket.gethostname()}: GPUs {self.inventory or 'none'}")
+        try:
+            while True:
+                self.tick()
+                if not self.live() and self._leave(lock):
+                    log("queue empty: driver exits")
+                    return 0
+                time.sleep(TICK_S)
+        finally:
+            lock.close()
+
+    def live(self) -> list[Entry]:
+        return [e for e in self.q.entries() if e.state in LIVE]
+
+    def _leave(self, lock) -> bool:
+        with self.q.submit_lock():
+            if self.live():
+                return False
+            self.q.write_driver_info({**self.info(), "exited": time.time()})
+            lock.close()  # release before submit.lock, so a waiting submitter starts a new driver
+            return True
+
+    def tick(self) -> None:
+        now = time.time()
+        entries = {e.job_id: e for e in self.q.entries()}
+        for job_id in self.q.cancel_requests():
+            if job_id in entries:
+                self.cancel(entries[job_id], now)
+            self.q.clear_cancel(job_id)
+        for e in entries.values():
+            if e.state == "running":
+                self.watch(e, now)
+        self.start_ready(now)
+        if now - self.beat >= HEARTBEAT_S:
+            self.q.write_driver_info(self.info())
+            self.beat = now
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "host": socket.gethostname(), "inventory": self.inventory,
+                "max_parallel": self.max_parallel(), "updated": time.time()}
+
+    def max_parallel(self) -> int:
+        n = int(self.q.settings().get("max_parallel", 0))
+        return n if n else (0 if self.inventory else 1)
+
+    # ---------------------------------------------------------------------------------------- start a job
+    def start_ready(self, now: float) -> None:
+        entries = self.q.entries()
+        by_id = {e.job_id: e for e in entries}
+        held = [Held(gpus=tuple(e.assigned), ends_by=e.started + e.time_s) for e in entries if e.state == "running"]
+        ready = []
+        for e in entries:
+            if e.state != "queued":
+                continue
+            dep = by_id.get(e.after) if e.after else None
+            if dep is not None and dep.state in ("failed", "cancelled"):
+                self.finish(e, "failed", f"dependency {dep.job_id} ({dep.name}) {dep.state}: {dep.reason}")
+            elif dep is None or dep.state == "completed":
+                ready.append(e)
+        wants = [Want(key=e.job_id, gpus=e.gpus, time_s=e.time_s) for e in ready]
+        for job_id, gpus in schedule(wants, held, self.inventory, now=now, max_parallel=self.max_parallel()):
+            self.launch(by_id[job_id], gpus)
+
+    def launch(self, e: Entry, gpus: tuple[str, ...]) -> None:
+        e.attempts += 1
+        e.state, e.started, e.assigned, e.port = "running", time.time(), list(gpus), _free_port()
+        e.signalled, e.signalled_at = "", 0.0
+        log_dir = Path(e.log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for rank in range(e.ranks):
+            env = {**os.environ, "ZBPSCALE_DRIVER_PID": str(os.getpid()), "ZBPSCALE_JOB_ID": e.job_id,
+                   **rank_env(rank=rank, world_size=e.ranks, gpu=gpus[rank] if gpus else None, port=e.port,
+                              threads=e.threads)}
+            cmd = e.command if e.kind == "command" else [sys.executable, "-m", "zbpscale.local.rank", e.run_dir]
+            with open(log_dir / f"{e.job_id}_{rank}.log", "ab") as out:
+                out.write(f"=== {e.job_id} attempt {e.attempts} rank {rank} started "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+                out.flush()
+                procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                              stderr=subprocess.STDOUT, cwd=e.run_dir or None))
+        e.pids = [[p.pid, process_start_time(p.pid) or 0] for p in procs]
+        self.procs[e.job_id] = procs
+        self.q.write(e)
+        if e.kind == "train":
+            from zbpscale.job import record
+
+            record(Path(e.run_dir), "start", job_id=e.job_id, executor="local", host=socket.gethostname(),
+                   ranks=e.ranks, pid=procs[0].pid, gpus=list(gpus), logs=str(log_dir))
+        log(f"{e.job_id} {e.name}: attempt {e.attempts} started, GPUs {list(gpus) or 'none'}, port {e.port}")
+
+    # ----------------------------------------------------------------------------------- watch, signal, end
+    def watch(self, e: Entry, now: float) -> None:
+        procs = self.procs.get(e.job_id)
+        if procs is None:  # adopted from a dead driver: its ranks got SIGUSR2 and are checkpointing
+            if not any(pid_alive(pid, start) for pid, start in e.pids):
+                self.settle(e, [None] * len(e.pids))
+            return
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            self.procs.pop(e.job_id)
+            self.first_exit.pop(e.job_id, None)
+            self.settle(e, codes)
+            return
+        if any(c not in (None, 0, EXIT_REQUEUE) for c in codes):  # a rank died: the others may hang
+            first = self.first_exit.setdefault(e.job_id, now)
+            if now - first > FAILED_RANK_GRACE_S:
+                self.signal(e, signal.SIGKILL, e.signalled or "kill")
+        elif now >= e.started + e.time_s:
+            self.signal(e, signal.SIGKILL, "cancel" if e.signalled == "cancel" else "timeout")
+        elif e.signalled == "cancel" and now >= e.signalled_at + e.signal_delay_s:
+            self.signal(e, signal.SIGKILL, "cancel")
+        elif not e.signalled and now >= e.started + e.time_s - e.signal_delay_s:
+            log(f"{e.job_id} {e.name}: time limit in {e.signal_delay_s:g} s, SIGUSR2")
+            self.signal(e, signal.SIGUSR2, "timeout")
+
+    def signal(self, e: Entry, sig: int, why: str) -> None:
+        for p in self.procs.get(e.job_id, []):
+            if p.poll() is None:
+                p.send_signal(sig)
+        if e.signalled != why:
+            e.signalled, e.signalled_at = why, time.time()
+            self.q.write(e)
+
+    def cancel(self, e: Entry, now: float) -> None:
+        if e.state == "queued":
+            self.finish(e, "cancelled", "cancelled before it started")
+        elif e.state == "running" and e.signalled != "cancel":
+            log(f"{e.job_id} {e.name}: cancel, SIGUSR2 (checkpoint first)")
+            self.signal(e, signal.SIGUSR2, "cancel")
+
+    def settle(self, e: Entry, codes: list[int | None]) -> None:
+        """An attempt ended: record why, then requeue or finish the entry."""
+        log_file = Path(e.log_dir) / f"{e.job_id}_0.log"
+        if e.kind == "command":
+            ok = all(c == 0 for c in codes)
+            self.finish(e, "completed" if ok else "failed", "exit status 0" if ok else _failure(codes, log_file))
+            return
+        run_dir = Path(e.run_dir)
+        interrupted = all(c in (None, EXIT_REQUEUE) for c in codes)
+        if (run_dir / COMPLETE).exists():
+            self.finish(e, "completed", "all steps done")
+        elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
+            self.finish(e, "cancelled", "cancelled; checkpointed" if interrupted else "cancelled; killed")
+        elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
+            self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
+        else:
+            self.finish(e, "failed", _failure(codes, log_file))
+
+    def requeue(self, e: Entry, why: str, codes: list[int | None]) -> None:
+        from zbpscale.job import count_ends, read_attempts
+
+        run_dir = Path(e.run_dir)
+        used = count_ends(read_attempts(run_dir), why) + 1
+        bound = e.max_timeouts if why == "timeout" else e.max_preemptions
+        how = "checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit"
+        if used > bound:
+            self.finish(e, "failed", f"{why} {used} times, over max_{why}s={bound}")
+            return
+        self._record_end(e, why, f"{how}; requeue {used}/{bound}")
+        e.state, e.assigned, e.pids, e.signalled, e.port = "queued", [], [], "", 0
+        self.q.write(e)
+        log(f"{e.job_id} {e.name}: {why}, requeued ({used}/{bound})")
+
+    def finish(self, e: Entry, state: str, reason: str) -> None:
+        if e.kind == "train":
+            self._record_end(e, state, reason)
+        e.state, e.reason, e.ended, e.assigned = state, reason, time.time(), []
+        self.q.write(e)
+        log(f"{e.job_id} {e.name}: {state} ({reason})")
+
+    def _record_end(self, e: Entry, why: str, reason: str) -> None:
+        from zbpscale.job import record
+
+        record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
+               log=str(Path(e.log_dir) / f"{e.job_id}_0.log"))
+
+
+def _failure(codes: list[int | None], log_file: Path) -> str:
+    """One line: the failing rank's exit, and the last line of its log (a Python exception's message)."""
+    bad = next((c for c in codes if c not in (None, 0, EXIT_REQUEUE)), None)
+    how = "exit status unknown" if bad is None else (
+        f"killed by {signal.Signals(-bad).name}" if bad < 0 else f"exit status {bad}")
+    try:
+        lines = [ln for ln in log_file.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    last = lines[-1].strip() if lines and not lines[-1].startswith("===") else ""
+    return f"{how}: {last}" if last else how
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m zbpscale.local.driver JOBS_ROOT (started by python -m zbpscale.submit)",
+              file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    queue = LocalQueue(argv[0])
+    lock = queue.try_driver_lock()  # first, before the GPU inventory (which may import torch)
+    if lock is None:
+        return 0  # another driver has the queue
+    return Driver(queue).run(lock)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
