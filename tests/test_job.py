@@ -2,7 +2,8 @@
 
 import pytest
 
-from zbpscale.job import classify_interruption, count_ends, parse_slurm_duration, read_attempts, record
+from zbpscale.job import classify_interruption, count_ends, read_attempts, record
+from zbpscale.slurm import parse_duration
 
 
 @pytest.mark.parametrize("text, seconds", [
@@ -15,7 +16,7 @@ from zbpscale.job import classify_interruption, count_ends, parse_slurm_duration
     ("", None),
 ])
 def test_slurm_durations(text, seconds):
-    assert parse_slurm_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("left, expected", [

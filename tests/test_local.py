@@ -230,6 +230,14 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", "sweeps/smoke.py", "--json"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = json.loads(status.stdout)["smoke"]
+    assert [(r["run"], r["state"], r["step"], r["executor"]) for r in rows] == [
+        ("tiny-bp", "complete", 30, "local"), ("tiny-zbp_n4", "complete", 30, "local")]
+    assert all(r["val_loss"] == [x for x in read_records(tmp_path / "jobs" / "smoke" / r["run"])
+                                 if x["kind"] == "eval"][-1]["val_loss"] for r in rows)
 
 
 def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir):
@@ -291,6 +299,9 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
     assert ends(run) == ["cancelled"] and not (run / COMPLETE).exists()
+    status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(run.parent), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 3 and json.loads(status.stdout)["cancel"][0]["state"] == "cancelled"
     assert 0 < len(losses(run)) < 60
     assert "resume" in submit(sweep, "--wait", timeout=300).stdout
     assert ends(run) == ["cancelled", "completed"]

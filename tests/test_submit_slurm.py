@@ -92,6 +92,13 @@ def wait_final(env: dict, job_id: str, timeout: float = 600) -> str:
     raise AssertionError(f"job {job_id} still {state or 'unknown'} after {timeout:.0f} s")
 
 
+def status(folder: Path, env: dict, code: int | None) -> list[dict]:
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert code is None or out.returncode == code, out.stdout + out.stderr
+    return json.loads(out.stdout)[folder.name]
+
+
 def losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
@@ -113,6 +120,9 @@ def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tm
     again = submit(sweep, slurm_env)
     assert "data not prepared" not in again.stdout and "left alone: tiny-bp (complete)" in again.stdout
     assert all(len(job_ids(run)) == 1 for run in runs)
+    rows = status(tmp_path / "jobs" / "smoke", slurm_env, code=0)
+    assert [(r["run"], r["state"], r["executor"]) for r in rows] == [("tiny-bp", "complete", "slurm"),
+                                                                     ("tiny-zbp_n4", "complete", "slurm")]
 
 
 def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
@@ -209,6 +219,8 @@ def test_killed_rank_fails_the_job_and_resubmit_resumes_only_that_run(tmp_path, 
     pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
     os.kill(pid, 9)  # rank 0's Python process, as an OOM killer would
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
+    row = next(r for r in status(victim.parent, slurm_env, code=None) if r["run"] == "nano-bp")
+    assert row["state"] == "failed" and "FAILED" in row["reason"] and row["log"], row  # sacct's word, no record
     assert wait_final(slurm_env, job_ids(runs["nano-zbp_n4"])[0], timeout=600) == "COMPLETED"
     again = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in again.stdout and len(job_ids(runs["nano-zbp_n4"])) == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from zbpscale.errors import ZbpError
 from zbpscale.sweep import Run, Sweep, expand, load_sweep
@@ -34,7 +33,8 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
     """Ask every live job of the runs to stop; returns the runs whose jobs were live."""
     from zbpscale.job import CANCEL, record
     from zbpscale.local.queue import LocalQueue
-    from zbpscale.submit import last_job_id, slurm_states
+    from zbpscale.slurm import squeue_states
+    from zbpscale.submit import last_job_id
 
     queue = LocalQueue(sweep.root)
     local_alive = queue.states()
@@ -43,7 +43,7 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
         job, kind = last_job_id(run.run_dir), _executor_of(run)
         if job is None:
             continue
-        state = local_alive.get(job) if kind == "local" else slurm_states([job]).get(job)
+        state = local_alive.get(job) if kind == "local" else squeue_states([job]).get(job)
         if state is None:
             continue
         if kind == "local":
@@ -65,13 +65,14 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
 def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
     """Wait until none of the runs has a live job; returns the names still live at the timeout."""
     from zbpscale.local.queue import LocalQueue
-    from zbpscale.submit import last_job_id, slurm_states
+    from zbpscale.slurm import squeue_states
+    from zbpscale.submit import last_job_id
 
     deadline, shown = time.time() + timeout_s, None
     while True:
         local_alive = LocalQueue(sweep.root).states()
         slurm_jobs = [j for r in runs if _executor_of(r) == "slurm" and (j := last_job_id(r.run_dir))]
-        alive = {**slurm_states(slurm_jobs), **local_alive}
+        alive = {**squeue_states(slurm_jobs), **local_alive}
         left = [r.name for r in runs if alive.get(last_job_id(r.run_dir) or "")]
         if not left or time.time() > deadline:
             return left

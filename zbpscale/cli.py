@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("submit", help="plan and submit a sweep (same as python -m zbpscale.submit)", add_help=False)
     sub.add_parser("cancel", help="stop a sweep's runs cleanly (checkpoint first); submit again to resume",
                    add_help=False)
+    sub.add_parser("status", help="every run of a sweep at a glance (exit 0 complete, 1 failed, 3 unfinished)",
+                   add_help=False)
 
     p = sub.add_parser("prepare-data", help="tokenize a corpus into GPT-2 BPE uint16 shards")
     from zbpscale.data import prepare_cli
@@ -54,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         from zbpscale import cancel
 
         return cancel.main(argv[1:])
+    if argv[:1] == ["status"]:
+        from zbpscale import status
+
+        return status.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from zbpscale import slurm
 from zbpscale.errors import ZbpError
 
 ATTEMPTS = "attempts.jsonl"
@@ -54,29 +55,6 @@ def read_attempts(run_dir: Path) -> list[dict]:
 
 def count_ends(attempts: list[dict], why: str) -> int:
     return sum(1 for a in attempts if a.get("event") == "end" and a.get("why") == why)
-
-
-def parse_slurm_duration(text: str) -> float | None:
-    """Seconds in a SLURM duration ('MM:SS', 'HH:MM:SS', 'D-HH:MM:SS'); None for UNLIMITED/INVALID."""
-    text = text.strip()
-    if not text or not text[0].isdigit():
-        return None
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts
-    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + s
-
-
-def seconds_left(job_id: str) -> float | None:
-    """Time left before the job's limit, from squeue; None if squeue cannot tell."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_slurm_duration(out.stdout.splitlines()[0]) if out.stdout.strip() else None
 
 
 def classify_interruption(left_s: float | None, signal_delay_s: int) -> str:
@@ -141,7 +119,7 @@ class TrainJob:
         return submitit.helpers.DelayedSubmission(self)
 
     def _requeue_or_fail(self, run_dir: Path, job_id: str) -> None:
-        why = classify_interruption(seconds_left(job_id), self.signal_delay_s)
+        why = classify_interruption(slurm.seconds_left(job_id), self.signal_delay_s)
         attempts = read_attempts(run_dir)
         used = count_ends(attempts, why) + 1
         bound = self.max_timeouts if why == "timeout" else self.max_preemptions

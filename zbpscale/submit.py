@@ -21,41 +21,14 @@ import fnmatch
 import json
 import math
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from zbpscale import slurm
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.train import batch_plan
-
-ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
-         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
-
-
-# ------------------------------------------------------------------------------------------------ state
-def slurm_answers() -> bool:
-    """Whether a SLURM controller answers here (sinfo within a few seconds)."""
-    if shutil.which("sinfo") is None:
-        return False
-    try:
-        return subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def slurm_states(job_ids: list[str]) -> dict[str, str]:
-    """Scheduler state of jobs still known to squeue (finished jobs are simply absent)."""
-    if not job_ids or shutil.which("squeue") is None:
-        return {}
-    try:
-        out = subprocess.run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
-
 
 def last_job_id(run_dir: Path) -> str | None:
     from zbpscale.job import read_attempts
@@ -74,7 +47,7 @@ def run_action(run: Run, alive: dict[str, str]) -> str:
     if (run_dir / COMPLETE).exists():
         return "complete"
     job = last_job_id(run_dir)
-    if job is not None and alive.get(job) in ALIVE:
+    if job is not None and alive.get(job) in slurm.ALIVE:
         return "running"
     ends = [a for a in read_attempts(run_dir) if a.get("event") == "end"]
     if ends and ends[-1].get("why") == "failed":
@@ -206,7 +179,7 @@ def choose_executor(executor: str) -> str:
     """slurm or local: `auto` is SLURM when a controller answers, else the local queue."""
     if executor == "local":
         return "local"
-    if slurm_answers():
+    if slurm.answers():
         return "slurm"
     if executor == "slurm":
         raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
@@ -220,7 +193,7 @@ def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, str]
         from zbpscale.local.queue import LocalQueue
 
         return LocalQueue(sweep.root).states()
-    return slurm_states([j for r in runs if (j := last_job_id(r.run_dir))])
+    return slurm.squeue_states([j for r in runs if (j := last_job_id(r.run_dir))])
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
@@ -314,7 +287,8 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dic
 
 
 def write_config(run: Run) -> Path:
-    """Create the run folder with its resolved config (kept when it exists: the run resumes with it)."""
+    """Create the run folder with its resolved config (kept when it exists: the run resumes with it) and its
+    plan (parameters, GPUs, estimated GPU-hours)."""
     from zbpscale.train import CONFIG
 
     run_dir = run.run_dir.absolute()
@@ -322,6 +296,10 @@ def write_config(run: Run) -> Path:
     (run_dir / "CANCEL").unlink(missing_ok=True)  # a new submission lifts an earlier `zbpscale cancel`
     if not (run_dir / CONFIG).exists():
         (run_dir / CONFIG).write_text(json.dumps(run.train_config().to_dict(), indent=1) + "\n")
+    res, hours = run.size.resources, run.estimated_hours()  # for `zbpscale status`: planned GPU-hours
+    plan = {"params": run.size.params, "gpus": res.gpus, "world_size": res.world_size,
+            "gpu_hours": 0.0 if not res.gpus else hours * res.gpus, "time_min": res.time_min}
+    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
     return run_dir
 
 

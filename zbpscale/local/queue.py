@@ -32,7 +32,7 @@ from pathlib import Path
 QUEUE_DIR = ".localq"
 LIVE = ("queued", "running")
 FINAL = ("completed", "failed", "cancelled")
-SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see submit.ALIVE)
+SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see slurm.ALIVE)
 
 
 @dataclass

@@ -1,0 +1,160 @@
+"""`zbpscale status` on synthetic sweep folders: every state and failure reason, against what the folder says.
+
+The folders are written the way the trainer, the jobs and the local queue write them; SLURM's answers come
+from a stand-in `sacct` on PATH that prints fixed rows (the real SLURM is joined in tests/test_submit_slurm.py,
+real local-queue folders in tests/test_local.py). Compared: each run's state and reason with the story its
+folder tells, the exit status with the states, and the rows read from the tails with the last records written.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from zbpscale.status import collect_rows, exit_code, tail_records
+
+NOW = time.time()
+
+
+def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
+             beat_age=5.0, log_text=None, plan=None) -> Path:
+    run = folder / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"steps": steps, "global_batch": 8, "seq_len": 128}))
+    (run / "plan.json").write_text(json.dumps(plan or {"params": 1000 + len(name), "gpus": 8, "gpu_hours": 16.0}))
+    records = [{"kind": "start", "time": NOW - 3600, "derived": {"params": 1000 + len(name), "tokens_per_step": 1024,
+                                                                  "total_steps": steps}}]
+    for step in range(done):
+        records.append({"kind": "train", "time": NOW - 3600 + step, "step": step, "loss": 5.0 - step / 100,
+                        "step_time": 2.0, "tokens_per_s": 512.0})
+        if step % 10 == 9:
+            records.append({"kind": "eval", "time": NOW - 3600 + step, "step": step, "val_loss": 6.0 - step / 100})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if done:
+        (run / "heartbeat.json").write_text(json.dumps({"step": done, "time": NOW - beat_age}))
+    attempts = []
+    if job:
+        attempts.append({"event": "submitted", "time": NOW - 3700, "job_id": job, "executor": executor,
+                         "logs": str(run / "logs")})
+        attempts.append({"event": "start", "time": NOW - 3600, "job_id": job, "executor": executor})
+    for why, reason in ends:
+        attempts.append({"event": "end", "time": NOW - 60, "job_id": job, "why": why, "reason": reason,
+                         **({"log": str(run / "logs" / f"{job}_0.log")} if executor == "local" else {})})
+    (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
+    if log_text is not None:
+        (run / "logs").mkdir()
+        name = f"{job}_0.log" if executor == "local" else f"{job}_0_log.out"
+        (run / "logs" / name).write_text(log_text)
+    if complete:
+        (run / "COMPLETE").write_text("{}\n")
+    return run
+
+
+@pytest.fixture
+def fake_sacct(tmp_path, monkeypatch):
+    """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states."""
+    def install(states: dict[str, str]):
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        script = bin_dir / "sacct"
+        rows = "\\n".join(f"{j}|{s}" for j, s in states.items())
+        script.write_text(f"#!/bin/sh\nprintf '{rows}\\n'\n")
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return install
+
+
+def by_run(rows):
+    return {r["run"]: r for r in rows}
+
+
+def test_every_state_and_failure_reason(tmp_path, fake_sacct):
+    sweep = tmp_path / "jobs" / "ladder"
+    traceback = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad shard 7\n"
+    make_run(sweep, "s60-bp", done=100, job="11", ends=[("completed", "all steps done")], complete=True)
+    make_run(sweep, "s60-zbp_n16", done=40, job="12", beat_age=3.0)
+    make_run(sweep, "s60-zbp_n64", done=40, job="13", beat_age=3000.0)
+    make_run(sweep, "s124-bp", done=0, job="14")
+    make_run(sweep, "s124-zbp_n16", done=30, job="15", ends=[("timeout", "checkpointed; requeue 1/1"),
+                                                             ("failed", "timeout 2 times, over max_timeouts=1")])
+    make_run(sweep, "s124-zbp_n64", done=30, job="16", log_text="step 30\nKilled\n")
+    make_run(sweep, "s350-bp", done=20, job="17")
+    make_run(sweep, "s350-zbp_n16", done=20, job="18", log_text="x\n" + traceback)
+    make_run(sweep, "s350-zbp_n64", done=20, job="local-3", executor="local", log_text=traceback,
+             ends=[("failed", "exit status 1: ValueError: bad shard 7")])
+    make_run(sweep, "s1b-bp", done=20, job="local-4", executor="local", ends=[("failed", "exit status 1: x")],
+             log_text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    make_run(sweep, "s1b-zbp_n16", done=5, job="20", ends=[("cancelled", "cancelled; checkpointed")])
+    make_run(sweep, "s1b-zbp_n64")
+    fake_sacct({"11": "COMPLETED", "12": "RUNNING", "13": "RUNNING", "14": "PENDING", "15": "FAILED",
+                "16": "OUT_OF_MEMORY", "17": "NODE_FAIL", "18": "FAILED", "20": "COMPLETED"})
+    rows = by_run(collect_rows(sweep, stall_after_s=900))
+    states = {name: r["state"] for name, r in rows.items()}
+    assert states == {
+        "s60-bp": "complete", "s60-zbp_n16": "running", "s60-zbp_n64": "stalled", "s124-bp": "queued",
+        "s124-zbp_n16": "failed", "s124-zbp_n64": "failed", "s350-bp": "failed", "s350-zbp_n16": "failed",
+        "s350-zbp_n64": "failed", "s1b-bp": "failed", "s1b-zbp_n16": "cancelled", "s1b-zbp_n64": "new"}
+    assert rows["s124-zbp_n16"]["reason"] == "timeout 2 times, over max_timeouts=1"
+    assert rows["s124-zbp_n16"]["timeouts"] == 1 and rows["s124-zbp_n16"]["failures"] == 1
+    assert rows["s124-zbp_n64"]["reason"].startswith("out of memory")
+    assert rows["s350-bp"]["reason"] == "node failure"
+    assert rows["s350-zbp_n16"]["reason"].startswith("ValueError: bad shard 7")  # no record: the log says why
+    assert rows["s350-zbp_n16"]["log"].endswith("18_0_log.out")
+    assert rows["s350-zbp_n64"]["reason"] == "exit status 1: ValueError: bad shard 7"
+    assert rows["s1b-bp"]["reason"].startswith("out of memory (CUDA)")
+    assert rows["s60-zbp_n64"]["reason"] == "no heartbeat for 50m"
+    running = rows["s60-zbp_n16"]
+    assert (running["step"], running["steps"], running["pct"], running["tokens"]) == (40, 100, 40.0, 40 * 1024)
+    assert running["train_loss"] == pytest.approx(5.0 - 39 / 100) and running["val_loss"] == pytest.approx(6.0 - 0.39)
+    assert running["eta_s"] == pytest.approx(60 * 2.0)
+    assert exit_code(list(rows.values())) == 1
+
+
+def test_exit_codes_follow_the_states(tmp_path, fake_sacct):
+    fake_sacct({"1": "COMPLETED", "2": "RUNNING"})
+    done = tmp_path / "done"
+    make_run(done, "tiny-bp", done=10, steps=10, job="1", ends=[("completed", "")], complete=True)
+    busy = tmp_path / "busy"
+    make_run(busy, "tiny-bp", done=10, steps=10, job="1", ends=[("completed", "")], complete=True)
+    make_run(busy, "tiny-zbp_n4", done=3, steps=10, job="2")
+    for folder, code in ((done, 0), (busy, 3)):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder)], capture_output=True,
+                             text=True, timeout=60, env=os.environ)
+        assert out.returncode == code, out.stdout + out.stderr
+        assert "tiny" in out.stdout
+    assert exit_code(collect_rows(done)) == 0 and exit_code(collect_rows(busy)) == 3
+
+
+def test_json_logs_and_bad_targets(tmp_path, fake_sacct):
+    fake_sacct({"7": "FAILED"})
+    sweep = tmp_path / "jobs" / "s"
+    make_run(sweep, "tiny-bp", done=3, job="7", log_text="".join(f"line {i}\n" for i in range(100)))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(sweep), "--json"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1
+    (row,) = json.loads(out.stdout)["s"]
+    assert row["state"] == "failed" and row["job"] == "7"
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(tmp_path / "jobs"), "--logs", "tiny-bp",
+                          "--lines", "5"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines()[1:] == [f"line {i}" for i in range(95, 100)]
+    for args, message in (([str(tmp_path / "nope")], "neither a sweep file nor a folder"),
+                          ([str(sweep), "--logs", "tiny-zz"], "no run 'tiny-zz' here")):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", *args], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"kind": "eval", "step": 0, "val_loss": 9.0})]
+    lines += [json.dumps({"kind": "train", "step": i, "pad": "x" * 200}) for i in range(3000)]
+    path.write_text("\n".join(lines) + "\n" + '{"kind": "train", "step": 99')  # a torn last line
+    found = tail_records(path, ("train", "eval"))
+    assert found["train"]["step"] == 2999 and found["eval"]["step"] == 0  # grew its window back to the start
+    assert tail_records(path, ("train",), max_bytes=1 << 16)["train"]["step"] == 2999
+    assert "eval" not in tail_records(path, ("train", "eval"), max_bytes=1 << 16)  # bounded

@@ -1,0 +1,88 @@
+"""`zbpscale status` speed on a generated 100-run sweep folder (goal: under 1 s).
+
+Writes a folder the way a ladder's runs would leave it mid-way: each run with its config, plan, attempts (a few
+requeues), heartbeat, and a metrics.jsonl of `--records` train records with an eval every 50 steps (about
+1 MB per run at the default), some runs complete, some failed with a log. Then times, side by side, in
+interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json),
+and the in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
+
+  python tools/bench_status.py
+  python tools/bench_status.py --runs 100 --records 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from zbpscale.status import collect_rows
+
+
+def build(folder: Path, runs: int, records: int) -> None:
+    now = time.time()
+    for i in range(runs):
+        run = folder / f"s{i // 3:02d}-{('bp', 'zbp_n16', 'zbp_n64')[i % 3]}"
+        run.mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"steps": 2 * records, "global_batch": 256, "seq_len": 1024}))
+        (run / "plan.json").write_text(json.dumps({"params": 6e7 + i, "gpus": 8, "gpu_hours": 40.0}))
+        lines = [json.dumps({"kind": "start", "time": now - 9e4, "derived": {"params": 6e7 + i,
+                                                                                "tokens_per_step": 262144}})]
+        for step in range(records):
+            lines.append(json.dumps({"kind": "train", "time": now - 9e4 + step, "step": step, "loss": 3.1,
+                                     "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9, "tokens_per_s": 291000.0}))
+            if step % 50 == 49:
+                lines.append(json.dumps({"kind": "eval", "time": now - 9e4 + step, "step": step, "val_loss": 3.2}))
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        (run / "heartbeat.json").write_text(json.dumps({"step": records, "time": now - 10}))
+        job = f"local-{i}"
+        attempts = [{"event": "submitted", "time": now - 9e4, "job_id": job, "executor": "local"}]
+        for k in range(3):
+            attempts += [{"event": "start", "time": now - 9e4 + k * 100, "job_id": job},
+                         {"event": "end", "time": now - 9e4 + k * 100 + 90, "job_id": job, "why": "timeout",
+                          "reason": "checkpointed; requeue"}]
+        if i % 10 == 0:
+            attempts.append({"event": "end", "time": now - 5, "job_id": job, "why": "failed",
+                             "reason": "exit status 1", "log": str(run / "logs" / f"{job}_0.log")})
+            (run / "logs").mkdir()
+            (run / "logs" / f"{job}_0.log").write_text("x\n" * 5000 + "RuntimeError: boom\n")
+        elif i % 10 == 1:
+            (run / "COMPLETE").write_text("{}\n")
+        (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--records", type=int, default=5000, help="train records per run")
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="zbpscale-bench-status-") as tmp:
+        folder = Path(tmp) / "jobs" / "ladder"
+        build(folder, args.runs, args.records)
+        size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+        times: dict[str, list[float]] = {"zbpscale status DIR": [], "zbpscale status DIR --json": [],
+                                         "rows in process": []}
+        for _ in range(args.rounds):
+            for label, extra in (("zbpscale status DIR", []), ("zbpscale status DIR --json", ["--json"])):
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), *extra],
+                               capture_output=True, check=False)
+                times[label].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            rows = collect_rows(folder)
+            times["rows in process"].append(time.perf_counter() - t)
+        assert len(rows) == args.runs
+    print(f"{args.runs} runs, {size_mb:.0f} MB of run folders; median of {args.rounds} rounds")
+    for label, ts in times.items():
+        print(f"  {label:<28} {statistics.median(ts):6.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
