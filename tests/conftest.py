@@ -51,3 +51,43 @@ def slurm_cluster():
         assert not left, f"daemons left running after stop: {left}"
         if not shared:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+RESULTS_SWEEP = '''
+from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(
+    name="results",
+    sizes=tuple(Size(name=s, global_batch=2, tokens=2 * 32 * 4, lr=3e-3, seq_len=32, resources=CPU)
+                for s in ("nano", "tiny")),
+    arms=(arm("bp"), arm("zbp_n4"), arm("zbp_n8_fwd")),
+    data=Data(dir={data!r}, source="embedded", workers=1),
+    root={root!r},
+    train=(("eval_every", 2), ("eval_batches", 1), ("ckpt_every", 0), ("ckpt_every_s", 0), ("diag_every", 4)),
+)
+'''
+
+
+@pytest.fixture(scope="session")
+def results_sweep(tmp_path_factory):
+    """A sweep file whose bp and zbp_n4 runs (nano and tiny; 4 steps of 2 x 32 tokens, 2 evals, 1 diag) were
+    trained for real by zbpscale.train, and whose zbp_n8_fwd runs were never started (pending). Built once."""
+    import json
+
+    from zbpscale.data.prepare import PrepConfig, prepare
+    from zbpscale.sweep import expand, load_sweep
+    from zbpscale.train import CONFIG, train
+
+    base = tmp_path_factory.mktemp("results_sweep")
+    data = base / "data" / "embedded"
+    prepare(PrepConfig(source="embedded", out=data, offline=True), log=lambda line: None)
+    path = base / "results.py"
+    path.write_text(RESULTS_SWEEP.format(data=str(data), root=str(base / "jobs")))
+    for run in expand(load_sweep(path)):
+        if run.arm.name != "zbp_n8_fwd":
+            cfg = run.train_config()
+            run.run_dir.mkdir(parents=True)
+            (run.run_dir / CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+            train(cfg, run.run_dir)
+    return path

@@ -25,3 +25,19 @@ def test_unknown_command_is_a_usage_error_not_a_traceback():
     out = run_cli("trian")
     assert out.returncode == 2
     assert "invalid choice" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_building_the_parser_imports_nothing_heavy():
+    code = ("import sys; from zbpscale.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'matplotlib', 'numpy', 'huggingface_hub', 'rich', 'submitit') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_results_commands_turn_a_wrong_folder_into_one_line(tmp_path):
+    for args in (("collect", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")),
+                 ("plot", str(tmp_path)), ("upload", str(tmp_path))):
+        out = run_cli(*args)
+        assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1, args
+        assert "hint: " in out.stderr and "Traceback" not in out.stderr

@@ -34,7 +34,8 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
                         "step_time": 2.0, "tokens_per_s": 512.0})
         if step % 10 == 9:
             records.append({"kind": "eval", "time": NOW - 3600 + step, "step": step, "val_loss": 6.0 - step / 100})
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if job or done:  # a run never started has no metrics yet
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if done:
         (run / "heartbeat.json").write_text(json.dumps({"step": done, "time": NOW - beat_age}))
     attempts = []
@@ -158,3 +159,15 @@ def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):
     assert found["train"]["step"] == 2999 and found["eval"]["step"] == 0  # grew its window back to the start
     assert tail_records(path, ("train",), max_bytes=1 << 16)["train"]["step"] == 2999
     assert "eval" not in tail_records(path, ("train", "eval"), max_bytes=1 << 16)  # bounded
+
+
+def test_runs_trained_directly_without_a_job(tmp_path):
+    sweep = tmp_path / "try"
+    make_run(sweep, "tiny-bp", done=5, beat_age=2.0)  # python -m zbpscale.train, beating
+    diverged = make_run(sweep, "tiny-zbp_n4", done=5, beat_age=5000.0)
+    with open(diverged / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"kind": "end", "time": NOW - 5000, "step": 4, "status": "diverged",
+                             "reason": "non-finite loss at step 4"}) + "\n")
+    rows = by_run(collect_rows(sweep))
+    assert rows["tiny-bp"]["state"] == "running"
+    assert rows["tiny-zbp_n4"]["state"] == "failed" and "non-finite loss" in rows["tiny-zbp_n4"]["reason"]

@@ -43,6 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     prepare_cli.add_arguments(p)
     p.set_defaults(func=_cmd_prepare_data)
+
+    from zbpscale import collect, doctor, plot, upload  # light at import: their heavy imports are inside run()
+
+    for module, help_text in ((collect, "gather a sweep's runs into results/<tag> (metrics, configs, summary)"),
+                              (plot, "figures and a per-run table of a collected results folder"),
+                              (upload, "push a results folder to a private Hugging Face repo (token from env)"),
+                              (doctor, "check this machine: versions, GPUs, disk, data, SLURM, tokenizer")):
+        name = module.__name__.rsplit(".", 1)[1]
+        p = sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0])
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
     return parser
 
 
@@ -62,14 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         return status.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)
     except ZbpError as err:
         print(f"\033[31merror:\033[0m {err}" if sys.stderr.isatty() else f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -155,8 +155,14 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
         reason = slurm_says or f"job ended ({job_state or 'state unknown'}) without a record"
     elif job:
         state, reason = "stopped", f"{last_end.get('why')}: {last_end.get('reason', '')}; nothing queued"
-    else:
+    elif not start:
         state = "new"
+    elif beat_age is not None and beat_age <= stall_after_s:
+        state = "running"  # trained directly (python -m zbpscale.train), not through a job
+    else:
+        end = tail_records(run_dir / METRICS, ("end",)).get("end", {})
+        state = "failed" if end.get("status") == "diverged" else "stopped"
+        reason = f"{end.get('status', 'no end record')}: {end.get('reason', '')} (run directly, no job)"
     if state == "failed":
         log = last_end.get("log") or _log_path(run_dir, sub, job)
         reason = _refine(reason, log)

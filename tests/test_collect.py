@@ -1,0 +1,122 @@
+"""`zbpscale collect` against the run folders it reads.
+
+Compared: each summary row with the records of the real run behind it (closed-form parameter counts, the last
+and lowest eval record, tokens = steps x batch x seq, the mean c of the latest diag record), the CSV with the
+JSON, the copied files with the originals byte for byte; a second collect with the first (identical bundle,
+no duplicate row); a collect after more steps with the run's new records; the status of hand-made run
+folders with a literal table.
+"""
+
+import csv
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from zbpscale.collect import FIELDS, collect
+from zbpscale.errors import ConfigError
+from zbpscale.metrics import read_jsonl
+from zbpscale.model import model_config, n_params
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def jobs_of(sweep_file: Path) -> Path:
+    return sweep_file.parent / "jobs" / "results"
+
+
+def test_summary_rows_match_the_runs_records(results_sweep, tmp_path):
+    rows = collect(results_sweep, tmp_path / "out", log=lambda line: None)
+    assert [r["run"] for r in rows] == ["nano-bp", "nano-zbp_n4", "nano-zbp_n8_fwd",
+                                        "tiny-bp", "tiny-zbp_n4", "tiny-zbp_n8_fwd"]
+    for row in rows:
+        model = model_config(row["size"], max_seq_len=32)
+        assert row["params"] == n_params(model)
+        assert row["params_non_embedding"] == n_params(model, embeddings=False)
+        assert row["steps_total"] == 4 and row["tokens_total"] == 4 * 2 * 32
+        if row["arm"] == "zbp_n8_fwd":  # never started: listed, with its planned numbers
+            assert (row["status"], row["in_progress"], row["steps"], row["final_val_loss"]) == \
+                ("new", False, 0, None)
+            assert not (tmp_path / "out" / "runs" / row["run"]).exists()
+            continue
+        records = read_jsonl(jobs_of(results_sweep) / row["run"] / "metrics.jsonl")
+        evals = [r["val_loss"] for r in records if r["kind"] == "eval"]
+        diag = [r for r in records if r["kind"] == "diag"][-1]
+        assert (row["status"], row["in_progress"], row["steps"], row["tokens"]) == ("complete", False, 4, 256)
+        assert row["final_val_loss"] == evals[-1] and row["best_val_loss"] == min(evals)
+        assert row["gpu_hours"] == 0.0 and row["wall_time_s"] > 0 and row["attempts"] == 1
+        assert row["diag_step"] == 3
+        for core in ("attn", "ffn"):
+            cs = [c["c"] for c in diag["cores"] if c["core"] == core]
+            assert row[f"c_{core}"] == (pytest.approx(sum(cs) / len(cs)) if row["arm"] != "bp" else None)
+        for name in ("metrics.jsonl", "config.json", "COMPLETE"):
+            copied = tmp_path / "out" / "runs" / row["run"] / name
+            assert copied.read_bytes() == (jobs_of(results_sweep) / row["run"] / name).read_bytes()
+        assert not (tmp_path / "out" / "runs" / row["run"] / "checkpoints").exists()  # only with --with-ckpt
+
+    with open(tmp_path / "out" / "summary.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert list(table[0]) == list(FIELDS)
+    assert [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows] == table
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["sweep"] == "results" and manifest["runs"]["tiny-zbp_n8_fwd"] == "new"
+    assert set(manifest["files"]) == {k for k in snapshot(tmp_path / "out") if k.startswith("runs/")}
+
+
+def test_recollect_is_identical_then_follows_new_steps(results_sweep, tmp_path):
+    """A run seen mid-way (records up to step 1, a line being written), then again, then finished."""
+    source = jobs_of(results_sweep) / "nano-zbp_n4"
+    sweep = tmp_path / "jobs" / "live"
+    run = sweep / "nano-zbp_n4"
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns("checkpoints", "COMPLETE"))
+    full = (source / "metrics.jsonl").read_text()
+    early = [line for line in full.splitlines() if json.loads(line).get("step", 0) <= 1
+             and json.loads(line)["kind"] != "end"]
+    (run / "metrics.jsonl").write_text("\n".join(early) + '\n{"kind": "train", "st')  # torn last line
+    (run / "heartbeat.json").write_text(json.dumps({"step": 2, "time": time.time()}) + "\n")
+    out = tmp_path / "out"
+
+    first = collect(sweep, out, log=lambda line: None)
+    assert [(r["run"], r["status"], r["in_progress"], r["steps"]) for r in first] == \
+        [("nano-zbp_n4", "running", True, 2)]
+    assert (out / "runs" / "nano-zbp_n4" / "metrics.jsonl").read_text() == "\n".join(early) + "\n"
+    before = snapshot(out)
+    again = collect(sweep, out, log=lambda line: None)
+    assert again == first and snapshot(out) == before  # byte-identical bundle, one row per run
+
+    (run / "metrics.jsonl").write_text(full)
+    (run / "COMPLETE").write_text((source / "COMPLETE").read_text())
+    done = collect(sweep, out, log=lambda line: None)
+    assert [(r["run"], r["status"], r["in_progress"], r["steps"]) for r in done] == \
+        [("nano-zbp_n4", "complete", False, 4)]
+    assert (out / "runs" / "nano-zbp_n4" / "metrics.jsonl").read_text() == full
+    assert len(json.loads((out / "summary.json").read_text())["runs"]) == 1
+
+
+def test_with_ckpt_copies_the_latest_checkpoint_only(results_sweep, tmp_path):
+    sweep = tmp_path / "results"
+    sweep.mkdir()
+    (sweep / "nano-bp").symlink_to(jobs_of(results_sweep) / "nano-bp")
+    collect(sweep, tmp_path / "out", with_ckpt=True, log=lambda line: None)
+    source = sorted((jobs_of(results_sweep) / "nano-bp" / "checkpoints").glob("ckpt_*.pt"))[-1]
+    copied = list((tmp_path / "out" / "runs" / "nano-bp" / "checkpoints").iterdir())
+    assert [p.name for p in copied] == [source.name] and copied[0].read_bytes() == source.read_bytes()
+
+
+def test_a_run_folder_gone_keeps_its_collected_copy_and_another_sweep_is_refused(results_sweep, tmp_path):
+    out = tmp_path / "out"
+    collect(results_sweep, out, log=lambda line: None)
+    elsewhere = tmp_path / "elsewhere.py"  # the same sweep, with its run root on a disk that is not here
+    elsewhere.write_text(results_sweep.read_text().replace(str(results_sweep.parent / "jobs"), str(tmp_path / "no")))
+    lines = []
+    rows = collect(elsewhere, out, log=lines.append)
+    assert [r["status"] for r in rows if r["arm"] != "zbp_n8_fwd"] == ["complete"] * 4
+    assert any("keeping the copy collected before" in line for line in lines)
+    other = tmp_path / "other.py"
+    other.write_text(results_sweep.read_text().replace('name="results"', 'name="other"'))
+    with pytest.raises(ConfigError, match="holds sweep 'results', not 'other'"):
+        collect(other, out, log=lambda line: None)

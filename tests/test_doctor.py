@@ -1,0 +1,126 @@
+"""`zbpscale doctor` against machines made to order: fake `sinfo` / `sacct` on PATH (answering, failing,
+hanging), with and without SLURM_CONF, a sweep whose data are prepared or not. Compared: each row's level with
+what that machine should get (a literal table), the exit code with the blocking rows, the hang with the timeout.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from zbpscale import doctor
+
+SINFO_OK = 'echo "debug* up 1"; echo "gpu up 4"'
+SINFO_FAIL = 'echo "sinfo: fatal: Could not establish a configuration source" >&2; exit 1'
+
+
+def fake_slurm(tmp_path: Path, monkeypatch, sinfo: str, sacct: str = "exit 0") -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in (("sinfo", sinfo), ("sacct", sacct)):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+SLURM_TABLE = [  # (SLURM_CONF, sinfo, sacct, expected levels of the SLURM rows)
+    (None, SINFO_FAIL, "exit 0", ["warn"]),                # no cluster here and none expected: local queue
+    ("/etc/nowhere/slurm.conf", SINFO_FAIL, "exit 0", ["fail"]),  # a cluster is expected and does not answer
+    ("/etc/slurm/slurm.conf", SINFO_OK, "exit 0", ["ok", "ok"]),  # controller and accounting answer
+    ("/etc/slurm/slurm.conf", SINFO_OK, "exit 1", ["ok", "warn"]),  # no accounting: status falls back to squeue
+]
+
+
+@pytest.mark.parametrize("conf, sinfo, sacct, levels", SLURM_TABLE,
+                         ids=["no-conf-no-slurm", "conf-no-answer", "conf-answers", "no-accounting"])
+def test_slurm_rows(tmp_path, monkeypatch, conf, sinfo, sacct, levels):
+    fake_slurm(tmp_path, monkeypatch, sinfo, sacct)
+    if conf:
+        monkeypatch.setenv("SLURM_CONF", conf)
+    else:
+        monkeypatch.delenv("SLURM_CONF", raising=False)
+    checks = doctor.check_slurm()
+    assert [c.level for c in checks] == levels
+    assert all(c.hint for c in checks if c.level != "ok")
+    if levels[0] == "ok":
+        assert "partitions: debug*, gpu" in checks[0].detail
+    if levels[0] == "fail":
+        assert "SLURM_CONF" in checks[0].hint and conf in checks[0].detail
+
+
+def test_a_hanging_sinfo_is_cut_off(tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch, "exec sleep 30")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    start = time.monotonic()
+    (check,) = doctor.check_slurm(timeout=0.5)
+    assert time.monotonic() - start < 5 and check.level == "fail" and "no answer within 0.5 s" in check.detail
+
+
+SWEEP = '''from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+SWEEP = Sweep(name="doc", sizes=(Size(name="nano", global_batch=2, resources=Resources(gpus_per_node=0)),),
+              arms=(arm("bp"),), data=Data(dir="data/doc", source="embedded"), root="runs")
+'''
+
+
+def test_whole_report_and_exit_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake_slurm(tmp_path, monkeypatch, SINFO_FAIL)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    (tmp_path / "doc.py").write_text(SWEEP)
+    checks = {c.name: c for c in doctor.run_checks(sweep="doc.py")}
+    assert {"python", "torch", "GPUs", "sweep", "disk", "data", "SLURM", "tokenizer", "submitit",
+            "huggingface_hub"} <= set(checks)
+    assert checks["sweep"].level == "ok" and "runs/doc" in checks["sweep"].detail
+    assert checks["data"].level == "warn" and "prepare-data --source embedded --out data/doc" in checks["data"].hint
+    assert checks["tokenizer"].level == "ok" and "gpt2 via" in checks["tokenizer"].detail
+    assert not any(c.level == "fail" for c in checks.values())
+
+    (tmp_path / "data" / "doc").mkdir(parents=True)
+    (tmp_path / "data" / "doc" / "manifest.json").write_text('{"train": {"tokens": 1000}, "val": {"tokens": 10}}')
+    checks = {c.name: c for c in doctor.run_checks(sweep="doc.py")}
+    assert checks["data"].level == "ok" and "1,000 train + 10 val tokens" in checks["data"].detail
+
+    (tmp_path / "bad.py").write_text("SWEEP = 1\n")
+    checks = {c.name: c for c in doctor.run_checks(sweep="bad.py")}
+    assert checks["sweep"].level == "fail" and "not a zbpscale.sweep.Sweep" in checks["sweep"].detail
+
+
+def test_exit_code_follows_the_blocking_rows(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fake_slurm(tmp_path, monkeypatch, SINFO_FAIL)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    assert doctor.run(argparse.Namespace(sweep=None, dir=str(tmp_path / "jobs"))) == 0
+    assert "nothing blocks running" in capsys.readouterr().out
+
+
+def test_cli_prints_one_screen_and_exits_1_on_a_blocking_problem(tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch, SINFO_FAIL)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "SLURM_CONF": "/etc/nowhere/slurm.conf",
+           "PYTHONPATH": os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "doctor", "--dir", str(tmp_path / "jobs")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "zbpscale doctor" in out.stdout and "/etc/nowhere/slurm.conf" in out.stdout
+    assert "1 problem(s) block running" in out.stdout and "Traceback" not in out.stderr
+    assert len(out.stdout.splitlines()) < 60  # one screen
+
+
+def test_gpu_rows_from_what_torch_reports(monkeypatch):
+    """The GPU branch on a CPU machine: torch's answers replaced by those of a 2 x H200 node."""
+    import torch
+
+    props = SimpleNamespace(name="NVIDIA H200", total_memory=141 * 2**30)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    rows = {c.name: c for c in doctor.check_torch()}
+    assert rows["GPUs"].level == "ok" and rows["GPUs"].detail == "2 x NVIDIA H200 (141 GiB)"
+    assert rows["NCCL"].level == "ok" and rows["NCCL"].detail == "2.21.5"

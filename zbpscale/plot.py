@@ -1,0 +1,397 @@
+"""`zbpscale plot results/<tag>`: the per-run table and the figures of a collected bundle (`zbpscale collect`).
+
+    zbpscale plot results/smoke        # -> results/smoke/table.md, results/smoke/figures/*.png and *.pdf
+
+  table.md        one row per run (the summary), with the gap to BP, links to the figures, and notes;
+  loss_curves     validation loss against tokens, one panel per size, one line per arm;
+  gap_vs_scale    final val loss ZBP - BP for each ZBP arm against parameters (log x), with the power law
+                  gap = a * N^b fitted by least squares in log-log space and its 1-s.e. band (>= 3 sizes);
+  nsr_c           the NSR constant c = NSR * n / d per core (attn, ffn) against parameters;
+  rho_k           forward and backward branch gains per layer for each size, from the latest diag record.
+Runs that are not complete are drawn hollow and dashed, labelled with their status; runs with no validation
+loss yet stay in the table and are left out of the figures with a note. Each figure function returns what
+it drew, so tests (and notebooks) can check the numbers behind the picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.collect import arm_order, read_summary
+from zbpscale.metrics import METRICS, read_jsonl
+
+FIGURES = ("loss_curves", "gap_vs_scale", "nsr_c", "rho_k")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerLaw:
+    """gap = a * N^b, fitted by ordinary least squares on (log N, log gap)."""
+
+    a: float
+    """Prefactor."""
+    b: float
+    """Exponent."""
+    b_se: float
+    """Standard error of b (nan with only two points)."""
+    cov: tuple[tuple[float, float], tuple[float, float]]
+    """Covariance of (log a, b)."""
+    n: int
+    """Points fitted."""
+
+    def band(self, params):
+        """(low, high): the fit's 1-s.e. band at `params` (an array)."""
+        import numpy as np
+
+        x = np.log(np.asarray(params, dtype=float))
+        (caa, cab), (_, cbb) = self.cov
+        center, spread = math.log(self.a) + self.b * x, np.sqrt(np.maximum(caa + 2 * cab * x + cbb * x * x, 0))
+        return np.exp(center - spread), np.exp(center + spread)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GapPoint:
+    """One point of the gap figure: a ZBP arm at one size, mean over the seeds that have a val loss."""
+
+    arm: str
+    """The ZBP arm."""
+    size: str
+    """Model size."""
+    params: int
+    """Parameters of the size."""
+    gap: float
+    """Final val loss of the arm minus that of bp."""
+    final: bool
+    """Whether every run behind the point is complete."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    """What `plot` wrote and drew."""
+
+    files: tuple[Path, ...]
+    """The PNG, PDF and markdown files written."""
+    gap_points: tuple[GapPoint, ...]
+    """Points of the gap figure."""
+    fits: dict[str, PowerLaw]
+    """Power-law fit of the gap per ZBP arm (arms with >= 3 sizes and positive gaps)."""
+    curves: dict[str, list[str]]
+    """Labels of the loss curves per size (a run not complete carries its status: 'zbp_n16 (running)')."""
+    notes: tuple[str, ...]
+    """What was left out of the figures, and why."""
+
+
+def fit_power_law(params, gaps) -> PowerLaw:
+    """Least squares of log gap = log a + b log N; needs >= 2 points with positive gaps."""
+    import numpy as np
+
+    x, y = np.log(np.asarray(params, dtype=float)), np.log(np.asarray(gaps, dtype=float))
+    design = np.column_stack([np.ones_like(x), x])
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    dof = len(x) - 2
+    s2 = float(np.sum((y - design @ coef) ** 2) / dof) if dof > 0 else math.nan
+    cov = s2 * np.linalg.inv(design.T @ design)
+    return PowerLaw(a=float(np.exp(coef[0])), b=float(coef[1]), b_se=math.sqrt(cov[1, 1]) if dof > 0 else math.nan,
+                    cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))), n=len(x))
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _colors(arms) -> dict[str, str]:
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+    zbp = sorted((a for a in set(arms) if a != "bp"), key=arm_order)
+    return {"bp": "black", **{a: palette[i % len(palette)] for i, a in enumerate(zbp)}}
+
+
+def fmt_count(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:g}"
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def _label(row: dict, text: str) -> str:
+    return text if row["status"] == "complete" else f"{text} ({row['status']})"
+
+
+def _style(row: dict, color: str, *, line: bool = True) -> dict:
+    """Solid line and filled marker for a complete run; dashed and hollow otherwise."""
+    final = row["status"] == "complete"
+    return dict(color=color, markerfacecolor=color if final else "white", markeredgecolor=color,
+                **({"linestyle": "-" if final else "--"} if line else {}))
+
+
+def _save(fig, folder: Path, name: str) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=150, metadata={"Software": None})
+    fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return paths
+
+
+def _log_axis(ax, which: str, fmt=lambda v: f"{v:g}") -> None:
+    """Log scale with plain labels (3M, 0.5) and, when the data span less than two decades, labelled 2x and 5x."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    getattr(ax, f"set_{which}scale")("log")
+    low, high = getattr(ax, f"get_{which}lim")()
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    if high / low < 100:
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+def _by_size(rows: list[dict]) -> dict[str, list[dict]]:
+    sizes: dict[str, list[dict]] = {}
+    for row in sorted(rows, key=lambda r: (r["params"] or math.inf, arm_order(r["arm"]), r["seed"])):
+        sizes.setdefault(row["size"], []).append(row)
+    return sizes
+
+
+def _panels(n: int, *, rows: int = 1, width: float = 4.2, height: float = 3.3):
+    """A figure of rows x n panels (rows=0: n panels, three a row, the unused ones hidden)."""
+    import matplotlib.pyplot as plt
+
+    shape = (rows, n) if rows else (math.ceil(n / 3), min(n, 3))
+    fig, axes = plt.subplots(*shape, figsize=(width * shape[1], height * shape[0]), squeeze=False,
+                             constrained_layout=True)
+    for ax in axes.flat[n:] if not rows else []:
+        ax.set_visible(False)
+    return fig, axes
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def plot_loss_curves(bundle: Path, rows: list[dict], out: Path) -> tuple[list[Path], dict[str, list[str]]]:
+    """Val loss vs tokens per size; returns (files, {size: [line labels]})."""
+    from matplotlib.ticker import FuncFormatter
+
+    sizes = _by_size([r for r in rows if r["final_val_loss"] is not None])
+    if not sizes:
+        return [], {}
+    colors, drawn = _colors(r["arm"] for r in rows), {}
+    fig, axes = _panels(len(sizes), rows=0)
+    for ax, (size, runs) in zip(axes.flat, sizes.items()):
+        for row in runs:
+            evals = [r for r in read_jsonl(bundle / "runs" / row["run"] / METRICS) if r.get("kind") == "eval"]
+            x, y = [e["tokens"] for e in evals], [e["val_loss"] for e in evals]
+            style = _style(row, colors[row["arm"]])
+            label = _label(row, row["run"].split("-", 1)[1])
+            ax.plot(x, y, label=label, color=style["color"], linestyle=style["linestyle"])
+            ax.plot(x[-1:], y[-1:], marker="o", linestyle="none", **_style(row, style["color"], line=False))
+            drawn.setdefault(size, []).append(label)
+        ax.set_title(f"{size} ({fmt_count(runs[0]['params'])} parameters)")
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("validation loss")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_count(v)))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, out, "loss_curves"), drawn
+
+
+def gap_points(rows: list[dict]) -> list[GapPoint]:
+    """ZBP - BP final val loss per ZBP arm and size (seeds averaged), where both have a val loss."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["final_val_loss"] is not None:
+            groups.setdefault((r["size"], r["arm"]), []).append(r)
+    points = []
+    for (size, arm), runs in groups.items():
+        bp = groups.get((size, "bp"))
+        if arm == "bp" or not bp:
+            continue
+        mean = lambda rs: sum(r["final_val_loss"] for r in rs) / len(rs)  # noqa: E731
+        points.append(GapPoint(arm=arm, size=size, params=runs[0]["params"], gap=mean(runs) - mean(bp),
+                               final=all(r["status"] == "complete" for r in runs + bp)))
+    return sorted(points, key=lambda p: (arm_order(p.arm), p.params))
+
+
+def plot_gap(points: list[GapPoint], out: Path, colors: dict[str, str]) -> tuple[list[Path], dict[str, PowerLaw]]:
+    """The gap figure; returns (files, fits)."""
+    import numpy as np
+
+    if not points:
+        return [], {}
+    fig, axes = _panels(1, width=9.0, height=4.0)
+    ax, fits = axes[0][0], {}
+    positive = all(p.gap > 0 for p in points)
+    for arm in sorted({p.arm for p in points}, key=arm_order):
+        pts = [p for p in points if p.arm == arm]
+        color = colors[arm]
+        ax.plot([p.params for p in pts], [p.gap for p in pts], color=color, alpha=0.35, linewidth=1)
+        for p in pts:
+            ax.plot([p.params], [p.gap], marker="o", markersize=7, linestyle="none", markeredgecolor=color,
+                    markerfacecolor=color if p.final else "white")
+        label = arm
+        if len({p.params for p in pts}) >= 3 and all(p.gap > 0 for p in pts):
+            fit = fits[arm] = fit_power_law([p.params for p in pts], [p.gap for p in pts])
+            grid = np.geomspace(min(p.params for p in pts) / 1.5, max(p.params for p in pts) * 1.5, 100)
+            low, high = fit.band(grid)
+            ax.plot(grid, fit.a * grid ** fit.b, color=color, linestyle=":")
+            ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
+            label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.b_se:.3f})" + \
+                ("" if all(p.final for p in pts) else ", runs in progress included")
+        ax.plot([], [], marker="o", color=color, label=label)
+    if fits:
+        ax.fill_between([], [], [], color="gray", alpha=0.15, label="fit ± 1 s.e. (least squares on log N, log gap)")
+    if any(not p.final for p in points):
+        ax.plot([], [], marker="o", linestyle="none", markerfacecolor="white", markeredgecolor="gray",
+                label="open: a run is not complete")
+    _log_axis(ax, "x", fmt_count)
+    if positive:
+        _log_axis(ax, "y")
+    else:
+        ax.axhline(0, color="gray", linewidth=0.8)
+    ax.set_xlabel("parameters N")
+    ax.set_ylabel("final val loss gap (ZBP − BP)")
+    ax.set_title("Gap to backprop against scale")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return _save(fig, out, "gap_vs_scale"), fits
+
+
+def plot_nsr_c(rows: list[dict], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[tuple]]:
+    """c per core against parameters; returns (files, [(core, run, params, c)])."""
+    drawn = [(core, r["run"], r["params"], r[f"c_{core}"]) for core in ("attn", "ffn") for r in rows
+             if r[f"c_{core}"] is not None]
+    if not drawn:
+        return [], []
+    fig, axes = _panels(2)
+    for ax, core in zip(axes[0], ("attn", "ffn")):
+        runs = [r for r in rows if r[f"c_{core}"] is not None]
+        for arm in sorted({r["arm"] for r in runs}, key=arm_order):
+            mine = sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["params"])
+            ax.plot([r["params"] for r in mine], [r[f"c_{core}"] for r in mine], color=colors[arm], alpha=0.4)
+            for r in mine:
+                ax.plot([r["params"]], [r[f"c_{core}"]], marker="o", linestyle="none",
+                        **_style(r, colors[arm], line=False))
+            ax.plot([], [], marker="o", color=colors[arm], label=arm)
+        ax.axhline(1.0, color="gray", linestyle=":", label="theory, d ≫ 1: c ≈ 1")
+        _log_axis(ax, "x", fmt_count)
+        ax.set_xlabel("parameters N")
+        ax.set_ylabel("c = NSR · n / d")
+        ax.set_title({"attn": "attention core (score softmax)", "ffn": "SwiGLU core"}[core])
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    return _save(fig, out, "nsr_c"), drawn
+
+
+def plot_rho_k(bundle: Path, rows: list[dict], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[str]]:
+    """Forward / backward branch gains per layer for each size; returns (files, runs drawn)."""
+    blocks = {}
+    for r in rows:
+        diags = [d for d in read_jsonl(bundle / "runs" / r["run"] / METRICS) if d.get("kind") == "diag"]
+        if diags and diags[-1].get("blocks"):
+            blocks[r["run"]] = diags[-1]["blocks"]
+    sizes = _by_size([r for r in rows if r["run"] in blocks])
+    if not sizes:
+        return [], []
+    fig, axes = _panels(len(sizes), rows=2)
+    for col, (size, runs) in enumerate(sizes.items()):
+        for row_i, key in enumerate(("fwd_gain", "bwd_gain")):
+            ax = axes[row_i][col]
+            for r in runs:
+                for branch, marker in (("attn", "o"), ("mlp", "s")):
+                    pts = sorted((b["layer"], b[key]) for b in blocks[r["run"]] if b["branch"] == branch)
+                    style = _style(r, colors[r["arm"]])
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
+                            linestyle=style["linestyle"] if branch == "attn" else ":", color=style["color"],
+                            markerfacecolor=style["markerfacecolor"], markeredgecolor=style["color"])
+                ax.plot([], [], color=colors[r["arm"]], label=_label(r, r["run"].split("-", 1)[1]))
+            ax.plot([], [], marker="o", color="gray", label="attn branch")
+            ax.plot([], [], marker="s", linestyle=":", color="gray", label="mlp branch")
+            _log_axis(ax, "y")
+            ax.set_xlabel("layer k")
+            ax.set_ylabel({"fwd_gain": "forward gain ‖F_k(h)‖/‖h‖", "bwd_gain": "backward gain ‖J_k^T g‖/‖g‖"}[key])
+            ax.set_title(f"{size}: {'forward' if key == 'fwd_gain' else 'backward'} ρ_k")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+    return _save(fig, out, "rho_k"), sorted(blocks)
+
+
+# ------------------------------------------------------------------------------------------------ table
+def table_markdown(rows: list[dict], notes: list[str], figures: list[str]) -> str:
+    """The per-run table as markdown, with the gap of each ZBP run to bp of the same size and seed."""
+    bp = {(r["size"], r["seed"]): r["final_val_loss"] for r in rows if r["arm"] == "bp"}
+    head = ["run", "size", "params", "arm", "status", "steps", "tokens", "final val", "best val", "gap vs bp",
+            "wall", "GPU-h", "c attn", "c ffn"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    num = lambda v, f="{:.4f}": "" if v is None else f.format(v)  # noqa: E731
+    for r in rows:
+        ref = bp.get((r["size"], r["seed"]))
+        gap = r["final_val_loss"] - ref if r["arm"] != "bp" and ref is not None and r["final_val_loss"] is not None \
+            else None
+        status = r["status"] + (" (in progress)" if r["in_progress"] else "")
+        lines.append("| " + " | ".join([
+            r["run"], r["size"], fmt_count(r["params"]), r["arm"], status,
+            f"{r['steps']:,}" + (f" / {r['steps_total']:,}" if r["steps_total"] else ""), fmt_count(r["tokens"]),
+            num(r["final_val_loss"]), num(r["best_val_loss"]), num(gap, "{:+.4f}"), _fmt_seconds(r["wall_time_s"]),
+            "?" if r["gpu_hours"] is None else f"{r['gpu_hours']:.2f}", num(r["c_attn"], "{:.3f}"),
+            num(r["c_ffn"], "{:.3f}")]) + " |")
+    text = "\n".join(lines) + "\n"
+    if notes:
+        text += "\nNotes:\n" + "".join(f"- {n}\n" for n in notes)
+    if figures:
+        text += "\n" + "".join(f"![{f}](figures/{f}.png)\n" for f in figures)
+    return text
+
+
+def plot(bundle: str | Path, *, log=print) -> Figures:
+    """Write table.md and the figures of `bundle`; returns what was drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    bundle = Path(bundle)
+    rows = read_summary(bundle)
+    out, notes = bundle / "figures", []
+    colors = _colors(r["arm"] for r in rows)
+    skipped = [r for r in rows if r["final_val_loss"] is None]
+    if skipped:
+        notes.append("no validation loss yet, so not in the figures: "
+                     + ", ".join(f"{r['run']} ({r['status']})" for r in skipped))
+    curves, labels = plot_loss_curves(bundle, rows, out)
+    points = gap_points(rows)
+    gap_files, fits = plot_gap(points, out, colors)
+    for arm in sorted({p.arm for p in points} - set(fits), key=arm_order):
+        notes.append(f"{arm}: no power-law fit of the gap (needs >= 3 sizes, all with a positive gap)")
+    if not points:
+        notes.append("no gap figure: no size has both bp and a ZBP arm with a validation loss")
+    c_files, _ = plot_nsr_c(rows, out, colors)
+    rho_files, _ = plot_rho_k(bundle, rows, out, colors)
+    if not c_files:
+        notes.append("no NSR figure: no ZBP run has a diag record yet (set diag_every)")
+    if not rho_files:
+        notes.append("no rho_k figure: no run has a diag record yet (set diag_every)")
+    files = curves + gap_files + c_files + rho_files
+    names = [f.stem for f in files if f.suffix == ".png"]
+    table, manifest = bundle / "table.md", bundle / "manifest.json"
+    m = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
+    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, notes, names))
+    for note in notes:
+        log(f"note: {note}")
+    log(f"wrote {table} and {len(files)} figure files in {out}")
+    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, curves=labels,
+                   notes=tuple(notes))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", help="a collected results folder, e.g. results/smoke")
+
+
+def run(args: argparse.Namespace) -> None:
+    plot(args.bundle)
