@@ -226,7 +226,7 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
     for name in ("tiny-bp", "tiny-zbp_n4"):
         run = tmp_path / "jobs" / "smoke" / name
         assert (run / COMPLETE).exists()
-        assert [s for s, _ in losses(run)] == list(range(30))
+        assert [s for s, _ in losses(run)] == list(range(20))
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
@@ -235,7 +235,7 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
     assert status.returncode == 0, status.stdout + status.stderr
     rows = json.loads(status.stdout)["smoke"]
     assert [(r["run"], r["state"], r["step"], r["executor"]) for r in rows] == [
-        ("tiny-bp", "complete", 30, "local"), ("tiny-zbp_n4", "complete", 30, "local")]
+        ("tiny-bp", "complete", 20, "local"), ("tiny-zbp_n4", "complete", 20, "local")]
     assert all(r["val_loss"] == [x for x in read_records(tmp_path / "jobs" / "smoke" / r["run"])
                                  if x["kind"] == "eval"][-1]["val_loss"] for r in rows)
 

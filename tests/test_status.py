@@ -18,33 +18,31 @@ import pytest
 
 from zbpscale.status import collect_rows, exit_code, tail_records
 
-NOW = time.time()
-
-
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
              beat_age=5.0, log_text=None, plan=None) -> Path:
+    now = time.time()  # ages are relative to when the folder is written
     run = folder / name
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"steps": steps, "global_batch": 8, "seq_len": 128}))
     (run / "plan.json").write_text(json.dumps(plan or {"params": 1000 + len(name), "gpus": 8, "gpu_hours": 16.0}))
-    records = [{"kind": "start", "time": NOW - 3600, "derived": {"params": 1000 + len(name), "tokens_per_step": 1024,
+    records = [{"kind": "start", "time": now - 3600, "derived": {"params": 1000 + len(name), "tokens_per_step": 1024,
                                                                   "total_steps": steps}}]
     for step in range(done):
-        records.append({"kind": "train", "time": NOW - 3600 + step, "step": step, "loss": 5.0 - step / 100,
+        records.append({"kind": "train", "time": now - 3600 + step, "step": step, "loss": 5.0 - step / 100,
                         "step_time": 2.0, "tokens_per_s": 512.0})
         if step % 10 == 9:
-            records.append({"kind": "eval", "time": NOW - 3600 + step, "step": step, "val_loss": 6.0 - step / 100})
+            records.append({"kind": "eval", "time": now - 3600 + step, "step": step, "val_loss": 6.0 - step / 100})
     if job or done:  # a run never started has no metrics yet
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if done:
-        (run / "heartbeat.json").write_text(json.dumps({"step": done, "time": NOW - beat_age}))
+        (run / "heartbeat.json").write_text(json.dumps({"step": done, "time": now - beat_age}))
     attempts = []
     if job:
-        attempts.append({"event": "submitted", "time": NOW - 3700, "job_id": job, "executor": executor,
+        attempts.append({"event": "submitted", "time": now - 3700, "job_id": job, "executor": executor,
                          "logs": str(run / "logs")})
-        attempts.append({"event": "start", "time": NOW - 3600, "job_id": job, "executor": executor})
+        attempts.append({"event": "start", "time": now - 3600, "job_id": job, "executor": executor})
     for why, reason in ends:
-        attempts.append({"event": "end", "time": NOW - 60, "job_id": job, "why": why, "reason": reason,
+        attempts.append({"event": "end", "time": now - 60, "job_id": job, "why": why, "reason": reason,
                          **({"log": str(run / "logs" / f"{job}_0.log")} if executor == "local" else {})})
     (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
     if log_text is not None:
@@ -166,7 +164,7 @@ def test_runs_trained_directly_without_a_job(tmp_path):
     make_run(sweep, "tiny-bp", done=5, beat_age=2.0)  # python -m zbpscale.train, beating
     diverged = make_run(sweep, "tiny-zbp_n4", done=5, beat_age=5000.0)
     with open(diverged / "metrics.jsonl", "a") as fh:
-        fh.write(json.dumps({"kind": "end", "time": NOW - 5000, "step": 4, "status": "diverged",
+        fh.write(json.dumps({"kind": "end", "time": time.time() - 5000, "step": 4, "status": "diverged",
                              "reason": "non-finite loss at step 4"}) + "\n")
     rows = by_run(collect_rows(sweep))
     assert rows["tiny-bp"]["state"] == "running"

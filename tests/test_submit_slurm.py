@@ -114,7 +114,7 @@ def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tm
         (job,) = job_ids(run)
         assert wait_final(slurm_env, job, timeout=900) == "COMPLETED", list((run / "logs").iterdir())
         assert (run / COMPLETE).exists()
-        assert [s for s, _ in losses(run)] == list(range(30))
+        assert [s for s, _ in losses(run)] == list(range(20))
         assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
     assert (tmp_path / "data" / "embedded" / "manifest.json").exists()
     again = submit(sweep, slurm_env)
