@@ -76,7 +76,7 @@ def test_packing_mixed_sizes_never_gives_a_gpu_twice_and_starts_every_run():
         jobs.append((rng.uniform(0, 200), f"j{i}", rng.choice([1, 1, 1, 2, 2, 4, 8]), rng.uniform(0.5, limit), limit))
     started = simulate(jobs)
     assert set(started) == {j[1] for j in jobs}
-    # Small runs sit side by side: at some moment four or more runs share the node.
+    # Small runs are packed: at some moment two or more runs start together.
     assert max(sum(1 for s, _ in started.values() if s == t) for t, _ in started.values()) >= 2
 
 

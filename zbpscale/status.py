@@ -86,14 +86,14 @@ def _read_json(path: Path) -> dict:
 # -------------------------------------------------------------------------------------------- schedulers
 def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[str, str]:
     """{job id: squeue-style state} for the runs' last jobs, from the local queue and SLURM."""
-    from zbpscale.local.queue import LocalQueue
+    from zbpscale.local.queue import SCHEDULER_STATE, LocalQueue
 
     states = {}
     queue = LocalQueue(root)
     if queue.entries_dir.is_dir():
         alive = queue.driver_alive()
         for e in queue.entries():
-            states[e.job_id] = {"queued": "PENDING", "running": "RUNNING"}.get(e.state, e.state.upper())
+            states[e.job_id] = SCHEDULER_STATE.get(e.state, e.state.upper())
             if e.state in ("queued", "running") and not alive:
                 states[e.job_id] = "DRIVER_DOWN"
     slurm_jobs = [last_submitted(a)["job_id"] for a in attempts_by_run.values()

@@ -109,13 +109,6 @@ class LocalQueue:
                     continue  # a file being replaced; the next read sees it
         return sorted(out, key=lambda e: e.seq)
 
-    def entry(self, job_id: str) -> Entry | None:
-        path = self.entries_dir / f"{job_id}.json"
-        try:
-            return Entry(**json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError, TypeError):
-            return None
-
     def write(self, entry: Entry) -> None:
         _write_json(self.entries_dir / f"{entry.job_id}.json", dataclasses.asdict(entry))
 
