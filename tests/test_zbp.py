@@ -2,8 +2,10 @@
 
 Compared: the estimator's noise-to-signal ratio with the closed-form law of each probe family, the mean of
 many estimates with the exact VJP (unbiasedness), estimates drawn with different chunk sizes with each
-other, the autograd block's backward with the plain estimator, and bf16-autocast estimates with fp32 ones.
-Exact VJPs come from torch.autograd on the same box.
+other, the autograd block's backward with the estimator, and bf16-autocast estimates with fp32 ones.
+Exact VJPs come from torch.autograd on the same box. Laws and unbiasedness are checked for the plain path
+and, for the probe families it draws (rademacher, gaussian), for the fused one (`impl`); the fused kernels
+against the plain formula on the same probes are in tests/test_fused.py.
 """
 
 import dataclasses
@@ -19,14 +21,16 @@ from zbpscale.zbp import (
     masked_softmax, nsr, swiglu, theory_nsr, zbp_apply,
 )
 
+# (probe, impl): every family on the plain path, the two the fused kernels draw on the fused path
+PROBE_IMPLS = [(p, "plain") for p in PROBES] + [("rademacher", "fused"), ("gaussian", "fused")]
+
 
 def units_for(d: int) -> int:
     """Units per measurement: the mean per-unit NSR then has a spread of ~1-3% (tolerance 10%)."""
     return max(1024, 131072 // d)
 
 
-def softmax_rows(s):
-    return masked_softmax(s, None)
+softmax_rows = functools.partial(masked_softmax, mask=None)  # the form the fused kernels recognise
 
 
 def make_case(core: str, d: int, units: int | None = None, seed: int = 0):
@@ -49,10 +53,10 @@ def exact_vjp(f, x, g):
 @pytest.mark.parametrize("core", ["attn", "ffn"])
 @pytest.mark.parametrize("d", [32, 128, 512])
 @pytest.mark.parametrize("n", [4, 16, 64])
-@pytest.mark.parametrize("probe", PROBES)
-def test_nsr_matches_theory(core, d, n, probe):
+@pytest.mark.parametrize("probe, impl", PROBE_IMPLS)
+def test_nsr_matches_theory(core, d, n, probe, impl):
     f, x, g, v = make_case(core, d)
-    est = estimate_vjp(f, x, g, n=n, probe=probe, seed=1, chunk=16)
+    est = estimate_vjp(f, x, g, n=n, probe=probe, seed=1, chunk=16, impl=impl)
     measured, theory = nsr(est, v, per_unit=True), theory_nsr(probe, d, n)
     if theory == 0:  # orthogonal with n a multiple of d: whole bases reconstruct the VJP exactly
         assert measured < 1e-6
@@ -69,7 +73,8 @@ def test_orthogonal_cycling_law_between_whole_bases():
 
 
 @pytest.mark.parametrize("probe", ["rademacher", "gaussian"])
-def test_causal_core_nsr_follows_row_lengths(probe):
+@pytest.mark.parametrize("impl", ["plain", "fused"])
+def test_causal_core_nsr_follows_row_lengths(probe, impl):
     """The masked score core: row t has t+1 live entries, so the NSR is the |v|^2-weighted law per row."""
     T, n = 64, 16
     gen = torch.Generator().manual_seed(5)
@@ -77,7 +82,7 @@ def test_causal_core_nsr_follows_row_lengths(probe):
     s, g = torch.randn(16, 2, T, T, generator=gen), torch.randn(16, 2, T, T, generator=gen) * mask
     f = functools.partial(masked_softmax, mask=mask)
     v = exact_vjp(f, s, g)
-    est = estimate_vjp(f, s, g, n=n, probe=probe, seed=2, mask=mask, chunk=8)
+    est = estimate_vjp(f, s, g, n=n, probe=probe, seed=2, mask=mask, chunk=8, impl=impl)
     row_energy = v.double().pow(2).sum(-1).sum((0, 1))  # (T,)
     per_row = torch.tensor([theory_nsr(probe, t + 1, n) for t in range(T)], dtype=torch.float64)
     expected = float((per_row * row_energy).sum() / row_energy.sum())
@@ -85,35 +90,36 @@ def test_causal_core_nsr_follows_row_lengths(probe):
 
 
 @pytest.mark.parametrize("core", ["attn", "ffn"])
-@pytest.mark.parametrize("probe", PROBES)
-def test_mean_of_estimates_is_unbiased(core, probe):
+@pytest.mark.parametrize("probe, impl", PROBE_IMPLS)
+def test_mean_of_estimates_is_unbiased(core, probe, impl):
     d, n, draws = 64, 8, 64
     f, x, g, v = make_case(core, d, units=64)
-    mean = sum(estimate_vjp(f, x, g, n=n, probe=probe, seed=s) for s in range(draws)) / draws
+    mean = sum(estimate_vjp(f, x, g, n=n, probe=probe, seed=s, impl=impl) for s in range(draws)) / draws
     rel_err = math.sqrt(nsr(mean, v))
     assert rel_err <= 3 * math.sqrt(theory_nsr(probe, d, n) / draws)
 
 
 @pytest.mark.parametrize("core", ["attn", "ffn"])
-def test_forward_differences_follow_the_law_at_small_eps(core):
+@pytest.mark.parametrize("impl", ["plain", "fused"])
+def test_forward_differences_follow_the_law_at_small_eps(core, impl):
     f, x, g, v = make_case(core, 128)
-    est = estimate_vjp(f, x, g, n=16, scheme="forward", eps=1e-3, seed=4)
+    est = estimate_vjp(f, x, g, n=16, scheme="forward", eps=1e-3, seed=4, impl=impl)
     assert nsr(est, v, per_unit=True) == pytest.approx(theory_nsr("rademacher", 128, 16), rel=0.10)
 
 
-@pytest.mark.parametrize("probe", PROBES)
+@pytest.mark.parametrize("probe, impl", PROBE_IMPLS)
 @pytest.mark.parametrize("scheme", ["central", "forward"])
-def test_same_seed_same_estimate_whatever_the_chunk(probe, scheme):
+def test_same_seed_same_estimate_whatever_the_chunk(probe, impl, scheme):
     mask = causal_mask(32)
     f = functools.partial(masked_softmax, mask=mask)
     s, g = torch.randn(2, 3, 32, 32), torch.randn(2, 3, 32, 32)
-    runs = [estimate_vjp(f, s, g, n=20, probe=probe, scheme=scheme, seed=11, chunk=c, mask=mask)
-            for c in (1, 3, 7, 20)]
+    kw = dict(n=20, probe=probe, scheme=scheme, mask=mask, impl=impl)
+    runs = [estimate_vjp(f, s, g, seed=11, chunk=c, **kw) for c in (1, 3, 7, 20)]
     for est in runs[1:]:
         assert torch.linalg.vector_norm(est - runs[0]) <= 1e-6 * torch.linalg.vector_norm(runs[0])
-    again = estimate_vjp(f, s, g, n=20, probe=probe, scheme=scheme, seed=11, chunk=3, mask=mask)
+    again = estimate_vjp(f, s, g, seed=11, chunk=3, **kw)
     assert torch.equal(again, runs[1])
-    other = estimate_vjp(f, s, g, n=20, probe=probe, scheme=scheme, seed=12, chunk=3, mask=mask)
+    other = estimate_vjp(f, s, g, seed=12, chunk=3, **kw)
     assert not torch.allclose(other, runs[1])
 
 
@@ -139,11 +145,12 @@ def test_orthogonal_probes_form_bases_per_row_length():
     assert not torch.allclose(row[0:4], row[4:8])
 
 
-def test_causal_core_leaves_masked_scores_without_gradient():
+@pytest.mark.parametrize("impl", ["plain", "fused"])
+def test_causal_core_leaves_masked_scores_without_gradient(impl):
     T = 16
     mask = causal_mask(T)
     s = torch.randn(2, 2, T, T, requires_grad=True)
-    cfg = ZBPConfig(n=8)
+    cfg = ZBPConfig(n=8, impl=impl)
     p = zbp_apply(functools.partial(masked_softmax, mask=mask), s, cfg, seed=3, mask=mask)
     assert torch.all(p[..., ~mask] == 0)
     p.backward(torch.randn_like(p))
@@ -152,18 +159,20 @@ def test_causal_core_leaves_masked_scores_without_gradient():
 
 
 @pytest.mark.parametrize("scheme", ["central", "forward"])
-def test_block_forward_is_exact_and_backward_is_the_estimate(scheme):
-    cfg = ZBPConfig(n=8, scheme=scheme, chunk=3)
+@pytest.mark.parametrize("impl", ["plain", "fused"])
+def test_block_forward_is_exact_and_backward_is_the_estimate(scheme, impl):
+    cfg = ZBPConfig(n=8, scheme=scheme, chunk=3, impl=impl)
     u = torch.randn(4, 5, 24, requires_grad=True)
     y = zbp_apply(swiglu, u, cfg, seed=42)
     assert torch.equal(y, swiglu(u.detach()))
     g = torch.randn_like(y)
     y.backward(g)
-    expected = estimate_vjp(swiglu, u, g, n=8, scheme=scheme, seed=42, chunk=3)
+    expected = estimate_vjp(swiglu, u, g, n=8, scheme=scheme, seed=42, chunk=3, impl=impl)
     assert torch.equal(u.grad, expected)
 
 
-def test_bf16_autocast_measures_in_fp32():
+@pytest.mark.parametrize("impl", ["plain", "fused"])
+def test_bf16_autocast_measures_in_fp32(impl):
     """Under CPU bf16 autocast the estimate's NSR equals the fp32 one; a bf16 measurement would not."""
     T, n, eps = 64, 16, 1e-3
     mask = causal_mask(T)
@@ -172,14 +181,14 @@ def test_bf16_autocast_measures_in_fp32():
     s = (4 * torch.randn(8, 4, T, T, generator=gen)).bfloat16()  # bf16 scores, as under autocast
     g = torch.randn(8, 4, T, T, generator=gen).bfloat16()
     v = exact_vjp(f, s.float(), g.float())  # exact VJP at the same (bf16-rounded) point, in fp32
-    cfg = ZBPConfig(n=n, eps=eps)
+    cfg = ZBPConfig(n=n, eps=eps, impl=impl)
 
     s_leaf = s.clone().requires_grad_(True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         p = zbp_apply(f, s_leaf, cfg, seed=9, mask=mask)
     p.backward(g)
     assert p.dtype == torch.bfloat16 and s_leaf.grad.dtype == torch.bfloat16
-    fp32 = estimate_vjp(f, s.float(), g.float(), n=n, eps=eps, seed=9, mask=mask)
+    fp32 = estimate_vjp(f, s.float(), g.float(), n=n, eps=eps, seed=9, mask=mask, impl=impl)
     # The gradient handed back is rounded to bf16 (relative error ~2^-9 per entry), nothing more.
     assert nsr(s_leaf.grad.float(), v) == pytest.approx(nsr(fp32, v), rel=0.10)
 
@@ -214,7 +223,8 @@ def test_call_seeds_differ_by_every_coordinate_and_repeat():
 @pytest.mark.parametrize(
     "fields, field",
     [({"probe": "uniform"}, "probe"), ({"n": 0}, "n"), ({"eps": 0.0}, "eps"), ({"eps": -1e-3}, "eps"),
-     ({"chunk": 0}, "chunk"), ({"scheme": "backward"}, "scheme"), ({"cores": "mlp"}, "cores")],
+     ({"chunk": 0}, "chunk"), ({"scheme": "backward"}, "scheme"), ({"cores": "mlp"}, "cores"),
+     ({"impl": "fast"}, "impl"), ({"impl": "fused", "probe": "sphere"}, "impl")],
 )
 def test_bad_settings_name_the_field(fields, field):
     with pytest.raises(ConfigError, match=rf"ZBPConfig\.{field}"):
@@ -224,6 +234,8 @@ def test_bad_settings_name_the_field(fields, field):
 def test_arm_names():
     assert arm_zbp_config("bp") is None
     assert arm_zbp_config("zbp_n16") == ZBPConfig(n=16)
+    assert arm_zbp_config("zbp_n16").impl == "auto"
+    assert arm_zbp_config("zbp_n16", impl="plain") == ZBPConfig(n=16, impl="plain")
     assert arm_zbp_config("zbp_n4_fwd") == ZBPConfig(n=4, scheme="forward")
     assert arm_zbp_config("zbp_n64_gaussian", cores="ffn") == ZBPConfig(n=64, probe="gaussian", cores="ffn")
     with pytest.raises(ConfigError, match="unknown arm 'zbp16'"):

@@ -2,10 +2,12 @@
 
 Measures ms per training step (forward + backward + AdamW step) and the step's peak memory above the
 resting state (parameters, gradients-free, optimizer state), for bp and ZBP n = 4, 16, 64 with central and
-forward differences. Arms are timed in interleaved rounds (median per arm) so that machine noise hits them
-alike; ratios are to BP measured in the same run.
+forward differences, each with the plain and the fused estimator (`ZBPConfig.impl`). Arms are timed in
+interleaved rounds (median per arm) so that machine noise hits them alike; ratios are to BP measured in the
+same run. Fused arms compile their kernels during the warm-up step (CPU; printed), not while timed.
 
   python tools/bench_step.py                      # CPU config of the issue: d=128 L=4 H=4 T=128 batch 8, 2 threads
+  python tools/bench_step.py --impl fused         # fused arms only (plus bp)
   python tools/bench_step.py --json               # the same figures as JSON records
   python tools/bench_step.py --device cuda --d 512 --layers 8 --heads 8 --seq 1024 --batch 8   # GPU reference
 
@@ -29,8 +31,10 @@ import torch
 from zbpscale.model import ModelConfig, Transformer
 from zbpscale.zbp import ZBPConfig
 
-ARMS = [("bp", None, None)] + [(f"zbp_n{n}" + ("_fwd" if s == "forward" else ""), n, s)
-                                for n in (4, 16, 64) for s in ("central", "forward")]
+ZBP_ARMS = [(f"zbp_n{n}" + ("_fwd" if s == "forward" else ""), n, s)
+            for n in (4, 16, 64) for s in ("central", "forward")]
+IMPLS = ("plain", "fused")
+ARMS = [("bp", None, None, None)] + [(f"{arm}/{impl}", n, s, impl) for impl in IMPLS for arm, n, s in ZBP_ARMS]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,14 +52,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--chunk", type=int, default=16, help="probes per batched query")
     p.add_argument("--steps", type=int, default=2, help="timed steps per arm and round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median round counts")
-    p.add_argument("--arms", default=",".join(a for a, _, _ in ARMS), help="comma-separated subset")
+    p.add_argument("--arms", default=",".join(["bp"] + [a for a, _, _ in ZBP_ARMS]), help="comma-separated subset")
+    p.add_argument("--impl", default=",".join(IMPLS), help="estimators to run each ZBP arm with: plain, fused")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: one arm's memory
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    arm_names = ["bp"] + [a for a, _, _ in ZBP_ARMS]
+    for value, allowed, flag in ((args.arms, arm_names, "--arms"), (args.impl, IMPLS, "--impl")):
+        unknown = sorted(set(value.split(",")) - set(allowed))
+        if unknown:
+            p.error(f"{flag}: unknown {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    return args
 
 
-def build(args, n: int | None, scheme: str | None):
-    zbp = None if n is None else ZBPConfig(n=n, scheme=scheme, probe=args.probe, chunk=args.chunk)
+def build(args, n: int | None, scheme: str | None, impl: str | None):
+    zbp = None if n is None else ZBPConfig(n=n, scheme=scheme, probe=args.probe, chunk=args.chunk, impl=impl)
     cfg = ModelConfig(n_layer=args.layers, n_head=args.heads, d_model=args.d, max_seq_len=args.seq, zbp=zbp)
     torch.manual_seed(0)
     model = Transformer(cfg).to(args.device)
@@ -91,8 +102,8 @@ def _rss_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def peak_mb_here(args, n, scheme) -> float:
-    step = build(args, n, scheme)
+def peak_mb_here(args, n, scheme, impl) -> float:
+    step = build(args, n, scheme, impl)
     step()  # optimizer state exists from here on
     sync(args.device)
     if args.device == "cuda":
@@ -110,9 +121,9 @@ def peak_mb_here(args, n, scheme) -> float:
 
 def peak_mb(args, name: str) -> float:
     if args.device == "cuda":
-        _, n, scheme = next(a for a in ARMS if a[0] == name)
+        _, n, scheme, impl = next(a for a in ARMS if a[0] == name)
         torch.cuda.empty_cache()
-        return peak_mb_here(args, n, scheme)
+        return peak_mb_here(args, n, scheme, impl)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     cmd = [sys.executable, __file__, *sys.argv[1:], "--memory-of", name]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -123,19 +134,21 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory_of:
-        _, n, scheme = next(a for a in ARMS if a[0] == args.memory_of)
-        print(peak_mb_here(args, n, scheme))
+        _, n, scheme, impl = next(a for a in ARMS if a[0] == args.memory_of)
+        print(peak_mb_here(args, n, scheme, impl))
         return
-    chosen = [a for a in ARMS if a[0] in args.arms.split(",")]
-    if chosen[0][0] != "bp":
-        chosen.insert(0, ARMS[0])
-    steps = {name: build(args, n, scheme) for name, n, scheme in chosen}
+    wanted, impls = args.arms.split(","), args.impl.split(",")
+    chosen = [a for a in ARMS if a[0] == "bp" or (a[0].split("/")[0] in wanted and a[3] in impls)]
+    steps = {name: build(args, n, scheme, impl) for name, n, scheme, impl in chosen}
     if not args.json:
         print(f"# d={args.d} L={args.layers} H={args.heads} T={args.seq} batch={args.batch} "
               f"device={args.device} threads={args.threads} probe={args.probe} chunk={args.chunk}; "
               f"{args.rounds} rounds x {args.steps} steps", flush=True)
-    for step in steps.values():  # warm-up: allocator, optimizer state, kernels
+    for name, step in steps.items():  # warm-up: allocator, optimizer state, kernels (fused: compiles them)
+        t0 = time.perf_counter()
         step()
+        if name.endswith("/fused") and not args.json:
+            print(f"# warm-up {name}: {time.perf_counter() - t0:.1f} s", flush=True)
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
@@ -147,9 +160,10 @@ def main(argv=None) -> None:
             times[name].append((time.perf_counter() - t0) * 1000 / args.steps)
     ms = {name: statistics.median(t) for name, t in times.items()}
     records = []
-    for name, n, scheme in chosen:
+    for name, n, scheme, impl in chosen:
         records.append({
             "arm": name, "n": n or 0, "scheme": scheme or "exact", "probe": args.probe if n else "-",
+            "impl": impl or "-",
             "ms_per_step": round(ms[name], 2), "ratio_to_bp": round(ms[name] / ms["bp"], 2),
             "peak_mb": round(peak_mb(args, name), 1),
         })
@@ -159,9 +173,9 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(records, indent=1))
         return
-    print(f"{'arm':<14}{'ms/step':>10}{'x BP':>8}{'peak MB':>10}{'x BP':>8}")
+    print(f"{'arm':<20}{'ms/step':>10}{'x BP':>8}{'peak MB':>10}{'x BP':>8}")
     for r in records:
-        print(f"{r['arm']:<14}{r['ms_per_step']:>10.1f}{r['ratio_to_bp']:>8.2f}"
+        print(f"{r['arm']:<20}{r['ms_per_step']:>10.1f}{r['ratio_to_bp']:>8.2f}"
               f"{r['peak_mb']:>10.1f}{r['peak_ratio_to_bp'] or float('nan'):>8.2f}")
 
 

@@ -85,7 +85,8 @@ def diagnose(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor], zbp: 
         (exact,) = torch.autograd.grad(out, u, g, retain_graph=True)
         u, g = u.detach(), g.detach()
         est = estimate_vjp(box, u, g, n=zbp.n, probe=zbp.probe, scheme=zbp.scheme, eps=zbp.eps,
-                           seed=mix_seed(diag_seed, layer, CORE_IDS[core]), chunk=zbp.chunk, mask=mask)
+                           seed=mix_seed(diag_seed, layer, CORE_IDS[core]), chunk=zbp.chunk, mask=mask,
+                           impl=zbp.impl)
         err = (est.double() - exact.double()).pow(2).sum(-1)
         ref = exact.double().pow(2).sum(-1)
         d = (mask.sum(-1).expand(ref.shape) if mask is not None else torch.full_like(ref, u.shape[-1])).double()

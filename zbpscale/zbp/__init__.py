@@ -1,5 +1,9 @@
 """The ZBP method: probes, the zeroth-order VJP estimator, the black boxes and the autograd block.
 
+The estimator has a plain reference form (`estimate_vjp`) and a fused one for the model's two boxes
+(`zbp.fused`: counter-hash probes in Triton kernels on CUDA or torch.compile graphs on CPU), chosen by
+`ZBPConfig.impl`.
+
 Runs in a plain single process: nothing here knows about DDP, files or jobs.
 """
 

@@ -57,7 +57,7 @@ class ZBPBlock(torch.autograd.Function):
         cfg = ctx.cfg
         grad_x = estimate_vjp(
             ctx.f, x, grad_y, n=cfg.n, probe=cfg.probe, scheme=cfg.scheme, eps=cfg.eps,
-            seed=ctx.seed, chunk=cfg.chunk, mask=ctx.mask, y=rest[0] if rest else None,
+            seed=ctx.seed, chunk=cfg.chunk, mask=ctx.mask, y=rest[0] if rest else None, impl=cfg.impl,
         )
         return grad_x.to(x.dtype), None, None, None, None
 

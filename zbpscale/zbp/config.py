@@ -11,6 +11,8 @@ from zbpscale.errors import ConfigError
 PROBES = ("rademacher", "gaussian", "sphere", "orthogonal")
 SCHEMES = ("central", "forward")
 CORES = ("both", "attn", "ffn", "none")
+IMPLS = ("auto", "plain", "fused")
+FUSED_PROBES = ("rademacher", "gaussian")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,11 +28,17 @@ class ZBPConfig:
     eps: float = 1e-3
     """Perturbation per probe entry: the box is queried at x +- eps * u."""
     chunk: int = 16
-    """Probes per batched query; bounds memory (the score core holds chunk * B*H*T^2 values per tensor)."""
+    """Probes per batched query of the plain path; bounds its memory (the score core holds chunk * B*H*T^2
+    values per tensor). The fused path holds no probes and ignores it."""
     cores: str = "both"
     """Which cores are physical black boxes: both, attn (score-space softmax), ffn (SwiGLU), none."""
     seed: int = 0
     """Base seed of the probes; per-call seeds derive from (seed, step, micro-step, layer, core, rank)."""
+    impl: str = "auto"
+    """How estimates are computed. plain: the reference (`estimate_vjp`), chunked, probes from ProbeStream.
+    fused: kernels that never materialise probes (`zbp.fused`: Triton on CUDA, torch.compile on CPU), with
+    counter-hash probes; rademacher or gaussian only. auto: fused where it applies (the model's two boxes,
+    rademacher or gaussian probes, a working compiler), plain elsewhere."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
@@ -45,6 +53,11 @@ class ZBPConfig:
             raise ConfigError(f"ZBPConfig.chunk must be an integer >= 1, got {self.chunk!r}")
         if self.cores not in CORES:
             raise ConfigError(f"ZBPConfig.cores must be one of {', '.join(CORES)}; got {self.cores!r}")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"ZBPConfig.impl must be one of {', '.join(IMPLS)}; got {self.impl!r}")
+        if self.impl == "fused" and self.probe not in FUSED_PROBES:
+            raise ConfigError(f"ZBPConfig.impl='fused' draws {' or '.join(FUSED_PROBES)} probes, not "
+                              f"{self.probe!r}", hint="use impl='auto' or 'plain'")
 
     @property
     def attn_physical(self) -> bool:

@@ -17,6 +17,9 @@ Caveats:
   - Measurements run in fp32 (fp64 stays fp64) with autocast off: in bf16, x + eps u rounds back to x
     for eps << |x| * 2^-8 and the difference is noise.
   - Reproducibility rests on the seed alone: ranks must derive their seeds from the same base seed.
+  - impl='fused' (or 'auto' where it applies) computes the same estimator without materialising probes
+    (`zbpscale.zbp.fused`), with counter-hash probes: for one seed it draws other probes than this plain
+    path, with the same law. The plain path is the reference.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Callable
 import torch
 
 from zbpscale.errors import ConfigError
-from zbpscale.zbp.config import SCHEMES
+from zbpscale.zbp.config import FUSED_PROBES, IMPLS, SCHEMES
 from zbpscale.zbp.probes import ProbeStream
 
 Box = Callable[[torch.Tensor], torch.Tensor]
@@ -50,6 +53,7 @@ def estimate_vjp(
     chunk: int | None = None,
     mask: torch.Tensor | None = None,
     y: torch.Tensor | None = None,
+    impl: str = "plain",
 ) -> torch.Tensor:
     """Estimate J^T g of the box `f` at `x` from forward queries, one estimate per unit.
 
@@ -59,6 +63,8 @@ def estimate_vjp(
     mask:  optional boolean tensor broadcastable to x: live entries. Masked entries are never
            perturbed and get exactly zero gradient.
     y:     f(x) in the measurement dtype, if already known (saves one query for `forward`).
+    impl:  plain (this function's loop), fused (`zbp.fused`; f must be `swiglu` or `masked_softmax` with
+           the causal mask or none) or auto (fused where it applies and compiles, else plain).
     Returns the estimate in the measurement dtype (fp32, or fp64 for fp64 inputs), shaped like x.
     """
     if n < 1:
@@ -70,8 +76,15 @@ def estimate_vjp(
     chunk = n if chunk is None else chunk
     if chunk < 1:
         raise ConfigError(f"chunk must be >= 1, got {chunk}")
+    if impl not in IMPLS:
+        raise ConfigError(f"impl must be one of {', '.join(IMPLS)}; got {impl!r}")
     dtype = measurement_dtype(x.dtype)
     with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        if impl != "plain":
+            est = _fused_or_none(f, x.detach(), g.detach(), n=n, probe=probe, scheme=scheme, eps=eps, seed=seed,
+                                 mask=mask, required=impl == "fused")
+            if est is not None:
+                return est
         x = x.detach().to(dtype)
         g = g.detach().to(dtype)
         if scheme == "forward":
@@ -87,6 +100,30 @@ def estimate_vjp(
             coef = (df * g).sum(-1, keepdim=True)  # (k, ..., 1): g^T J u_i per unit
             est += (coef * u).sum(0)
         return est / n
+
+
+def _fused_or_none(f, x, g, *, required: bool, **kw) -> torch.Tensor | None:
+    """The fused estimate, or None where it does not apply (auto); impl='fused' insists."""
+    from zbpscale.zbp import fused
+
+    kind = fused.box_kind(f, x, kw["mask"])
+    why = None
+    if kind is None:
+        why = "the box is not one the fused kernels implement (swiglu, masked_softmax with a causal mask or none)"
+    elif kw["probe"] not in FUSED_PROBES:
+        why = f"the fused kernels draw {' or '.join(FUSED_PROBES)} probes, not {kw['probe']!r}"
+    elif not fused.available(x):
+        why = f"no fused back end for {x.dtype} on {x.device.type} in this process"
+    if why is not None:
+        if required:
+            raise ConfigError(f"impl='fused' cannot run here: {why}", hint="use impl='auto' or 'plain'")
+        return None
+    try:
+        return fused.fused_vjp(kind, x, g, **kw)
+    except fused.CompileFailed:
+        if required:
+            raise
+        return None  # warned once; plain from here on
 
 
 def nsr(est: torch.Tensor, exact: torch.Tensor, *, per_unit: bool = False) -> float:

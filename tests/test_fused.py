@@ -1,0 +1,208 @@
+"""The fused estimator (`zbp.fused`, `zbp.counter`, `zbp.fused_triton`) against the plain formula.
+
+Compared: the fused estimate with the plain formula est = (1/n) sum_i <g, df_i> u_i evaluated on the same
+counter-hash probes, materialised (both boxes, central and forward, causal mask and none, rademacher and
+gaussian); the counter probes' moments with E[u u^T] = I; fused estimates of one seed with each other
+(bitwise) and across probe counts; `auto` with the plain path where fused does not apply; the Triton
+kernels with the same formula, under TRITON_INTERPRET=1 on CPU and on a GPU. The NSR-law and unbiasedness
+tests of the fused path sit with the plain ones, parametrised over impl, in tests/test_zbp.py.
+The CPU graphs compile once per test session (dynamic shapes), so the shapes here vary freely.
+"""
+
+import functools
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from zbpscale.errors import ConfigError
+from zbpscale.zbp import (
+    ZBPConfig, causal_mask, counter, estimate_vjp, fused, fused_cpu, masked_softmax, swiglu, zbp_apply,
+)
+
+
+def counter_plain(f, x, g, *, n, probe, scheme, eps, seed, mask=None):
+    """The plain formula on the counter probes, materialised: what the fused kernels must compute."""
+    d = x.shape[-1]
+    rows = torch.arange(x.numel() // d, device=x.device).view(*x.shape[:-1], 1)
+    u = counter.probes(probe, seed, n, rows, torch.arange(d, device=x.device), x.dtype)  # (n, ..., d)
+    if mask is not None:
+        u = u * mask
+    if scheme == "central":
+        df = (f(x + eps * u) - f(x - eps * u)) / (2 * eps)
+    else:
+        df = (f(x + eps * u) - f(x)) / eps
+    return ((df * g).sum(-1, keepdim=True) * u).sum(0) / n
+
+
+def case(box: str, seed: int = 0, device: str = "cpu"):
+    """(f, x, g, mask) of a small case: causal scores with an odd and an even T, plain rows, SwiGLU."""
+    gen = torch.Generator().manual_seed(seed)
+    if box.startswith("causal"):
+        t = int(box[len("causal"):])
+        x, g = 2 * torch.randn(2, 3, t, t, generator=gen), torch.randn(2, 3, t, t, generator=gen) * causal_mask(t)
+        mask = causal_mask(t, device)
+        return functools.partial(masked_softmax, mask=mask), x.to(device), g.to(device), mask
+    if box == "rows":
+        x, g = 2 * torch.randn(5, 7, 24, generator=gen), torch.randn(5, 7, 24, generator=gen)
+        return functools.partial(masked_softmax, mask=None), x.to(device), g.to(device), None
+    x, g = torch.randn(3, 5, 48, generator=gen), torch.randn(3, 5, 24, generator=gen)
+    return swiglu, x.to(device), g.to(device), None
+
+
+def rel(a, b) -> float:
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+BOXES = ["causal16", "causal15", "rows", "swiglu"]
+
+
+@pytest.mark.parametrize("probe", fused.FUSED_PROBES)
+@pytest.mark.parametrize("scheme", ["central", "forward"])
+@pytest.mark.parametrize("box", BOXES)
+def test_fused_equals_the_plain_formula_on_the_same_probes(box, scheme, probe):
+    f, x, g, mask = case(box)
+    kw = dict(n=20, probe=probe, scheme=scheme, eps=1e-3, seed=5, mask=mask)
+    est = estimate_vjp(f, x, g, impl="fused", **kw)
+    # fp32 finite differences carry ~1e-4 relative rounding noise, differently summed on each side
+    assert rel(est, counter_plain(f, x, g, **kw)) < 1e-3
+    if mask is not None:
+        assert torch.all(est[..., ~mask] == 0)
+
+
+@pytest.mark.parametrize("probe", fused.FUSED_PROBES)
+def test_counter_probes_have_identity_second_moment_and_are_independent(probe):
+    n, units, d = 256, 256, 40
+    u = counter.probes(probe, 3, n, torch.arange(units).view(-1, 1), torch.arange(d))  # (n, units, d)
+    flat = u.reshape(n, units * d).double()
+    assert abs(float(flat.mean())) < 0.005  # 2.6M entries: sd 6e-4
+    # E[u u^T] = I within a unit: 65536 samples per entry (sd 0.004), the max over 1560 off-diagonals
+    second = torch.einsum("nud,nue->de", u.double(), u.double()) / (n * units)
+    assert torch.allclose(second, torch.eye(d, dtype=torch.float64), atol=0.025)
+    # probes are uncorrelated with each other: 10240 samples per pair (sd 0.01), max over 32640 pairs
+    across_probes = (flat @ flat.T) / flat.shape[1]
+    assert float((across_probes - torch.eye(n, dtype=torch.float64)).abs().max()) < 0.07
+    if probe == "rademacher":
+        assert torch.all(u.abs() == 1)
+    else:
+        assert float(flat.pow(4).mean()) == pytest.approx(3.0, rel=0.05)
+
+
+@pytest.mark.parametrize("probe", fused.FUSED_PROBES)
+def test_probe_i_depends_on_seed_and_i_only(probe):
+    rows, cols = torch.arange(6).view(-1, 1), torch.arange(10)
+    many = counter.probes(probe, 7, 70, rows, cols)
+    assert torch.equal(many[:20], counter.probes(probe, 7, 20, rows, cols))
+    assert not torch.equal(many[:20], counter.probes(probe, 8, 20, rows, cols))
+
+
+@pytest.mark.parametrize("box", ["causal16", "swiglu"])
+def test_same_seed_same_fused_estimate_bitwise(box):
+    f, x, g, mask = case(box)
+    kw = dict(n=12, probe="rademacher", eps=1e-3, mask=mask, impl="fused")
+    first = estimate_vjp(f, x, g, seed=11, **kw)
+    assert torch.equal(first, estimate_vjp(f, x, g, seed=11, chunk=5, **kw))  # chunk: plain path only
+    assert not torch.allclose(first, estimate_vjp(f, x, g, seed=12, **kw))
+
+
+def test_auto_is_plain_where_fused_does_not_apply():
+    f, x, g, _ = case("swiglu")
+    for probe in ("sphere", "orthogonal"):  # no fused generator for these
+        auto = estimate_vjp(f, x, g, n=8, probe=probe, seed=1, impl="auto")
+        assert torch.equal(auto, estimate_vjp(f, x, g, n=8, probe=probe, seed=1, impl="plain"))
+    other_box = lambda u: torch.tanh(u)  # noqa: E731 - a box the kernels do not implement
+    auto = estimate_vjp(other_box, x, x, n=8, seed=1, impl="auto")
+    assert torch.equal(auto, estimate_vjp(other_box, x, x, n=8, seed=1, impl="plain"))
+    with pytest.raises(ConfigError, match="impl='fused' cannot run here"):
+        estimate_vjp(other_box, x, x, n=8, seed=1, impl="fused")
+    with pytest.raises(ConfigError, match=r"ZBPConfig\.impl"):
+        ZBPConfig(impl="fused", probe="orthogonal")
+
+
+def test_a_failing_compiler_falls_back_to_plain_with_one_warning(monkeypatch):
+    def broken(name):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(fused_cpu, "_compiled", broken)
+    monkeypatch.setattr(fused_cpu, "broken", [])
+    f, x, g, _ = case("swiglu")
+    plain = estimate_vjp(f, x, g, n=8, seed=1)
+    with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler"):
+        assert torch.equal(estimate_vjp(f, x, g, n=8, seed=1, impl="auto"), plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        assert torch.equal(estimate_vjp(f, x, g, n=8, seed=1, impl="auto"), plain)
+    with pytest.raises(ConfigError, match="impl='fused' cannot run here"):
+        estimate_vjp(f, x, g, n=8, seed=1, impl="fused")
+
+
+def test_block_backward_is_the_fused_estimate_under_bf16_autocast():
+    f, x, g, mask = case("causal16")
+    cfg = ZBPConfig(n=8, impl="fused")
+    s = x.bfloat16().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p = zbp_apply(f, s, cfg, seed=4, mask=mask)
+    p.backward(g.bfloat16())
+    expected = estimate_vjp(f, s.detach().float(), g.bfloat16().float(), n=8, seed=4, mask=mask, impl="fused")
+    assert torch.equal(s.grad, expected.bfloat16())
+
+
+# ---- Triton ---------------------------------------------------------------------------------------------
+
+
+def triton_equals_the_plain_formula():
+    """Run by test_triton_kernels_equal_the_plain_formula_in_the_interpreter in a child process."""
+    from zbpscale.zbp import fused_triton
+
+    settings = [(4, "central"), (40, "forward")]  # one word of probe bits, then two words
+    for i, probe in enumerate(fused.FUSED_PROBES):
+        for j, box in enumerate(("causal12", "rows", "swiglu")):
+            f, x, g, mask = case(box)
+            x, g = x[:1].contiguous(), g[:1].contiguous()  # few programs: the interpreter runs each in numpy
+            for n, scheme in settings if box == "causal12" else settings[(i + j) % 2:][:1]:
+                kw = dict(n=n, probe=probe, eps=1e-3, seed=5)
+                est = fused_triton.estimate("swiglu" if box == "swiglu" else "softmax", x, g,
+                                            central=scheme == "central", causal=mask is not None, **kw)
+                err = rel(est, counter_plain(f, x, g, scheme=scheme, mask=mask, **kw))
+                assert err < 1e-3, (probe, box, n, scheme, err)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: test_triton_kernels_on_gpu runs them")
+def test_triton_kernels_equal_the_plain_formula_in_the_interpreter():
+    """TRITON_INTERPRET=1 must be set before triton is first imported (torch.compile imports it), so the
+    kernels run in a fresh interpreter: it loads this file and calls triton_equals_the_plain_formula."""
+    code = ("import importlib.util as u; s = u.spec_from_file_location('t', %r); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); m.triton_equals_the_plain_formula()" % __file__)
+    child = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TRITON_INTERPRET": "1"},
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stdout + child.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("probe", fused.FUSED_PROBES)
+@pytest.mark.parametrize("scheme", ["central", "forward"])
+def test_triton_kernels_on_gpu(probe, scheme):
+    pytest.importorskip("triton")
+    for box in ("causal16", "causal15", "rows", "swiglu"):
+        f, x, g, mask = case(box, device="cuda")
+        kw = dict(n=40, probe=probe, scheme=scheme, eps=1e-3, seed=5, mask=mask)
+        est = estimate_vjp(f, x, g, impl="fused", **kw)
+        assert rel(est, counter_plain(f, x, g, **kw)) < 1e-3, box
+        f, x, g, mask = case(box)
+        cpu = estimate_vjp(f, x, g, impl="fused", **{**kw, "mask": mask})
+        assert rel(est.cpu(), cpu) < 1e-3, box  # the same probes on both back ends
+    # a long causal row (T = 1024, several tiles per row) in bf16, as the model hands it over
+    t = 1024
+    mask = causal_mask(t, "cuda")
+    f = functools.partial(masked_softmax, mask=mask)
+    x = (2 * torch.randn(1, 2, t, t, device="cuda")).bfloat16()
+    g = torch.randn(1, 2, t, t, device="cuda").bfloat16() * mask
+    kw = dict(n=64, probe=probe, scheme=scheme, eps=1e-3, seed=9, mask=mask)
+    est = estimate_vjp(f, x, g, impl="fused", **kw)
+    assert rel(est, counter_plain(f, x.float(), g.float(), **kw)) < 1e-3
