@@ -1,9 +1,28 @@
-"""The job side's pure pieces against hand-computed values: SLURM durations, timeout vs preemption, bounds."""
+"""The job side's pure pieces against hand-computed values: SLURM durations, timeout vs preemption, bounds;
+and a stop signal that comes before the job's handler exists, with and without the blocking launcher."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from zbpscale.job import classify_interruption, count_ends, read_attempts, record
+from zbpscale.signals import BLOCKED_PYTHON
 from zbpscale.slurm import parse_duration
+
+# A job's start-up: it says it runs, and waits for a line while the test signals it; only then does it install
+# the stop flag (as TrainJob and the local rank do after importing) and print what the flag holds.
+EARLY_SIGNAL_CHILD = """
+import sys
+print("started", flush=True)
+sys.stdin.readline()
+from zbpscale import signals
+signals.install()
+print(signals.received(), flush=True)
+"""
 
 
 @pytest.mark.parametrize("text, seconds", [
@@ -39,3 +58,17 @@ def test_attempts_record_round_trip_and_counts(tmp_path):
     attempts = read_attempts(tmp_path)
     assert len(attempts) == 7
     assert count_ends(attempts, "timeout") == 2 and count_ends(attempts, "preempted") == 1
+
+
+@pytest.mark.parametrize("launcher, survives", [(BLOCKED_PYTHON, True), ([sys.executable], False)])
+def test_a_stop_signal_during_start_up_waits_for_the_handler(launcher, survives):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([*launcher, "-c", EARLY_SIGNAL_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    assert child.stdout.readline().strip() == "started"
+    os.kill(child.pid, signal.SIGUSR2)
+    out, _ = child.communicate("go\n", timeout=60)
+    if survives:  # held back across exec, then delivered to the flag by install()
+        assert child.returncode == 0 and out.split() == [str(int(signal.SIGUSR2))]
+    else:  # the control: a plain interpreter dies of it, as a job did in CI
+        assert child.returncode == -signal.SIGUSR2

@@ -95,15 +95,14 @@ class TrainJob:
                 last = (str(err).strip().splitlines() or [""])[-1]
                 record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {last}")
             raise
+        # The trainer has put submitit's handlers back. A stop request from now on (a late time-limit warning, a
+        # preemption while requeueing) has nothing left to stop, and submitit's handler would fail the job.
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
         if status == "completed":
-            # A time-limit signal may still come while this process exits, when Python has already put the
-            # default handlers back (and USR2's default is to die): a finished run ignores it.
-            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
             if main:
                 record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
             return "completed"
         if (run_dir / CANCEL).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
-            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="cancelled; checkpointed")
             return "cancelled"

@@ -4,13 +4,25 @@ The trainer reads `received()` at each step boundary, where the ranks agree on i
 collective ever runs in a handler. `install()` is idempotent and keeps a signal that already arrived, so a
 job can install it first thing (a time-limit signal may come while torch is still importing) and the
 trainer's own `install()` sees that signal. `restore()` puts the previous handlers back and clears the flag.
+
+A signal can also come before any Python code of ours runs: SLURM sends the time-limit warning up to a minute
+early, so with a short limit it can reach a requeued attempt during interpreter start-up, when SIGUSR2 still
+kills. Jobs are therefore started through `BLOCKED_PYTHON`, which blocks both signals and execs the real
+interpreter: a blocked signal stays pending across exec, and `install()` unblocks it into the flag.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+# `BLOCKED_PYTHON + ["-m", module, ...]` runs `python -m module ...` with SIGNALS blocked until install().
+# The wrapper starts without site (-S), so its own unprotected start-up is a few milliseconds.
+_EXEC_BLOCKED = ("import os, signal, sys; "
+                 "signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR2, signal.SIGTERM)); "
+                 "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
+BLOCKED_PYTHON = [sys.executable, "-S", "-c", _EXEC_BLOCKED]
 _received = 0
 _previous: dict | None = None
 
@@ -24,6 +36,7 @@ def install() -> None:
     global _previous
     if _previous is None:
         _previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # a signal held back by BLOCKED_PYTHON lands here now
 
 
 def received() -> int:

@@ -20,12 +20,13 @@ import argparse
 import fnmatch
 import json
 import math
+import shlex
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from zbpscale import slurm
+from zbpscale import signals, slurm
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.train import batch_plan
@@ -122,10 +123,11 @@ def sbatch_parameters(run: Run) -> dict:
     return params
 
 
-def _executor(folder: Path, params: dict, max_num_timeout: int = 0):
+def _executor(folder: Path, params: dict, max_num_timeout: int = 0, python: list[str] | None = None):
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_num_timeout)
+    executor = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_num_timeout,
+                                      python=shlex.join(python or [sys.executable]))
     executor.update_parameters(**params)
     return executor
 
@@ -157,9 +159,11 @@ def submit_run(run: Run, *, depends_on: str | None = None) -> str:
     params = sbatch_parameters(run)
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
-    job = _executor(run_dir / "logs", params, max_num_timeout=run.sweep.max_timeouts).submit(
-        TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts, max_preemptions=run.sweep.max_preemptions,
-                 signal_delay_s=run.sweep.signal_delay_s))
+    # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
+    executor = _executor(run_dir / "logs", params, max_num_timeout=run.sweep.max_timeouts,
+                         python=signals.BLOCKED_PYTHON)
+    job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
+                                   max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s))
     record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / "logs"))
     return str(job.job_id)
 

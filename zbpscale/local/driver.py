@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from zbpscale import signals
 from zbpscale.local.queue import LIVE, Entry, LocalQueue, pid_alive, process_start_time
 from zbpscale.metrics import COMPLETE
 from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
@@ -122,7 +123,8 @@ class Driver:
             env = {**os.environ, "ZBPSCALE_DRIVER_PID": str(os.getpid()), "ZBPSCALE_JOB_ID": e.job_id,
                    **rank_env(rank=rank, world_size=e.ranks, gpu=gpus[rank] if gpus else None, port=e.port,
                               threads=e.threads)}
-            cmd = e.command if e.kind == "command" else [sys.executable, "-m", "zbpscale.local.rank", e.run_dir]
+            rank_cmd = [*signals.BLOCKED_PYTHON, "-m", "zbpscale.local.rank", e.run_dir]  # stop signals held back
+            cmd = e.command if e.kind == "command" else rank_cmd
             with open(log_dir / f"{e.job_id}_{rank}.log", "ab") as out:
                 out.write(f"=== {e.job_id} attempt {e.attempts} rank {rank} started "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
