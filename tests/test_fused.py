@@ -121,6 +121,12 @@ def test_auto_is_plain_where_fused_does_not_apply():
         estimate_vjp(other_box, x, x, n=8, seed=1, impl="fused")
     with pytest.raises(ConfigError, match=r"ZBPConfig\.impl"):
         ZBPConfig(impl="fused", probe="orthogonal")
+    # On CPU, below the break-even number of probes auto is plain; from it on, fused.
+    few, many = fused.CPU_MIN_N - 1, fused.CPU_MIN_N
+    assert torch.equal(estimate_vjp(f, x, g, n=few, seed=1, impl="auto"),
+                       estimate_vjp(f, x, g, n=few, seed=1, impl="plain"))
+    assert torch.equal(estimate_vjp(f, x, g, n=many, seed=1, impl="auto"),
+                       estimate_vjp(f, x, g, n=many, seed=1, impl="fused"))
 
 
 def test_a_failing_compiler_falls_back_to_plain_with_one_warning(monkeypatch):
@@ -130,14 +136,15 @@ def test_a_failing_compiler_falls_back_to_plain_with_one_warning(monkeypatch):
     monkeypatch.setattr(fused_cpu, "_compiled", broken)
     monkeypatch.setattr(fused_cpu, "broken", [])
     f, x, g, _ = case("swiglu")
-    plain = estimate_vjp(f, x, g, n=8, seed=1)
+    n = fused.CPU_MIN_N  # where auto would take the compiled graphs
+    plain = estimate_vjp(f, x, g, n=n, seed=1)
     with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler"):
-        assert torch.equal(estimate_vjp(f, x, g, n=8, seed=1, impl="auto"), plain)
+        assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per process
-        assert torch.equal(estimate_vjp(f, x, g, n=8, seed=1, impl="auto"), plain)
+        assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
     with pytest.raises(ConfigError, match="impl='fused' cannot run here"):
-        estimate_vjp(f, x, g, n=8, seed=1, impl="fused")
+        estimate_vjp(f, x, g, n=n, seed=1, impl="fused")
 
 
 def test_block_backward_is_the_fused_estimate_under_bf16_autocast():

@@ -278,6 +278,7 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
                120, "a checkpoint of each run")
     driver_pid = queue.driver_info()["pid"]
     os.kill(driver_pid, signal.SIGKILL)
+    assert not any((run / COMPLETE).exists() for run in runs), "a run finished before the kill: make it longer"
     wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
     # Its ranks got SIGUSR2 from the kernel (PDEATHSIG): they checkpoint and stop rather than train on.
     wait_until(lambda: all("checkpointed" in [r.get("status") for r in read_records(run) if r["kind"] == "end"]

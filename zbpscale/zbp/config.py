@@ -38,7 +38,7 @@ class ZBPConfig:
     """How estimates are computed. plain: the reference (`estimate_vjp`), chunked, probes from ProbeStream.
     fused: kernels that never materialise probes (`zbp.fused`: Triton on CUDA, torch.compile on CPU), with
     counter-hash probes; rademacher or gaussian only. auto: fused where it applies (the model's two boxes,
-    rademacher or gaussian probes, a working compiler), plain elsewhere."""
+    rademacher or gaussian probes, a working compiler; on CPU from n=16, its break-even), plain elsewhere."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:

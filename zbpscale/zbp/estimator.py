@@ -64,7 +64,8 @@ def estimate_vjp(
            perturbed and get exactly zero gradient.
     y:     f(x) in the measurement dtype, if already known (saves one query for `forward`).
     impl:  plain (this function's loop), fused (`zbp.fused`; f must be `swiglu` or `masked_softmax` with
-           the causal mask or none) or auto (fused where it applies and compiles, else plain).
+           the causal mask or none) or auto (fused where it applies and compiles, on CPU from
+           `fused.CPU_MIN_N` probes; else plain).
     Returns the estimate in the measurement dtype (fp32, or fp64 for fp64 inputs), shaped like x.
     """
     if n < 1:
@@ -114,6 +115,8 @@ def _fused_or_none(f, x, g, *, required: bool, **kw) -> torch.Tensor | None:
         why = f"the fused kernels draw {' or '.join(FUSED_PROBES)} probes, not {kw['probe']!r}"
     elif not fused.available(x):
         why = f"no fused back end for {x.dtype} on {x.device.type} in this process"
+    elif not required and x.device.type == "cpu" and kw["n"] < fused.CPU_MIN_N:
+        return None  # auto: below the CPU break-even the plain path is as fast and compiles nothing
     if why is not None:
         if required:
             raise ConfigError(f"impl='fused' cannot run here: {why}", hint="use impl='auto' or 'plain'")

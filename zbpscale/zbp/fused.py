@@ -15,7 +15,8 @@ max over its live entries (softmax is shift invariant), computed honestly at eve
 a causal score row are never queried: CPU folds rows t and T-1-t into one row of T + 1 entries, the Triton
 kernels walk a row only up to its t + 1 live entries.
 
-Back ends (`ZBPConfig.impl`: 'fused' insists, 'auto' uses them where they apply, else the plain path):
+Back ends (`ZBPConfig.impl`: 'fused' insists, 'auto' uses them where they apply and, on CPU, from
+CPU_MIN_N probes; else the plain path):
   cuda  Triton kernels (`fused_triton`), one program per unit, fp32 in registers.
   cpu   torch.compile (Inductor) graphs (`fused_cpu`), compiled once per process with dynamic shapes.
 
@@ -46,7 +47,12 @@ from zbpscale.zbp.config import FUSED_PROBES
 from zbpscale.zbp.estimator import measurement_dtype
 from zbpscale.zbp.fused_cpu import CompileFailed
 
-__all__ = ["CompileFailed", "FUSED_PROBES", "available", "box_kind", "fused_vjp"]
+__all__ = ["CPU_MIN_N", "CompileFailed", "FUSED_PROBES", "available", "box_kind", "fused_vjp"]
+
+# 'auto' on CPU takes the compiled graphs from this many probes: below it they are no faster than the plain
+# path (tools/bench_step.py, tiny model, 2 threads: n=4 1.21x BP fused vs 1.19x plain; n=16 1.40x vs 3.18x)
+# and cost a compilation per process (8-30 s). On CUDA 'auto' always takes the Triton kernels.
+CPU_MIN_N = 16
 
 
 def box_kind(f, x: torch.Tensor, mask: torch.Tensor | None) -> str | None:
