@@ -2,8 +2,8 @@
 
 Budgets follow 20 tokens per parameter (Chinchilla). Global batches are fixed per size (so the accumulation
 steps follow from the world size); one job attempt asks for 24 h and longer runs requeue and resume.
-Step-time ratios of the ZBP arms are the CPU figures of tools/bench_step.py (plain estimator); replace them
-with GPU measurements when available.
+Step-time ratios of the ZBP arms are the CPU figures of tools/bench_step.py (fused estimator, tiny model);
+replace them with GPU measurements when available (tools/gpu_check.sh).
 
     python -m zbpscale.submit sweeps/ladder.py --dry-run
 """
@@ -23,9 +23,9 @@ SWEEP = Sweep(
     ),
     arms=(
         arm("bp"),
-        arm("zbp_n16", step_time_ratio=3.1),
-        arm("zbp_n64", step_time_ratio=9.6),
-        # arm("zbp_n4", step_time_ratio=1.3),   # optional: the cheapest estimator
+        arm("zbp_n16", step_time_ratio=1.4),
+        arm("zbp_n64", step_time_ratio=1.9),
+        # arm("zbp_n4", step_time_ratio=1.2),   # optional: the cheapest estimator
     ),
     data=Data(dir="data/fineweb-edu", source="fineweb-edu", config="sample-100BT", tokens=25_000_000_000,
               workers=16),

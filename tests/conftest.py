@@ -6,6 +6,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -53,6 +56,40 @@ def slurm_cluster():
             shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """The embedded corpus, prepared by zbpscale's own prep once per session."""
+    from zbpscale.data.prepare import PrepConfig, prepare
+
+    out = tmp_path_factory.mktemp("data") / "embedded"
+    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
+    return out
+
+
+def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
+                time_min: int = 30, signal_delay_s: int = 30, max_timeouts: int = 20, ckpt_every: int = 0) -> Path:
+    """A sweep file of the nano model on CPU (batch 4 x 32 tokens: a fraction of a second per step), one size,
+    the given arms, jobs under folder/jobs; returns its path."""
+    arms_src = ", ".join(f"arm({a!r})" for a in arms)
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(f"""\
+        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+        CPU = Resources(gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
+        SWEEP = Sweep(
+            name={name!r},
+            sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=3e-3, resources=CPU),),
+            arms=({arms_src},),
+            data=Data(dir={str(data_dir)!r}, source="embedded"),
+            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
+            root={str(folder / "jobs")!r},
+            max_timeouts={max_timeouts},
+            signal_delay_s={signal_delay_s},
+        )
+        """))
+    return path
+
+
 RESULTS_SWEEP = '''
 from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 
@@ -70,20 +107,17 @@ SWEEP = Sweep(
 
 
 @pytest.fixture(scope="session")
-def results_sweep(tmp_path_factory):
+def results_sweep(tmp_path_factory, data_dir):
     """A sweep file whose bp and zbp_n4 runs (nano and tiny; 4 steps of 2 x 32 tokens, 2 evals, 1 diag) were
     trained for real by zbpscale.train, and whose zbp_n8_fwd runs were never started (pending). Built once."""
     import json
 
-    from zbpscale.data.prepare import PrepConfig, prepare
     from zbpscale.sweep import expand, load_sweep
     from zbpscale.train import CONFIG, train
 
     base = tmp_path_factory.mktemp("results_sweep")
-    data = base / "data" / "embedded"
-    prepare(PrepConfig(source="embedded", out=data, offline=True), log=lambda line: None)
     path = base / "results.py"
-    path.write_text(RESULTS_SWEEP.format(data=str(data), root=str(base / "jobs")))
+    path.write_text(RESULTS_SWEEP.format(data=str(data_dir), root=str(base / "jobs")))
     for run in expand(load_sweep(path)):
         if run.arm.name != "zbp_n8_fwd":
             cfg = run.train_config()

@@ -13,12 +13,12 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import write_sweep
 from zbpscale.job import read_attempts
 from zbpscale.local.driver import Driver
 from zbpscale.local.queue import Entry, LocalQueue
@@ -149,38 +149,6 @@ def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- sweeps on CPU
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    from zbpscale.data.prepare import PrepConfig, prepare
-
-    out = tmp_path_factory.mktemp("local-data") / "embedded"
-    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
-    return out
-
-
-def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), time_min: int = 30,
-                signal_delay_s: int = 30, ckpt_every: int = 0, max_timeouts: int = 10) -> Path:
-    """A sweep of the nano model on CPU: batch 4 x 32 tokens, a fraction of a second per step."""
-    arms_src = ", ".join(f"arm({a!r})" for a in arms)
-    path = folder / f"{name}.py"
-    path.write_text(textwrap.dedent(f"""\
-        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
-
-        CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min={time_min})
-        SWEEP = Sweep(
-            name={name!r},
-            sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=3e-3, resources=CPU),),
-            arms=({arms_src},),
-            data=Data(dir={str(data_dir)!r}, source="embedded"),
-            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
-            root={str(folder / "jobs")!r},
-            max_timeouts={max_timeouts},
-            signal_delay_s={signal_delay_s},
-        )
-        """))
-    return path
-
-
 def submit(sweep: Path, *args: str, check: bool = True, timeout: float = 60, env=None) -> subprocess.CompletedProcess:
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "local", *args],
                          cwd=sweep.parent, capture_output=True, text=True, timeout=timeout, env=env)

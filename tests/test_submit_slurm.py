@@ -11,13 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local
+from conftest import load_slurm_local, write_sweep
 from zbpscale.job import read_attempts
 from zbpscale.metrics import read_records
 from zbpscale.train import COMPLETE, TrainConfig, train
@@ -32,39 +31,6 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_F
 @pytest.fixture
 def slurm_env(slurm_cluster):
     return slurm_cluster[1]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    from zbpscale.data.prepare import PrepConfig, prepare
-
-    out = tmp_path_factory.mktemp("slurm-data") / "embedded"
-    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
-    return out
-
-
-def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
-                time_min: int = 30, max_timeouts: int = 20, ckpt_every: int = 0) -> Path:
-    """A sweep file of the nano model on CPU: batch 4 x 32 tokens, so a step takes a fraction of a second."""
-    arms_src = ", ".join(f"arm({a!r})" for a in arms)
-    text = textwrap.dedent(f"""\
-        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
-
-        CPU = Resources(gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
-        SWEEP = Sweep(
-            name={name!r},
-            sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=3e-3, resources=CPU),),
-            arms=({arms_src},),
-            data=Data(dir={str(data_dir)!r}, source="embedded"),
-            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
-            root={str(folder / "jobs")!r},
-            max_timeouts={max_timeouts},
-            signal_delay_s=30,
-        )
-        """)
-    path = folder / f"{name}.py"
-    path.write_text(text)
-    return path
 
 
 def submit(sweep: Path, env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -31,15 +31,6 @@ from zbpscale.zbp import ZBPConfig
 SMALL = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory) -> Path:
-    from zbpscale.data.prepare import PrepConfig, prepare
-
-    out = tmp_path_factory.mktemp("data") / "embedded"
-    prepare(PrepConfig(source="embedded", out=out, offline=True), log=lambda line: None)
-    return out
-
-
 def small_cfg(data_dir, **fields) -> TrainConfig:
     base = dict(model=SMALL, data_dir=str(data_dir), steps=6, global_batch=8, lr=3e-3, warmup_steps=2,
                 eval_every=3, eval_batches=2, ckpt_every=0, ckpt_every_s=0, device="cpu")
