@@ -103,8 +103,10 @@ def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
 
 
 def test_timeout_requeues_and_resumes_bitwise(tmp_path, slurm_env, data_dir):
-    """--time=1 with the warning signal 30 s before: the run checkpoints, requeues, and goes on."""
-    sweep = write_sweep(tmp_path, "timeout", data_dir, steps=250, time_min=1)
+    """--time=1 with the warning signal 30 s before: the run checkpoints, requeues, and goes on. The warning
+    comes at most 30 s into an attempt (SLURM sends it early, never late): here after 220-240 of the 340 steps,
+    so a machine up to ~1.4x faster still cannot finish in the first attempt."""
+    sweep = write_sweep(tmp_path, "timeout", data_dir, steps=340, time_min=1)
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "timeout" / "nano-bp"
     (job,) = job_ids(run)
