@@ -15,11 +15,12 @@ from zbpscale.errors import ZbpError
 from zbpscale.sweep import Run, Sweep, expand, load_sweep
 
 
-def _executor_of(run: Run) -> str:
-    from zbpscale.job import read_attempts
+def _last_job(run: Run) -> tuple[str | None, str]:
+    """(job id, executor) of the run's latest submission; (None, "") if it was never submitted."""
+    from zbpscale.job import last_submitted, read_attempts
 
-    submitted = [a for a in read_attempts(run.run_dir) if a.get("event") == "submitted"]
-    return submitted[-1].get("executor", "slurm") if submitted else ""
+    sub = last_submitted(read_attempts(run.run_dir))
+    return sub.get("job_id"), (sub.get("executor", "slurm") if sub else "")
 
 
 def _scancel(*args: str) -> None:
@@ -34,13 +35,12 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
     from zbpscale.job import CANCEL, record
     from zbpscale.local.queue import LocalQueue
     from zbpscale.slurm import squeue_states
-    from zbpscale.submit import last_job_id
 
     queue = LocalQueue(sweep.root)
     local_alive = queue.states()
-    asked = []
+    asked, local = [], False
     for run in runs:
-        job, kind = last_job_id(run.run_dir), _executor_of(run)
+        job, kind = _last_job(run)
         if job is None:
             continue
         state = local_alive.get(job) if kind == "local" else squeue_states([job]).get(job)
@@ -48,6 +48,7 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
             continue
         if kind == "local":
             queue.request_cancel(job)
+            local = True
         elif state == "RUNNING":
             (run.run_dir / CANCEL).write_text(f"{time.time()}\n")
             _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
@@ -57,7 +58,7 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
                    f"{state.lower()}")
         print(f"{run.name}: job {job} ({kind}, {state.lower()}) asked to stop", flush=True)
         asked.append(run)
-    if any(_executor_of(r) == "local" for r in asked):
+    if local:
         queue.ensure_driver()  # the driver applies the requests (a dead one's jobs are picked up again)
     return asked
 
@@ -66,14 +67,13 @@ def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: flo
     """Wait until none of the runs has a live job; returns the names still live at the timeout."""
     from zbpscale.local.queue import LocalQueue
     from zbpscale.slurm import squeue_states
-    from zbpscale.submit import last_job_id
 
+    jobs = {r.name: _last_job(r) for r in runs}  # cancelling keeps the job ids (a requeue would too)
+    slurm_jobs = [job for job, kind in jobs.values() if kind == "slurm" and job]
     deadline, shown = time.time() + timeout_s, None
     while True:
-        local_alive = LocalQueue(sweep.root).states()
-        slurm_jobs = [j for r in runs if _executor_of(r) == "slurm" and (j := last_job_id(r.run_dir))]
-        alive = {**squeue_states(slurm_jobs), **local_alive}
-        left = [r.name for r in runs if alive.get(last_job_id(r.run_dir) or "")]
+        alive = {**squeue_states(slurm_jobs), **LocalQueue(sweep.root).states()}
+        left = [r.name for r in runs if alive.get(jobs[r.name][0] or "")]
         if not left or time.time() > deadline:
             return left
         if left != shown:

@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale.data.shards import atomic_write
 from zbpscale.errors import ConfigError
+from zbpscale.job import count_ends
 from zbpscale.metrics import HEARTBEAT, METRICS, read_jsonl
 
 FORMAT, VERSION = "zbpscale-results", 1
@@ -150,8 +152,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
         final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(wall, 3),
         gpu_hours=None if gpu_h is None else round(gpu_h, 6), attempts=len(starts),
-        timeouts=sum(a.get("event") == "end" and a.get("why") == "timeout" for a in attempts),
-        preemptions=sum(a.get("event") == "end" and a.get("why") == "preempted" for a in attempts),
+        timeouts=count_ends(attempts, "timeout"), preemptions=count_ends(attempts, "preempted"),
         c_attn=_mean([c["c"] for c in cores if c.get("core") == "attn"]),
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, updated=records[-1].get("time") if records else None,
@@ -216,9 +217,7 @@ def _write_if_changed(dst: Path, data: bytes) -> bool:
     if dst.exists() and dst.read_bytes() == data:
         return False
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dst)
+    atomic_write(dst, data)
     return True
 
 
@@ -269,7 +268,8 @@ def arm_order(arm: str) -> tuple:
     return (0, 0, arm) if arm == "bp" else (1, int(m[1]) if m else 0, arm)
 
 
-def _sort_key(row: dict) -> tuple:
+def sort_key(row: dict) -> tuple:
+    """Summary rows in the ladder's order: by parameters, then arm (bp first), then seed."""
     return (row["params"] if row["params"] is not None else math.inf, row["size"], arm_order(row["arm"]),
             row["seed"])
 
@@ -308,7 +308,7 @@ def collect(sweep: str | Path, out: str | Path, *, with_ckpt: bool = False, log=
         if src.run_dir.is_dir() and _sync_run(src, out / "runs" / src.name, with_ckpt=with_ckpt):
             changed.append(src.name)
         rows[src.name] = row
-    ordered = sorted(rows.values(), key=_sort_key)
+    ordered = sorted(rows.values(), key=sort_key)
     summary = json.dumps({"sweep": name, "fields": list(FIELDS), "runs": ordered}, indent=1) + "\n"
     _write_if_changed(out / "summary.json", summary.encode())
     _write_if_changed(out / "summary.csv", _csv(ordered))

@@ -53,6 +53,11 @@ def read_attempts(run_dir: Path) -> list[dict]:
     return read_jsonl(Path(run_dir) / ATTEMPTS)
 
 
+def last_submitted(attempts: list[dict]) -> dict:
+    """The run's latest `submitted` event (job id, executor, logs), or {} if it was never submitted."""
+    return next((a for a in reversed(attempts) if a.get("event") == "submitted"), {})
+
+
 def count_ends(attempts: list[dict], why: str) -> int:
     return sum(1 for a in attempts if a.get("event") == "end" and a.get("why") == why)
 

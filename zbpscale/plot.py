@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbpscale.collect import arm_order, read_summary
+from zbpscale.collect import arm_order, read_summary, sort_key
 from zbpscale.metrics import METRICS, read_jsonl
 
 FIGURES = ("loss_curves", "gap_vs_scale", "nsr_c", "rho_k")
@@ -157,7 +157,7 @@ def _log_axis(ax, which: str, fmt=lambda v: f"{v:g}") -> None:
 
 def _by_size(rows: list[dict]) -> dict[str, list[dict]]:
     sizes: dict[str, list[dict]] = {}
-    for row in sorted(rows, key=lambda r: (r["params"] or math.inf, arm_order(r["arm"]), r["seed"])):
+    for row in sorted(rows, key=sort_key):
         sizes.setdefault(row["size"], []).append(row)
     return sizes
 

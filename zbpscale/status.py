@@ -24,6 +24,7 @@ from pathlib import Path
 
 from zbpscale import slurm
 from zbpscale.errors import ConfigError
+from zbpscale.job import count_ends, last_submitted
 
 ORDER = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "complete")
 SLURM_REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
@@ -96,14 +97,9 @@ def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[s
             states[e.job_id] = SCHEDULER_STATE.get(e.state, e.state.upper())
             if e.state in ("queued", "running") and not alive:
                 states[e.job_id] = "DRIVER_DOWN"
-    slurm_jobs = [last_submitted(a)["job_id"] for a in attempts_by_run.values()
-                  if last_submitted(a).get("executor") == "slurm"]
-    states.update(slurm.job_states(slurm_jobs))
+    submitted = [last_submitted(a) for a in attempts_by_run.values()]
+    states.update(slurm.job_states([s["job_id"] for s in submitted if s.get("executor") == "slurm"]))
     return states
-
-
-def last_submitted(attempts: list[dict]) -> dict:
-    return next((a for a in reversed(attempts) if a.get("event") == "submitted"), {})
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -126,7 +122,7 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
     job_state = sched.get(job, "")
     ends = [a for a in attempts if a.get("event") == "end"]
     last_end = ends[-1] if ends and ends[-1].get("job_id") == job else {}
-    counts = {k: sum(1 for a in ends if a.get("why") == k) for k in ("timeout", "preempted", "failed")}
+    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "failed")}
     starts = [a for a in attempts if a.get("event") == "start"]
     gpus = plan.get("gpus", 0)
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * gpus

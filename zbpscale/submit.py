@@ -32,10 +32,9 @@ from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.train import batch_plan
 
 def last_job_id(run_dir: Path) -> str | None:
-    from zbpscale.job import read_attempts
+    from zbpscale.job import last_submitted, read_attempts
 
-    ids = [a["job_id"] for a in read_attempts(run_dir) if a.get("event") == "submitted"]
-    return ids[-1] if ids else None
+    return last_submitted(read_attempts(run_dir)).get("job_id")
 
 
 def run_action(run: Run, alive: dict[str, str]) -> str:
