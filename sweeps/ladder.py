@@ -2,8 +2,14 @@
 
 Budgets follow 20 tokens per parameter (Chinchilla). Global batches are fixed per size (so the accumulation
 steps follow from the world size); one job attempt asks for 24 h and longer runs requeue and resume.
-Step-time ratios of the ZBP arms are the CPU figures of tools/bench_step.py (fused estimator, tiny model);
-replace them with GPU measurements when available (tools/gpu_check.sh).
+
+Step-time ratios of the ZBP arms (ZBP step time / BP step time, scaling the plan's GPU-hours) are GPU figures:
+one H200, bf16 autocast, batch 8 x 1024 tokens, the fused (direct-query) Triton estimator, measured with
+tools/bench_step.py --device cuda (the shapes tools/gpu_check.sh benchmarks). Measured: s124's shape
+(d640 L12 H10) 2.68 / 5.89 and s1b's (d2048 L16 H16) 2.20 / 4.46. Not yet measured at these exact shapes:
+s60 takes the reference shape's figures (d512 L8 H8, the nearest measured: 2.28 / 4.78), s350 the
+interpolation between s124 and s1b in log non-embedding parameters. tools/gpu_check.sh prints the table for
+all four sizes; paste it here when the kernels change.
 
     python -m zbpscale.submit sweeps/ladder.py --dry-run
 """
@@ -23,9 +29,9 @@ SWEEP = Sweep(
     ),
     arms=(
         arm("bp"),
-        arm("zbp_n16", step_time_ratio=1.4),
-        arm("zbp_n64", step_time_ratio=1.9),
-        # arm("zbp_n4", step_time_ratio=1.2),   # optional: the cheapest estimator
+        arm("zbp_n16", step_time_ratio={"s60": 2.28, "s124": 2.68, "s350": 2.41, "s1b": 2.20}),
+        arm("zbp_n64", step_time_ratio={"s60": 4.78, "s124": 5.89, "s350": 5.10, "s1b": 4.46}),
+        # arm("zbp_n4", step_time_ratio=1.5),   # optional: the cheapest estimator (not measured on GPU)
     ),
     data=Data(dir="data/fineweb-edu", source="fineweb-edu", config="sample-100BT", tokens=25_000_000_000,
               workers=16),

@@ -351,6 +351,32 @@ def test_windows_never_straddle_shards_and_cover_them(embedded_out):
     assert set(shard.tolist()) == set(range(len(data.train)))
 
 
+@pytest.mark.parametrize("windows, batch, world, max_batches, expected", [
+    (100, 8, 1, None, (8, 12)),  # whole batches of the global batch, the remainder left out
+    (100, 8, 2, 3, (8, 3)),      # at most eval_batches
+    (31, 32, 1, 8, (31, 1)),     # the H200 case: 8,192 tokens hold 31 windows of 257, fewer than 32
+    (31, 32, 8, 8, (24, 1)),     # ... on 8 ranks: the most windows 8 divides
+    (7, 32, 8, 8, (0, 0)),       # not one window per rank: nothing fits
+])
+def test_val_fit_table(windows, batch, world, max_batches, expected):
+    assert loader.val_fit(windows, batch, world, max_batches) == expected
+
+
+def test_small_validation_split_is_evaluated_on_what_fits(embedded_out):
+    manifest = loader.read_manifest(embedded_out)
+    windows = loader.split_windows(manifest, "val", 256)
+    assert windows == (8192 - 257) // 256 + 1 < 64  # fewer than one global batch of 64
+    parts = [loader.TokenLoader(embedded_out, seq_len=256, global_batch=64, seed=0, rank=r, world_size=2)
+             .val_batches(max_batches=4) for r in range(2)]
+    assert [len(p) for p in parts] == [1, 1] and parts[0][0][0].shape == (windows // 2, 256)
+    val = split_tokens(embedded_out, "val")
+    assert parts[1][0][0][0].tolist() == val[windows // 2 * 256:windows // 2 * 256 + 256].tolist()
+    data = loader.TokenLoader(embedded_out, seq_len=64, global_batch=4096, seed=0)
+    assert loader.split_windows(manifest, "train", 64) == data.n_windows  # the manifest agrees with the loader
+    with pytest.raises(DataError, match="fewer than 64 window"):
+        loader.TokenLoader(embedded_out, seq_len=4096, global_batch=64, seed=0, rank=0, world_size=64).val_batches()
+
+
 def test_validation_batches_are_fixed(embedded_out):
     a = loader.TokenLoader(embedded_out, seq_len=64, global_batch=8, seed=0).val_batches()
     b_parts = [loader.TokenLoader(embedded_out, seq_len=64, global_batch=8, seed=99, rank=r, world_size=2)

@@ -115,3 +115,47 @@ def test_bad_sweep_files_are_one_line_errors(tmp_path, name, text, message):
 def test_missing_sweep_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist.*hint: sweeps live in sweeps/"):
         load_sweep(tmp_path / "nope.py")
+
+
+FIT_SWEEP = """from zbpscale.sweep import *
+R = Resources(gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(name='fit', sizes=(Size(name='mini', global_batch={batch}, seq_len={seq}, tokens=1000, resources=R),),
+    arms=(arm('bp'),), data=Data(dir={data!r}, source='embedded'), root={root!r}, train=(('eval_batches', 2),))
+"""
+
+
+@pytest.mark.parametrize("tasks, batch, seq, code, expect", [
+    # the H200 case: 8,192 validation tokens hold 31 windows of 257 < 32: the plan says what will be evaluated
+    (1, 32, 256, 0, "fewer than global_batch=32: it will evaluate on one batch of 31"),
+    (2, 32, 256, 0, "it will evaluate on one batch of 30"),
+    # 8,192 validation tokens hold one window of 4,097, fewer than one per rank: refused before anything is queued
+    (2, 32, 4096, 2, "error: mini-bp: the validation split of"),
+], ids=["one-rank", "two-ranks", "nothing-fits"])
+def test_plan_checks_the_batch_against_prepared_data(tmp_path, data_dir, tasks, batch, seq, code, expect):
+    path = tmp_path / "fit.py"
+    path.write_text(FIT_SWEEP.format(tasks=tasks, batch=batch, seq=seq, data=str(data_dir), root=str(tmp_path)))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == code, out.stderr
+    assert expect in (out.stdout + out.stderr).replace("\n", " ")
+    assert "Traceback" not in out.stderr and not (tmp_path / "fit").exists()  # a dry run writes nothing
+
+
+def test_ladder_plan_scales_each_size_by_its_own_gpu_ratio():
+    sweep = load_sweep(REPO / "sweeps" / "ladder.py")
+    hours = {r.name: r.estimated_hours() for r in expand(sweep)}
+    for a in sweep.arms:
+        for size in sweep.sizes:
+            expected = dict(a.step_time_ratio)[size.name] if a.name != "bp" else 1.0
+            assert hours[f"{size.name}-{a.name}"] / hours[f"{size.name}-bp"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("ratio, message", [
+    ({"tiny": 2.0}, "step_time_ratio gives no figure for size mini"),
+    ({"tiny": 2.0, "mini": 0}, r"step_time_ratio\['mini'\] must be a number > 0"),
+    (-1.0, "step_time_ratio must be a number > 0"),
+])
+def test_step_time_ratio_errors(ratio, message):
+    with pytest.raises(ConfigError, match=message):
+        Sweep(name="x", sizes=(Size(name="tiny", global_batch=8), Size(name="mini", global_batch=8)),
+              arms=(arm("zbp_n16", step_time_ratio=ratio),), data=Data(dir="d"))

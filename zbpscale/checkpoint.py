@@ -2,8 +2,15 @@
 
 A checkpoint holds everything resume needs: model and optimizer state, `step` (the number of optimizer
 steps done, which is the step training resumes at) and the RNG states of Python, NumPy and torch (CPU and
-CUDA). The data position is the step itself: batches are a function of (seed, step) only. Files are `ckpt_00001234.pt` in
-`<run_dir>/checkpoints/`; a partly written file is never visible under that name (temp file, fsync, rename).
+this rank's CUDA device). The data position is the step itself: batches are a function of (seed, step) only.
+Files are `ckpt_00001234.pt` in `<run_dir>/checkpoints/`; a partly written file is never visible under that
+name (temp file, fsync, rename).
+
+Device boundary: a checkpoint is always loaded onto the CPU, memory-mapped (ranks of one node share the
+page cache instead of each reading a copy), and `restore` lets `load_state_dict` move the model and
+optimizer tensors to wherever their parameters live. RNG states never leave the CPU: NumPy's keys and
+torch's CPU and CUDA generator states must be CPU byte tensors (mapping them to the GPU broke every resume
+on CUDA).
 """
 
 from __future__ import annotations
@@ -41,18 +48,26 @@ def rng_state() -> dict:
         "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # this rank's current device (a CPU byte tensor)
     return state
 
 
 def set_rng_state(state: dict) -> None:
+    """Restore `rng_state()`'s states; a tensor that is not a CPU byte tensor is a bug upstream (ValueError)."""
+    for name, t in [("numpy", state["numpy"][1]), ("torch", state["torch"]), ("cuda", state.get("cuda"))]:
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            raise ValueError(f"RNG state {name!r} is on {t.device}; RNG states must be loaded onto the CPU")
     random.setstate(state["python"])
     kind, keys, *rest = state["numpy"]
     np.random.set_state((kind, keys.numpy(), *rest))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if isinstance(cuda, (list, tuple)):  # checkpoints before 0.1.1 kept every visible device's state
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        cuda = cuda[index] if index < len(cuda) else None
+    if cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(cuda)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -80,14 +95,15 @@ def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
     return final
 
 
-def load_latest(run_dir: Path, map_location="cpu") -> dict | None:
-    """The newest checkpoint of the run, or None; a file that fails to load is reported, not skipped."""
+def load_latest(run_dir: Path) -> dict | None:
+    """The newest checkpoint of the run on the CPU (memory-mapped), or None; a file that fails to load is
+    reported, not skipped."""
     found = list_checkpoints(run_dir)
     if not found:
         return None
     step, path = found[-1]
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # a corrupt file must not silently restart the run from scratch
         raise ZbpError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})",
                        hint="move it aside to resume from the previous checkpoint") from err
@@ -95,3 +111,16 @@ def load_latest(run_dir: Path, map_location="cpu") -> dict | None:
         raise ZbpError(f"checkpoint {path} says step {state.get('step')}, its name says {step}",
                        hint="move it aside to resume from the previous checkpoint")
     return state
+
+
+def restore(run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the newest checkpoint into `model` and `optimizer` (their tensors go to the device of the
+    parameters they belong to), restore the RNG states on the CPU, and return the step to resume at
+    (0 when the run has no checkpoint)."""
+    state = load_latest(run_dir)
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    return state["step"]

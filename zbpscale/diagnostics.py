@@ -4,9 +4,17 @@ the cosine between ZBP and BP parameter gradients.
 - Branch gains, per block k and branch (attn, mlp), with F_k the branch (sublayer then its norm):
   forward  ||F_k(h_k)|| / ||h_k||;  backward ||J_{F_k}^T g|| / ||g|| for the upstream gradient g at the branch
   output (the gain of the gradient flowing back through the branch rather than the skip connection).
-- Per physical core: the ZBP estimate against the exact VJP on the same input and upstream gradient, as the
-  mean per-unit NSR and c = mean over units of NSR_u * n / d_u (d_u the unit's live dimension; units with
-  zero exact VJP, e.g. score rows of length 1, are left out). Theory: c = (d - 1) / d for rademacher.
+- Per physical core: the ZBP estimate against the exact VJP on the same input and upstream gradient. With
+  err_u = |est_u - exact_u|^2, ref_u = |exact_u|^2 and d_u the unit's live dimension (units with zero exact
+  VJP, e.g. score rows of length 1, are left out), `core_stats` reports
+    c          energy-weighted: sum_u err_u * n / d_u  /  sum_u ref_u   (the headline figure; theory (d-1)/d for
+               rademacher, i.e. ~1), which is the per-unit c_u = NSR_u * n / d_u averaged with weights ref_u;
+    c_median   the median of c_u;  c_mean  their plain mean;  nsr  sum_u err_u / sum_u ref_u;
+    floor_frac the fraction of units at the measurement floor: where fp32 rounding of a query
+               <g, f(x +- eps u)> (about 2^-24 sum_j |g_j f_j|) divided by eps is as large as the unit's exact
+               VJP norm, the estimate is rounding noise, not the estimator's statistics. Score rows near
+               saturation (exact VJP tiny, but not zero) sit there; one of them made c_mean 1e10 on trained GPU
+               runs, which is why c is energy-weighted. The criterion is an order of magnitude, not a bound.
 - grad_cosine: cosine between the parameter gradients of the ZBP arm and of exact backprop on the batch.
 Everything runs in fp32, without autocast, and leaves the parameters' .grad untouched.
 """
@@ -24,6 +32,22 @@ MAX_ROWS = 4  # sequences of the batch used: enough for stable ratios, cheap eno
 
 def _norm(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t.detach().double()))
+
+
+def core_stats(est: torch.Tensor, exact: torch.Tensor, out: torch.Tensor, g: torch.Tensor, d: torch.Tensor,
+               zbp: ZBPConfig) -> dict:
+    """The estimate's error statistics of one core (see the module docstring). est, exact: (..., d_in) per unit;
+    out, g: the box output f(x) and its upstream gradient (..., d_out); d: (...) live input dimension per unit."""
+    err = (est.double() - exact.double()).pow(2).sum(-1)
+    ref = exact.double().pow(2).sum(-1)
+    live = ref > 1e-30 * ref.max()
+    err, ref, d = err[live], ref[live], d.to(ref.device)[live].double()
+    c_unit = err / ref * zbp.n / d
+    query_error = 2.0**-24 * (g.double() * out.double()).abs().sum(-1)[live]  # fp32 rounding of <g, f(.)>
+    floor = (query_error / zbp.eps).pow(2) * (0.5 if zbp.scheme == "central" else 2.0)
+    return {"d_mean": float(d.mean()), "n": zbp.n, "nsr": float(err.sum() / ref.sum()),
+            "c": float((err * zbp.n / d).sum() / ref.sum()), "c_median": float(c_unit.median()),
+            "c_mean": float(c_unit.mean()), "floor_frac": float((floor >= ref).double().mean())}
 
 
 def diagnose(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor], zbp: ZBPConfig | None,
@@ -87,13 +111,8 @@ def diagnose(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor], zbp: 
         est = estimate_vjp(box, u, g, n=zbp.n, probe=zbp.probe, scheme=zbp.scheme, eps=zbp.eps,
                            seed=mix_seed(diag_seed, layer, CORE_IDS[core]), chunk=zbp.chunk, mask=mask,
                            impl=zbp.impl)
-        err = (est.double() - exact.double()).pow(2).sum(-1)
-        ref = exact.double().pow(2).sum(-1)
-        d = (mask.sum(-1).expand(ref.shape) if mask is not None else torch.full_like(ref, u.shape[-1])).double()
-        live = ref > 1e-30 * ref.max()
-        unit_nsr = err[live] / ref[live]
-        core_rows.append({"layer": layer, "core": core, "d_mean": float(d[live].mean()), "n": zbp.n,
-                          "nsr": float(unit_nsr.mean()), "c": float((unit_nsr * zbp.n / d[live]).mean())})
+        d = mask.sum(-1).expand(exact.shape[:-1]) if mask is not None else torch.full(exact.shape[:-1], u.shape[-1])
+        core_rows.append({"layer": layer, "core": core, **core_stats(est, exact, out.detach(), g, d, zbp)})
 
     cosine = None
     if zbp is not None:

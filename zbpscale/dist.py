@@ -3,6 +3,11 @@
 Reads RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT as torchrun and
 submitit's `TorchDistributedEnvironment().export()` set them; NCCL on GPU, gloo on CPU. Without
 WORLD_SIZE (or with 1) it is a single process and no process group is created.
+
+ZBPSCALE_DIST_BACKEND=gloo runs CUDA ranks over gloo instead of NCCL. NCCL refuses two ranks on one GPU;
+gloo does not, so `tools/gpu_check.sh` uses it to run the multi-rank GPU paths (DDP gradient sync of CUDA
+tensors, the stop vote, the checkpoint barrier, per-rank device placement) on a single GPU. It is slower
+than NCCL and proves nothing about NCCL itself.
 """
 
 from __future__ import annotations
@@ -44,6 +49,23 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+BACKEND_ENV = "ZBPSCALE_DIST_BACKEND"
+BACKENDS = ("nccl", "gloo")
+
+
+def backend_for(device: torch.device) -> str:
+    """The process-group backend for ranks on `device`: nccl on CUDA, gloo on CPU, or $ZBPSCALE_DIST_BACKEND."""
+    chosen = os.environ.get(BACKEND_ENV, "")
+    if chosen == "":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if chosen not in BACKENDS:
+        raise ConfigError(f"{BACKEND_ENV}={chosen!r} is not one of {', '.join(BACKENDS)}")
+    if chosen == "nccl" and device.type != "cuda":
+        raise ConfigError(f"{BACKEND_ENV}=nccl needs CUDA ranks, but this rank runs on {device.type}",
+                          hint=f"unset {BACKEND_ENV} (CPU ranks use gloo)")
+    return chosen
+
+
 def init(device: str = "auto") -> DistEnv:
     """Join the process group described by the environment and pick this rank's device.
 
@@ -68,8 +90,8 @@ def init(device: str = "auto") -> DistEnv:
             if not os.environ.get(name):
                 raise ConfigError(f"WORLD_SIZE={world} but {name} is not set",
                                   hint="launch with torchrun, or through `python -m zbpscale.submit`")
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        backend = backend_for(dev)
+        kwargs = {"device_id": dev} if backend == "nccl" else {}
         dist.init_process_group(backend, rank=rank, world_size=world, **kwargs)
     return DistEnv(rank=rank, world_size=world, local_rank=local_rank, device=dev)
 

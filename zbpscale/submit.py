@@ -71,6 +71,33 @@ def plan_rows(runs: list[Run], actions: dict[str, str]) -> list[dict]:
     return rows
 
 
+def data_notes(sweep: Sweep, runs: list[Run]) -> list[str]:
+    """Check the runs against the sweep's data when it is already prepared: a ConfigError for a run that could
+    not start (no training window, not one validation window per rank), a note for each run that will evaluate
+    on a smaller batch than its global batch. Nothing to check (no notes) before the data exist."""
+    from zbpscale.data.loader import read_manifest, split_windows, val_fit
+
+    if not (data_path(sweep) / "manifest.json").exists():
+        return []
+    manifest = read_manifest(data_path(sweep))
+    notes = []
+    for run in runs:
+        cfg, world = run.train_config(), run.size.resources.world_size
+        if split_windows(manifest, "train", cfg.seq_len) == 0:
+            raise ConfigError(f"{run.name}: no training shard of {data_path(sweep)} holds {cfg.seq_len + 1} tokens",
+                              hint="prepare more tokens (larger shards), or a shorter seq_len")
+        windows = split_windows(manifest, "val", cfg.seq_len)
+        batch, n = val_fit(windows, cfg.global_batch, world, cfg.eval_batches)
+        if n == 0:
+            raise ConfigError(f"{run.name}: the validation split of {data_path(sweep)} holds {windows} window(s) "
+                              f"of {cfg.seq_len + 1} tokens, fewer than one per rank ({world})",
+                              hint="prepare with a larger --val-tokens, or a shorter seq_len")
+        if batch < cfg.global_batch:
+            notes.append(f"{run.name}: the validation split holds {windows} windows of {cfg.seq_len + 1} tokens, "
+                         f"fewer than global_batch={cfg.global_batch}: it will evaluate on one batch of {batch}")
+    return notes
+
+
 def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -206,7 +233,10 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     runs = select(expand(sweep), only)
     kind = choose_executor(executor)
     actions = {r.name: run_action(r, scheduler_states(kind, sweep, runs)) for r in runs}
+    notes = data_notes(sweep, [r for r in runs if actions[r.name] in ("new", "resume")])
     print_plan(sweep, plan_rows(runs, actions))
+    for note in notes:
+        print(f"note: {note}")
     if dry_run:
         return sweep, runs, kind, actions
     if kind == "local":

@@ -13,6 +13,7 @@ import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from zbpscale.errors import ConfigError
 from zbpscale.model import SIZES, ModelConfig, flops_per_token, model_config, n_params
@@ -124,14 +125,32 @@ class Arm:
     """Estimator settings; None = the bp arm."""
     overrides: tuple[tuple[str, object], ...] = ()
     """TrainConfig fields to replace for this arm, e.g. (("lr", 1e-4),)."""
-    step_time_ratio: float = 1.0
-    """Step time relative to BP, for planning (measure it with tools/bench_step.py)."""
+    step_time_ratio: float | tuple[tuple[str, float], ...] = 1.0
+    """Step time relative to BP, for planning: one figure, or (size, figure) pairs where it differs by size
+    (measure them with tools/gpu_check.sh, or tools/bench_step.py on CPU)."""
+
+    def ratio(self, size: str) -> float:
+        """The step-time ratio of this arm at `size` (a ConfigError if a per-size table lacks it)."""
+        if isinstance(self.step_time_ratio, (int, float)):
+            return float(self.step_time_ratio)
+        table = dict(self.step_time_ratio)
+        if size not in table:
+            raise ConfigError(f"arm {self.name}: step_time_ratio gives no figure for size {size}",
+                              hint=f"it names {', '.join(table)}; add {size!r}")
+        return table[size]
 
 
-def arm(name: str, *, step_time_ratio: float = 1.0, **overrides) -> Arm:
-    """A named arm: `arm("bp")`, `arm("zbp_n16", lr=1e-4)`; see zbpscale.zbp.arm_zbp_config for the names."""
+def arm(name: str, *, step_time_ratio: float | Mapping[str, float] = 1.0, **overrides) -> Arm:
+    """A named arm: `arm("bp")`, `arm("zbp_n16", lr=1e-4)`; see zbpscale.zbp.arm_zbp_config for the names.
+    step_time_ratio: a number, or a mapping {size: ratio} when the ratio differs by size."""
+    per_size = not isinstance(step_time_ratio, (int, float))
+    for size, ratio in step_time_ratio.items() if per_size else [(None, step_time_ratio)]:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            where = f"[{size!r}]" if per_size else ""
+            raise ConfigError(f"arm {name}: step_time_ratio{where} must be a number > 0, got {ratio!r}")
+    ratios = tuple(step_time_ratio.items()) if per_size else step_time_ratio
     return Arm(name=name, zbp=arm_zbp_config(name), overrides=tuple(sorted(overrides.items())),
-               step_time_ratio=step_time_ratio)
+               step_time_ratio=ratios)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,6 +211,9 @@ class Sweep:
                 raise ConfigError(f"Sweep {self.name!r}: size {size.name} has time_min={size.resources.time_min}, "
                                   f"not longer than signal_delay_s={self.signal_delay_s} s",
                                   hint="the time-limit signal must come after the job starts: raise time_min")
+        for a in self.arms:
+            for size in self.sizes:
+                a.ratio(size.name)  # a per-size table must cover every size of the sweep
         names = [r.name for r in expand(self)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -234,7 +256,7 @@ class Run:
         flops = flops_per_token(self.size.model()) * self.size.steps * self.size.global_batch \
             * self.size.model().max_seq_len
         seconds = flops / (res.gpus * self.sweep.gpu_peak_tflops * 1e12 * self.sweep.assumed_mfu)
-        return seconds * self.arm.step_time_ratio / 3600
+        return seconds * self.arm.ratio(self.size.name) / 3600
 
 
 def data_path(sweep: Sweep) -> Path:

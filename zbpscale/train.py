@@ -246,17 +246,12 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(env.device)
     optimizer = build_optimizer(model, cfg)
-    start = 0
-    state = checkpoint.load_latest(run_dir, map_location=env.device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        checkpoint.set_rng_state(state["rng"])
-        start = state["step"]
+    start = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
     ddp = DistributedDataParallel(model) if env.distributed else model
     loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
                          rank=env.rank, world_size=env.world_size)
-    val = loader.val_batches(max_batches=cfg.eval_batches)
+    val = loader.val_batches(max_batches=cfg.eval_batches)  # what fits when the split is small (val_fit)
+    numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
 
     log = MetricsLog(run_dir, enabled=env.is_main)
     attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir)) if env.is_main else 0
@@ -269,6 +264,9 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
             for k, v in numbers.items()), flush=True)
         if start:
             print(f"resuming at step {start} of {cfg.steps}", flush=True)
+        if numbers["val_batch"] < cfg.global_batch:
+            print(f"note: the validation split holds fewer than {cfg.global_batch} windows of {cfg.seq_len + 1} "
+                  f"tokens: evaluating on one batch of {numbers['val_batch']}", flush=True)
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
                   derived=numbers, git=_git_revision(), host=os.uname().nodename,
                   versions={"torch": torch.__version__, "python": sys.version.split()[0]})

@@ -9,7 +9,9 @@ x = window[:-1], y = window[1:]. Rank r of W takes rows [r*G/W, (r+1)*G/W) of th
 Windows are drawn with replacement: over a run some tokens are seen twice and some never, as in nanoGPT.
 
 Validation batches are fixed: consecutive, non-overlapping windows from the start of the validation split,
-grouped into global batches and split across ranks the same way.
+grouped into global batches and split across ranks the same way. A split too small for one global batch is
+evaluated on the largest batch that fits and that the world size divides (`val_fit`); `submit` computes the
+same from the manifest and says so in its plan, before anything is queued.
 """
 
 from __future__ import annotations
@@ -47,6 +49,26 @@ def open_split(data_dir: Path, split: str, *, verify: bool = False) -> list:
                            sha256=shard["sha256"] if verify else None)
         maps.append(shards.open_tokens(path))
     return maps
+
+
+def split_windows(manifest: dict, split: str, seq_len: int) -> int:
+    """Windows of seq_len + 1 tokens in a split, from the manifest alone: training windows start at any
+    offset of a shard (the loader's n_windows), validation windows are consecutive and non-overlapping."""
+    lengths = [s["tokens"] for s in manifest[split]["shards"]]
+    if split == "train":
+        return sum(max(n - seq_len, 0) for n in lengths)
+    return sum((n - seq_len - 1) // seq_len + 1 for n in lengths if n >= seq_len + 1)
+
+
+def val_fit(windows: int, batch_size: int, world_size: int, max_batches: int | None = None) -> tuple[int, int]:
+    """(batch size, number of batches) of the validation set: whole batches of `batch_size` windows when one
+    fits, else one batch of the most windows that `world_size` divides; (0, 0) when not even that fits."""
+    if windows < batch_size:
+        batch_size = windows // world_size * world_size
+        if batch_size == 0:
+            return 0, 0
+    n = windows // batch_size
+    return batch_size, n if max_batches is None else min(n, max_batches)
 
 
 def _rank_rows(n: int, rank: int, world_size: int) -> slice:
@@ -105,17 +127,14 @@ class TokenLoader:
 
     def val_batches(self, batch_size: int | None = None, max_batches: int | None = None) -> list:
         """Fixed validation batches, this rank's share of each: a list of (x, y), the same for every seed."""
-        batch_size = batch_size or self.global_batch
-        rows = _rank_rows(batch_size, self.rank, self.world_size)
         t = self.seq_len + 1
         windows = [m[o:o + t] for m in self.val for o in range(0, len(m) - t + 1, self.seq_len)]
-        n = len(windows) // batch_size
-        if max_batches is not None:
-            n = min(n, max_batches)
+        batch_size, n = val_fit(len(windows), batch_size or self.global_batch, self.world_size, max_batches)
         if n == 0:
             raise DataError(f"{self.data_dir}: the validation split has {sum(len(m) for m in self.val):,} tokens, "
-                            f"fewer than one batch of {batch_size} x {t}",
-                            hint="prepare with a larger --val-tokens or evaluate with a smaller batch")
+                            f"fewer than {self.world_size} window(s) of {t} (one per rank)",
+                            hint="prepare with a larger --val-tokens, or a shorter seq_len")
+        rows = _rank_rows(batch_size, self.rank, self.world_size)
         return [_to_xy(windows[i * batch_size:(i + 1) * batch_size][rows]) for i in range(n)]
 
 

@@ -1,0 +1,85 @@
+"""Checkpoints across the device boundary, without a GPU: the `meta` device stands in for `cuda`.
+
+Compared: what `restore` hands to `set_rng_state` (every RNG tensor a CPU byte tensor) and where it leaves the
+model and optimizer tensors (on the parameters' device) when the model lives on another device than the
+file was written from; the states it restores with the ones saved (Python, NumPy, torch). The control loads
+the same file the way the trainer did before (map_location = the training device) and shows that
+`set_rng_state` refuses it, which is how every resume on CUDA failed.
+"""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from zbpscale import checkpoint
+from zbpscale.model import ModelConfig, Transformer
+from zbpscale.train import TrainConfig, build_optimizer
+
+SMALL = ModelConfig(n_layer=1, n_head=2, d_model=16, max_seq_len=8, vocab_size=64)
+
+
+def _trained_checkpoint(run_dir):
+    """One AdamW step of a CPU model, then a checkpoint; returns the RNG draws that follow the save."""
+    cfg = TrainConfig(model=SMALL, data_dir="x", steps=1, device="cpu")
+    model = Transformer(SMALL)
+    optimizer = build_optimizer(model, cfg)
+    model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long))[1].backward()
+    optimizer.step()
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    checkpoint.save(run_dir, 1, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}, keep=2)
+    return random.random(), np.random.rand(), torch.rand(()).item(), model
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+@pytest.mark.filterwarnings("ignore:.*meta parameter")  # loading into meta tensors copies nothing, by design
+def test_restore_onto_another_device_keeps_rng_states_on_the_cpu(tmp_path, monkeypatch):
+    draws, trained = _trained_checkpoint(tmp_path)[:3], _trained_checkpoint(tmp_path / "again")[3]
+    handed = []
+    real = checkpoint.set_rng_state
+    monkeypatch.setattr(checkpoint, "set_rng_state", lambda state: (handed.append(state), real(state)))
+
+    model = Transformer(SMALL).to("meta")  # stands in for a model on cuda
+    optimizer = build_optimizer(model, TrainConfig(model=SMALL, data_dir="x", steps=1, device="cpu"))
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    assert checkpoint.restore(tmp_path, model, optimizer) == 1
+
+    rng_tensors = list(_tensors(handed[0]))
+    assert len(rng_tensors) >= 2 and {t.device.type for t in rng_tensors} == {"cpu"}
+    assert handed[0]["torch"].dtype == torch.uint8
+    assert (random.random(), np.random.rand(), torch.rand(()).item()) == draws  # the saved streams go on
+    moments = [s[k] for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")]
+    assert moments and {t.device.type for t in moments} == {"meta"}, "optimizer state follows its parameters"
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+
+    cpu_model = Transformer(SMALL)
+    checkpoint.restore(tmp_path / "again", cpu_model, build_optimizer(cpu_model, TrainConfig(
+        model=SMALL, data_dir="x", steps=1, device="cpu")))
+    for (name, a), b in zip(cpu_model.state_dict().items(), trained.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_control_rng_states_mapped_to_the_training_device_are_refused(tmp_path):
+    _trained_checkpoint(tmp_path)
+    (_, path), = checkpoint.list_checkpoints(tmp_path)
+    state = torch.load(path, map_location="meta", weights_only=True)  # the old load path, device = meta
+    with pytest.raises(ValueError, match="must be loaded onto the CPU"):
+        checkpoint.set_rng_state(state["rng"])
+
+
+def test_rng_states_are_cpu_byte_tensors_when_saved(tmp_path):
+    _trained_checkpoint(tmp_path)
+    state = checkpoint.load_latest(tmp_path)
+    assert state["rng"]["torch"].dtype == torch.uint8 and state["rng"]["torch"].device.type == "cpu"
+    assert "cuda" not in state["rng"] or state["rng"]["cuda"].device.type == "cpu"
