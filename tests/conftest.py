@@ -67,7 +67,8 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
-                time_min: int = 30, signal_delay_s: int = 30, max_timeouts: int = 20, ckpt_every: int = 0) -> Path:
+                time_min: int = 30, signal_delay_s: int = 30, max_timeouts: int = 20, ckpt_every: int = 0,
+                max_crashes: int = 3) -> Path:
     """A sweep file of the nano model on CPU (batch 4 x 32 tokens: a fraction of a second per step), one size,
     the given arms, jobs under folder/jobs; returns its path."""
     arms_src = ", ".join(f"arm({a!r})" for a in arms)
@@ -84,6 +85,7 @@ def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("b
             train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
             root={str(folder / "jobs")!r},
             max_timeouts={max_timeouts},
+            max_crashes={max_crashes},
             signal_delay_s={signal_delay_s},
         )
         """))
@@ -113,7 +115,8 @@ def results_sweep(tmp_path_factory, data_dir):
     import json
 
     from zbpscale.sweep import expand, load_sweep
-    from zbpscale.train import CONFIG, train
+    from zbpscale.runfolder import CONFIG
+    from zbpscale.train import train
 
     base = tmp_path_factory.mktemp("results_sweep")
     path = base / "results.py"

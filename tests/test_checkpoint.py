@@ -83,3 +83,20 @@ def test_rng_states_are_cpu_byte_tensors_when_saved(tmp_path):
     state = checkpoint.load_latest(tmp_path)
     assert state["rng"]["torch"].dtype == torch.uint8 and state["rng"]["torch"].device.type == "cpu"
     assert "cuda" not in state["rng"] or state["rng"]["cuda"].device.type == "cpu"
+
+
+def test_a_full_disk_leaves_no_temp_file_and_the_previous_checkpoint_intact(tmp_path):
+    """Fault: a checkpoint written on a full disk. The temp file is a link to /dev/full, whose writes fail with
+    the kernel's ENOSPC: one CheckpointError line, the temp file gone, the older checkpoint still loads."""
+    _trained_checkpoint(tmp_path)
+    tmp = checkpoint.checkpoint_dir(tmp_path) / ".ckpt_00000002.pt.tmp"
+    tmp.symlink_to("/dev/full")
+    model = Transformer(SMALL)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.save(tmp_path, 2, {"model": model.state_dict()}, keep=2)
+    message = str(err.value)
+    assert "no space left on device at" in message and "ckpt_00000001.pt, is intact" in message
+    assert len(message.splitlines()) == 1 and err.value.__cause__ is None
+    assert not tmp.exists() and not tmp.is_symlink()
+    assert [s for s, _ in checkpoint.list_checkpoints(tmp_path)] == [1]
+    assert checkpoint.load_latest(tmp_path)["step"] == 1

@@ -536,3 +536,32 @@ def test_budget_stops_the_prep_exactly(tmp_path):
 @pytest.mark.parametrize("text,value", [("3e9", 3 * 10**9), ("100M", 10**8), ("250_000", 250_000), ("1.5k", 1500)])
 def test_token_counts(text, value):
     assert parse_count(text) == value
+
+
+@pytest.mark.parametrize("flip", ["high", "low"])
+def test_fault_flipped_bytes_in_a_shard_are_found_before_training_on_them(tmp_path, embedded_out, flip):
+    """Fault: bytes flipped in a training shard. High bits make token ids past the vocabulary, low bits make
+    wrong but valid ids. Compared: the loader's open (sha256, affordable for small data), its per-batch range
+    check with checksums off, and a re-run of prepare-data, each with a one-line DataError naming the shard."""
+    out = tmp_path / "out"
+    shutil.copytree(embedded_out, out)
+    manifest = loader.read_manifest(out)
+    shard = out / manifest["train"]["shards"][1]["file"]
+    data = bytearray(shard.read_bytes())
+    tokens = np.frombuffer(data, dtype="<u2", offset=shards.HEADER_SIZE)  # a view: writes go into `data`
+    if flip == "high":
+        tokens |= 0xC000  # ids >= 49152, most past the vocabulary
+    else:
+        tokens[tokens < 50000] ^= 1  # every id stays valid
+    shard.write_bytes(bytes(data))
+
+    with pytest.raises(DataError, match=f"shard {shard} does not match the sha256"):
+        loader.TokenLoader(out, seq_len=64, global_batch=8, seed=0)
+    with pytest.raises(DataError, match="does not match the sha256"):
+        prepare.prepare(prepare.PrepConfig(source="embedded", out=out, shard_tokens=20_000), log=lambda _: None)
+    unchecked = loader.TokenLoader(out, seq_len=64, global_batch=4096, seed=0, verify=False)
+    if flip == "high":  # past the vocabulary in any batch that touches the shard
+        with pytest.raises(DataError, match=rf"shard {shard} is corrupt: token id \d+ at position \d+ is past"):
+            unchecked.batch(0)
+    else:
+        unchecked.batch(0)  # valid ids: only the checksum can tell

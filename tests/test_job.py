@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zbpscale.job import classify_interruption, count_ends, read_attempts, record
+from zbpscale.job import classify_interruption
+from zbpscale.runfolder import count_ends, read_attempts, record
 from zbpscale.signals import BLOCKED_PYTHON
 from zbpscale.slurm import parse_duration
 

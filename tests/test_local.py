@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_sweep
-from zbpscale.job import read_attempts
+from zbpscale.runfolder import read_attempts
 from zbpscale.local.driver import Driver
 from zbpscale.local.queue import Entry, LocalQueue
 from zbpscale.local.slots import Held, Want, rank_env, schedule
@@ -257,6 +257,37 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
     for run in runs:
         assert ends(run) == ["preempted", "completed"], ends(run)
         assert losses(run) == reference_losses(run, tmp_path)
+
+
+def last_step(run_dir: Path) -> int:
+    return max((s for s, _ in losses(run_dir)), default=-1)
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes(tmp_path, data_dir):
+    """Fault: kill -9 of the trainer rank. With max_crashes=1 the first kill is a crash, requeued from the last
+    checkpoint; the second is over the bound and the run fails. A plain resubmit leaves it alone and says how to
+    retry; `submit --retry` resumes it. Every step once, bitwise equal to a run never killed."""
+    sweep = write_sweep(tmp_path, "crash", data_dir, steps=150, ckpt_every=5, max_crashes=1)
+    run = tmp_path / "jobs" / "crash" / "nano-bp"
+    submit(sweep)
+    for attempt, step in ((1, 12), (2, 40)):
+        wait_until(lambda: len([a for a in read_attempts(run) if a["event"] == "start"]) == attempt
+                   and last_step(run) >= step, 120, f"step {step} of attempt {attempt}")
+        pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: len(ends(run)) == attempt, 60, f"the end of attempt {attempt}")
+    assert not (run / COMPLETE).exists(), "the run finished before the second kill: make it longer"
+    assert ends(run) == ["crashed", "failed"]
+    final = [a for a in read_attempts(run) if a["event"] == "end"][-1]["reason"]
+    assert "crashed 2 times, over max_crashes=1" in final and "killed by SIGKILL" in final
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    again = submit(sweep)
+    assert "left alone: nano-bp (failed)" in again.stdout and "--retry" in again.stdout
+    out = submit(sweep, "--retry", "--wait", timeout=600)
+    assert "nano-bp: retry" in out.stdout
+    assert ends(run) == ["crashed", "failed", "completed"]
+    assert losses(run) == reference_losses(run, tmp_path)
 
 
 def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir):

@@ -169,3 +169,39 @@ def test_runs_trained_directly_without_a_job(tmp_path):
     rows = by_run(collect_rows(sweep))
     assert rows["tiny-bp"]["state"] == "running"
     assert rows["tiny-zbp_n4"]["state"] == "failed" and "non-finite loss" in rows["tiny-zbp_n4"]["reason"]
+
+
+def test_faults_garbled_config_and_a_killed_requeued_attempt(tmp_path, fake_sacct):
+    """Faults: garbage in a run's config.json (broken, its file named, exit 1); a SLURM attempt killed with -9
+    after a requeue, which leaves no end record of its own (failed with the scheduler's word, not 'stopped'
+    with the previous attempt's reason)."""
+    sweep = tmp_path / "jobs" / "faults"
+    broken = make_run(sweep, "s60-bp", done=10, job="31", ends=[("timeout", "checkpointed; requeue 1/20")])
+    (broken / "config.json").write_text("{garbage")
+    killed = make_run(sweep, "s60-zbp_n16", done=10, job="32", ends=[("timeout", "checkpointed; requeue 1/20")],
+                      log_text="step 10\n")
+    with open(killed / "attempts.jsonl", "a") as fh:  # the requeued attempt started, then was killed
+        fh.write(json.dumps({"event": "start", "time": time.time() - 30, "job_id": "32", "executor": "slurm"}) + "\n")
+    fake_sacct({"31": "PENDING", "32": "FAILED"})
+    rows = by_run(collect_rows(sweep))
+    assert rows["s60-bp"]["state"] == "queued"  # its job is still waiting: the scheduler's word first
+    fake_sacct({"31": "COMPLETED", "32": "FAILED"})
+    rows = by_run(collect_rows(sweep))
+    assert rows["s60-bp"]["state"] == "broken"
+    assert "config.json is not valid JSON" in rows["s60-bp"]["reason"] and str(broken) in rows["s60-bp"]["reason"]
+    assert rows["s60-zbp_n16"]["state"] == "failed" and "FAILED" in rows["s60-zbp_n16"]["reason"]
+    assert rows["s60-zbp_n16"]["log"].endswith("32_0_log.out")
+    assert exit_code(list(rows.values())) == 1
+
+
+def test_fault_a_direct_run_stopped_by_sigterm_is_not_running(tmp_path):
+    """Fault: `python -m zbpscale.train` stopped by SIGTERM: its heartbeat is fresh, but its own end record says
+    it checkpointed and stopped; status believes the record."""
+    sweep = tmp_path / "jobs" / "try"
+    run = make_run(sweep, "tiny-bp", done=10, beat_age=2.0)
+    assert by_run(collect_rows(sweep))["tiny-bp"]["state"] == "running"  # before the end record: running
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"kind": "end", "time": time.time(), "step": 9, "status": "checkpointed",
+                             "reason": "signal 15: requeue me"}) + "\n")
+    row = by_run(collect_rows(sweep))["tiny-bp"]
+    assert row["state"] == "stopped" and "checkpointed: signal 15" in row["reason"]

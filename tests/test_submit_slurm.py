@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_slurm_local, write_sweep
-from zbpscale.job import read_attempts
+from zbpscale.runfolder import read_attempts
 from zbpscale.metrics import read_records
 from zbpscale.train import COMPLETE, TrainConfig, train
 
@@ -178,15 +178,27 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     assert losses(run) == losses(reference)
 
 
-def test_killed_rank_fails_the_job_and_resubmit_resumes_only_that_run(tmp_path, slurm_env, data_dir):
-    sweep = write_sweep(tmp_path, "killed", data_dir, steps=150, arms=("bp", "zbp_n4"), ckpt_every=10)
+def test_fault_kill_9_of_a_requeued_attempt_fails_the_job_and_resubmit_resumes_only_that_run(
+        tmp_path, slurm_env, data_dir):
+    """Fault: kill -9 of the trainer in a requeued attempt. The killed attempt writes no end record, and the
+    one before it says 'preempted': status must reconcile with sacct (failed, the log to read), not report the
+    earlier attempt's reason; the next submit resumes that run only."""
+    sweep = write_sweep(tmp_path, "killed", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=10)
     submit(sweep, slurm_env)
     runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
     victim = runs["nano-bp"]
+    wait_for_checkpoint_and_progress(victim)
+    subprocess.run(["scancel", "--signal=USR2", job_ids(victim)[0]], env=slurm_env, check=True, timeout=30)
+    deadline = time.time() + 300
+    while sum(a["event"] == "start" for a in read_attempts(victim)) < 2:
+        assert time.time() < deadline, "the run was not requeued"
+        time.sleep(0.5)
     saved = wait_for_checkpoint_and_progress(victim)
+    assert not (victim / COMPLETE).exists(), "the run finished before the kill: make it longer"
     pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
     os.kill(pid, 9)  # rank 0's Python process, as an OOM killer would
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
+    assert [a["why"] for a in read_attempts(victim) if a["event"] == "end"] == ["preempted"]
     row = next(r for r in status(victim.parent, slurm_env, code=None) if r["run"] == "nano-bp")
     assert row["state"] == "failed" and "FAILED" in row["reason"] and row["log"], row  # sacct's word, no record
     assert wait_final(slurm_env, job_ids(runs["nano-zbp_n4"])[0], timeout=600) == "COMPLETED"
@@ -216,3 +228,35 @@ def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_pat
     assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["cancelled"]
     assert not (run / COMPLETE).exists() and 3 <= len(losses(run)) < 400
     assert "resume" in submit(sweep, slurm_env, "--dry-run").stdout  # a later submit continues it
+
+
+def test_fault_scancel_stops_the_run_without_a_requeue_and_resubmit_resumes(tmp_path, slurm_env, data_dir):
+    """Fault: `scancel <job>` on a running job. SLURM sends SIGTERM, which is also what a preemption sends
+    where preempt_send_user_signal is off; SLURM already calls the job CANCELLED, so it checkpoints and ends
+    without requeueing and without using a preemption. Status says cancelled; the next submit resumes it."""
+    sweep = write_sweep(tmp_path, "scancel", data_dir, steps=400)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "scancel" / "nano-bp"
+    (job,) = job_ids(run)
+    deadline = time.time() + 300
+    while len(losses(run)) < 5:
+        assert time.time() < deadline, "the run never started training"
+        time.sleep(0.3)
+    subprocess.run(["scancel", job], env=slurm_env, check=True, timeout=30)
+    assert wait_final(slurm_env, job) == "CANCELLED"  # at once: SIGTERM reaches the job's tasks after that
+    deadline = time.time() + 120
+    while subprocess.run(["squeue", "-h", "-j", job], env=slurm_env, capture_output=True, text=True,
+                         timeout=30).stdout.strip():
+        assert time.time() < deadline, "the cancelled job never left the queue"
+        time.sleep(0.5)
+    ends = [a for a in read_attempts(run) if a["event"] == "end"]  # a requeue would have recorded 'preempted'
+    assert [(a["why"], a["reason"]) for a in ends] == [("cancelled", "scancel; checkpointed")]
+    assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not (run / COMPLETE).exists()
+    (row,) = status(run.parent, slurm_env, code=3)
+    assert row["state"] == "cancelled" and row["preemptions"] == 0
+    out = submit(sweep, slurm_env)
+    assert "nano-bp: resume -> job" in out.stdout
+    assert wait_final(slurm_env, job_ids(run)[-1], timeout=600) == "COMPLETED"
+    reference = tmp_path / "reference"
+    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
+    assert losses(run) == losses(reference)

@@ -92,6 +92,17 @@ BAD_SWEEPS = [
     ("unknown_field.py", "from zbpscale.sweep import *\nSWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",
      "unknown_field.py:2: ConfigError: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
+    # Faults: values sbatch would reject after the run folders were written, or that make no sense: refused at load
+    ("negative_signal_delay.py", "from zbpscale.sweep import *\n"
+     "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
+     "    arms=(arm('bp'),), data=Data(dir='d'), signal_delay_s=-10)\n",
+     "negative_signal_delay.py:2: ConfigError: Sweep.signal_delay_s must be an integer >= 0, got -10"),
+    ("zero_cpus.py", "from zbpscale.sweep import *\nR = Resources(cpus_per_task=0)\n",
+     "zero_cpus.py:2: ConfigError: Resources.cpus_per_task must be an integer >= 1, got 0"),
+    ("negative_timeouts.py", "from zbpscale.sweep import *\n"
+     "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
+     "    arms=(arm('bp'),), data=Data(dir='d'), max_timeouts=-1)\n",
+     "negative_timeouts.py:2: ConfigError: Sweep.max_timeouts must be an integer >= 0, got -1"),
     ("signal_after_limit.py", "from zbpscale.sweep import *\nR = Resources(time_min=2)\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8, resources=R),),\n"
      "    arms=(arm('bp'),), data=Data(dir='d'), signal_delay_s=120)\n",
@@ -159,3 +170,15 @@ def test_step_time_ratio_errors(ratio, message):
     with pytest.raises(ConfigError, match=message):
         Sweep(name="x", sizes=(Size(name="tiny", global_batch=8), Size(name="mini", global_batch=8)),
               arms=(arm("zbp_n16", step_time_ratio=ratio),), data=Data(dir="d"))
+
+
+def test_fault_a_garbled_run_folder_is_planned_as_broken_and_left_alone(tmp_path, data_dir):
+    path = tmp_path / "fit.py"
+    path.write_text(FIT_SWEEP.format(tasks=1, batch=8, seq=64, data=str(data_dir), root=str(tmp_path)))
+    (tmp_path / "fit" / "mini-bp").mkdir(parents=True)
+    (tmp_path / "fit" / "mini-bp" / "config.json").write_text("{garbage")
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "broken" in out.stdout and "mini-bp: broken run folder:" in out.stdout.replace("\n", " ")
+    assert "config.json is not valid JSON" in out.stdout.replace("\n", " ")

@@ -138,8 +138,10 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("arm", [None, ZBPConfig(n=4)], ids=["bp", "zbp_n4"])
-def test_sigusr2_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm):
+@pytest.mark.parametrize("arm, sig", [(None, signal.SIGUSR2), (ZBPConfig(n=4), signal.SIGUSR2),
+                                      (None, signal.SIGINT)], ids=["bp", "zbp_n4", "bp-ctrl-c"])
+def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm, sig):
+    """Faults: SIGUSR2 (a time limit) and Ctrl-C (SIGINT, a single run in a terminal) checkpoint alike."""
     model = ModelConfig(**{**SMALL.__dict__, "zbp": arm})
     cfg = small_cfg(data_dir, model=model, steps=40, micro_batch=4)
     train(cfg, tmp_path / "reference")
@@ -147,7 +149,7 @@ def test_sigusr2_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm)
     run = write_config(tmp_path / "interrupted", cfg)
     proc = launch(run)
     wait_for(lambda: len(train_losses(run)) >= 3, proc)
-    proc.send_signal(signal.SIGUSR2)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
     stopped = len(train_losses(run))
@@ -184,6 +186,63 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     resume = next(r for r in read_records(run) if r["kind"] == "resume")
     assert resume["dropped"] >= 2
+
+
+def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
+    """Fault: Ctrl-C pressed twice: the second aborts at once (one line, exit 130), no checkpoint is written."""
+    cfg = small_cfg(data_dir, model=ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128), steps=200,
+                    global_batch=16)  # steps of ~0.3 s: both signals land inside one step
+    run = write_config(tmp_path / "run", cfg)
+    proc = launch(run)
+    wait_for(lambda: len(train_losses(run)) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "stopped without a checkpoint" in out and "Traceback" not in out
+    assert checkpoint.list_checkpoints(run) == []
+
+
+def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):
+    """Fault: garbage in a run's config.json, then a wrong field: one line each, no traceback."""
+    run = write_config(tmp_path / "run", small_cfg(data_dir))
+    for text, expected in (("{not json", "config.json is not valid JSON (line 1"),
+                           (json.dumps({**small_cfg(data_dir).to_dict(), "stpes": 3}), "does not hold a valid config"),
+                           (json.dumps({**small_cfg(data_dir).to_dict(), "steps": -1}), "TrainConfig.steps must be")):
+        (run / CONFIG).write_text(text)
+        out = launch(run)
+        stdout, _ = out.communicate(timeout=120)
+        assert out.returncode == 2 and "Traceback" not in stdout, stdout
+        assert len(stdout.strip().splitlines()) == 1 and expected in stdout and str(run / CONFIG) in stdout
+
+
+@pytest.mark.parametrize("field, text, expected", [
+    ("global_batch", "32", 32),
+    ("lr", "1", 1.0),                    # an int where a float is expected becomes the float
+    ("lr", "3e-4", 3e-4),
+    ("betas", "[0.9, 0.99]", (0.9, 0.99)),
+    ("bf16", "null", None),
+    ("bf16", "true", True),
+    ("device", "cpu", "cpu"),            # a bare string
+    ("betas", "1", "betas takes tuple[float, float], not int"),
+    ("global_batch", "3.5", "global_batch takes int, not float"),
+    ("grad_clip", "true", "grad_clip takes float, not bool"),
+    ("bf16", "yes", "bf16 takes bool | None, not str"),
+])
+def test_set_values_are_checked_against_the_field_type(field, text, expected):
+    """Fault: `--set betas=1`: a value of the wrong type is one line naming the field and its type."""
+    from dataclasses import fields
+
+    from zbpscale.train import parse_field_value
+
+    annotation = next(f.type for f in fields(TrainConfig) if f.name == field)
+    if isinstance(expected, str) and "takes" in expected:
+        with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("|", r"\|")):
+            parse_field_value(field, text, annotation)
+    else:
+        value = parse_field_value(field, text, annotation)
+        assert value == expected and type(value) is type(expected)
 
 
 def test_finished_run_is_not_retrained(tmp_path, data_dir):

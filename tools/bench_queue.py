@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from zbpscale.job import read_attempts
+from zbpscale.runfolder import read_attempts
 from zbpscale.metrics import read_records
 
 

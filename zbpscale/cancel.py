@@ -17,7 +17,7 @@ from zbpscale.sweep import Run, Sweep, expand, load_sweep
 
 def _last_job(run: Run) -> tuple[str | None, str]:
     """(job id, executor) of the run's latest submission; (None, "") if it was never submitted."""
-    from zbpscale.job import last_submitted, read_attempts
+    from zbpscale.runfolder import last_submitted, read_attempts
 
     sub = last_submitted(read_attempts(run.run_dir))
     return sub.get("job_id"), (sub.get("executor", "slurm") if sub else "")
@@ -32,7 +32,7 @@ def _scancel(*args: str) -> None:
 
 def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
     """Ask every live job of the runs to stop; returns the runs whose jobs were live."""
-    from zbpscale.job import CANCEL, record
+    from zbpscale.runfolder import CANCEL, record
     from zbpscale.local.queue import LocalQueue
     from zbpscale.slurm import squeue_states
 

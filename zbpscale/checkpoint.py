@@ -15,6 +15,7 @@ on CUDA).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -23,13 +24,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zbpscale.errors import ZbpError
+from zbpscale.errors import CheckpointError
+from zbpscale.runfolder import CHECKPOINTS, fsync_dir
 
 _NAME = re.compile(r"ckpt_(\d{8})\.pt")
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return Path(run_dir) / CHECKPOINTS
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -70,26 +72,40 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(cuda)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _caused_by(err: BaseException, code: int) -> bool:
+    """Whether an OSError with errno `code` is in the exception's chain (torch wraps the write's OSError)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno == code:
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
-    """Write `payload` (plus the step and RNG states) as the checkpoint of `step`; keep the newest `keep`."""
+    """Write `payload` (plus the step and RNG states) as the checkpoint of `step`; keep the newest `keep`.
+    A failed write leaves no temp file behind and the older checkpoints untouched; a full disk is a
+    one-line `CheckpointError`."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"ckpt_{step:08d}.pt"
     tmp = folder / f".{final.name}.tmp"
-    with open(tmp, "wb") as fh:
-        torch.save({**payload, "step": step, "rng": rng_state()}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(folder)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save({**payload, "step": step, "rng": rng_state()}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if _caused_by(err, errno.ENOSPC):
+            found = list_checkpoints(run_dir)
+            kept = f"the newest checkpoint, {found[-1][1].name}, is intact" if found else "there is no older checkpoint"
+            raise CheckpointError(f"no space left on device at {folder}: the checkpoint of step {step} was not "
+                                  f"written; {kept}", hint="free space on that filesystem, then run again") from None
+        raise
+    fsync_dir(folder)
     for _, old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return final
@@ -105,10 +121,10 @@ def load_latest(run_dir: Path) -> dict | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # a corrupt file must not silently restart the run from scratch
-        raise ZbpError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})",
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})",
                        hint="move it aside to resume from the previous checkpoint") from err
     if state.get("step") != step:
-        raise ZbpError(f"checkpoint {path} says step {state.get('step')}, its name says {step}",
+        raise CheckpointError(f"checkpoint {path} says step {state.get('step')}, its name says {step}",
                        hint="move it aside to resume from the previous checkpoint")
     return state
 

@@ -30,15 +30,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbpscale.data.shards import atomic_write
+from zbpscale.runfolder import ATTEMPTS, CHECKPOINTS, COMPLETE, CONFIG, atomic_write, parse_run_name
 from zbpscale.errors import ConfigError
-from zbpscale.job import count_ends
+from zbpscale.runfolder import count_ends
 from zbpscale.metrics import HEARTBEAT, METRICS, read_jsonl
 
 FORMAT, VERSION = "zbpscale-results", 1
-RUN_FILES = (METRICS, "config.json", "attempts.jsonl", HEARTBEAT, "COMPLETE")
+RUN_FILES = (METRICS, CONFIG, ATTEMPTS, HEARTBEAT, COMPLETE)
 IN_PROGRESS = ("running", "stalled", "queued", "stopped", "cancelled")  # started and not finished
-_RUN_NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +128,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
     """The summary row of one run folder; `state`: (status, reason) from `zbpscale status`; `config`: the
     planned config, for runs not started yet."""
     records = read_jsonl(run_dir / METRICS)
-    attempts = read_jsonl(run_dir / "attempts.jsonl")
+    attempts = read_jsonl(run_dir / ATTEMPTS)
     status, reason = state
     by_kind: dict[str, list[dict]] = {}
     for r in records:
@@ -137,7 +136,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
     starts, trains, evals, diags = (by_kind.get(k, []) for k in ("start", "train", "eval", "diag"))
     derived = starts[-1].get("derived", {}) if starts else {}
     if not derived:
-        saved = run_dir / "config.json"
+        saved = run_dir / CONFIG
         config = json.loads(saved.read_text()) if saved.exists() else config
         derived = _planned_numbers(config) if config else {}
     cores = diags[-1].get("cores", []) if diags else []
@@ -202,10 +201,10 @@ def find_runs(sweep: str | Path) -> tuple[str, list[Source]]:
                           hint="give sweeps/<name>.py or jobs/<name>")
     runs = []
     for run_dir in sorted(p for p in path.iterdir() if p.is_dir()):
-        match = _RUN_NAME.fullmatch(run_dir.name)
-        if match and any((run_dir / f).exists() for f in (METRICS, "config.json", "attempts.jsonl")):
-            runs.append(Source(name=run_dir.name, run_dir=run_dir, size=match["size"], arm=match["arm"],
-                               seed=int(match["seed"] or 0)))
+        parsed = parse_run_name(run_dir.name)
+        if parsed and any((run_dir / f).exists() for f in (METRICS, CONFIG, ATTEMPTS)):
+            size, arm, seed = parsed
+            runs.append(Source(name=run_dir.name, run_dir=run_dir, size=size, arm=arm, seed=seed))
     if not runs:
         raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
@@ -230,9 +229,9 @@ def _sync_run(src: Source, dst: Path, *, with_ckpt: bool) -> bool:
             if name.endswith(".jsonl"):
                 data = data[: data.rfind(b"\n") + 1]  # a line being written is left for the next collect
             changed |= _write_if_changed(dst / name, data)
-    ckpts = sorted((src.run_dir / "checkpoints").glob("ckpt_*.pt")) if with_ckpt else []
+    ckpts = sorted((src.run_dir / CHECKPOINTS).glob("ckpt_*.pt")) if with_ckpt else []
     if ckpts:
-        latest, folder = ckpts[-1], dst / "checkpoints"
+        latest, folder = ckpts[-1], dst / CHECKPOINTS
         target = folder / latest.name
         if not target.exists() or target.stat().st_size != latest.stat().st_size:  # named checkpoints never change
             folder.mkdir(parents=True, exist_ok=True)

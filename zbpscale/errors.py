@@ -22,3 +22,11 @@ class ConfigError(ZbpError, ValueError):
 
 class DataError(ZbpError):
     """Data are missing, corrupt or cannot be reached; the message says what to run to fix it."""
+
+
+class BrokenRunFolder(ZbpError):
+    """A run folder's own files cannot be read (a garbled config.json): the run cannot go on until fixed."""
+
+
+class CheckpointError(ZbpError):
+    """A checkpoint could not be written or read; the message names the file and what is still intact."""

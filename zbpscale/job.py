@@ -6,7 +6,8 @@ distributed environment, runs the trainer on the run folder (which resumes by it
   checkpointed (the trainer caught USR2/SIGTERM and saved) -> rank 0 tells timeout from preemption, counts it
                         against the sweep's bounds, and requeues the job (`scontrol requeue`: the same
                         submission restarts and resumes from the run folder, not from pickled state);
-  checkpointed with a CANCEL file in the run folder (`zbpscale cancel`) -> the job ends, not requeued;
+  checkpointed with a CANCEL file in the run folder (`zbpscale cancel`), or because `scancel` sent SIGTERM
+                        (SLURM already calls the job CANCELLED) -> the job ends, not requeued;
   bounds exhausted, diverged or an exception -> the job fails, with the reason in attempts.jsonl.
 Every attempt is recorded in <run_dir>/attempts.jsonl: `submitted`, `start` and `end` events with the job id,
 the executor, times and, for `end`, `why` (completed | timeout | preempted | failed | cancelled) and `reason`.
@@ -26,40 +27,13 @@ from typing import NoReturn
 
 from zbpscale import slurm
 from zbpscale.errors import ZbpError
+from zbpscale.runfolder import CANCEL, CONFIG, read_attempts, record, retry_decision
 
-ATTEMPTS = "attempts.jsonl"
-CANCEL = "CANCEL"  # written by `zbpscale cancel`: the next checkpoint ends the job instead of requeueing it
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
 
 class JobFailed(ZbpError):
     """The run cannot go on (bounds exhausted, diverged, crashed); attempts.jsonl says why."""
-
-
-def record(run_dir: Path, event: str, **fields) -> None:
-    """Append one event to the run's attempts record."""
-    path = Path(run_dir) / ATTEMPTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fh.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_attempts(run_dir: Path) -> list[dict]:
-    """Every event of the run's attempts record, in order."""
-    from zbpscale.metrics import read_jsonl
-
-    return read_jsonl(Path(run_dir) / ATTEMPTS)
-
-
-def last_submitted(attempts: list[dict]) -> dict:
-    """The run's latest `submitted` event (job id, executor, logs), or {} if it was never submitted."""
-    return next((a for a in reversed(attempts) if a.get("event") == "submitted"), {})
-
-
-def count_ends(attempts: list[dict], why: str) -> int:
-    return sum(1 for a in attempts if a.get("event") == "end" and a.get("why") == why)
 
 
 def classify_interruption(left_s: float | None, signal_delay_s: int) -> str:
@@ -83,7 +57,7 @@ class TrainJob:
         signals.install()  # first: the time-limit signal may arrive while torch is still importing
         import submitit
 
-        from zbpscale.train import CONFIG, TrainConfig, train
+        from zbpscale.train import TrainConfig, train
 
         env = submitit.JobEnvironment()
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
@@ -111,6 +85,10 @@ class TrainJob:
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="cancelled; checkpointed")
             return "cancelled"
+        if slurm.job_states([job_id]).get(job_id) == "CANCELLED":  # scancel: SIGTERM, then the job is killed
+            if main:
+                record(run_dir, "end", job_id=job_id, why="cancelled", reason="scancel; checkpointed")
+            return "cancelled"
         if main:
             self._requeue_or_fail(run_dir, job_id)
         _wait_to_be_requeued(run_dir, job_id, since=started)
@@ -124,15 +102,13 @@ class TrainJob:
 
     def _requeue_or_fail(self, run_dir: Path, job_id: str) -> None:
         why = classify_interruption(slurm.seconds_left(job_id), self.signal_delay_s)
-        attempts = read_attempts(run_dir)
-        used = count_ends(attempts, why) + 1
-        bound = self.max_timeouts if why == "timeout" else self.max_preemptions
-        if used > bound:
-            reason = f"{why} {used} times, over max_{why}s={bound}"
-            record(run_dir, "end", job_id=job_id, why="failed", reason=reason)
-            raise JobFailed(f"{run_dir.name}: {reason}; not requeued",
-                            hint=f"raise the sweep's max_{why}s or the time limit, then submit again")
-        record(run_dir, "end", job_id=job_id, why=why, reason=f"checkpointed; requeue {used}/{bound}")
+        bounds = {"timeout": self.max_timeouts, "preempted": self.max_preemptions}
+        retry = retry_decision(read_attempts(run_dir), why, bounds)
+        if not retry.ok:
+            record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
+            raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
+                            hint="submit again with --retry (after raising the sweep's bound or time limit)")
+        record(run_dir, "end", job_id=job_id, why=why, reason=retry.reason)
         try:
             subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as err:

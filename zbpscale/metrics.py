@@ -20,9 +20,8 @@ import socket
 import time
 from pathlib import Path
 
-METRICS = "metrics.jsonl"
-HEARTBEAT = "heartbeat.json"
-COMPLETE = "COMPLETE"  # marker written by the trainer after the last step (a light import for the job layer)
+from zbpscale.runfolder import COMPLETE, HEARTBEAT, METRICS, atomic_write  # noqa: F401 - re-exported names
+
 STEP_KINDS = ("train", "eval", "diag")
 
 
@@ -45,15 +44,6 @@ def read_records(run_dir: Path) -> list[dict]:
     return read_jsonl(Path(run_dir) / METRICS)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 class MetricsLog:
     """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds."""
 
@@ -73,7 +63,7 @@ class MetricsLog:
         kept = [r for r in records if not (r.get("kind") in STEP_KINDS and r.get("step", -1) >= step)]
         dropped = len(records) - len(kept)
         if dropped or len(self.path.read_text().splitlines()) != len(records):
-            _atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         return dropped
 
     def write(self, kind: str, **fields) -> None:
@@ -90,7 +80,7 @@ class MetricsLog:
             return
         self._last_beat = now
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid()}
-        _atomic_write(self.run_dir / HEARTBEAT, json.dumps(beat) + "\n")
+        atomic_write(self.run_dir / HEARTBEAT, json.dumps(beat) + "\n")
 
     def close(self) -> None:
         if self._fh is not None:

@@ -1,4 +1,7 @@
-"""Stop requests as a flag: on SIGUSR2 or SIGTERM the handler only records the signal.
+"""Stop requests as a flag: on SIGUSR2, SIGTERM or SIGINT (Ctrl-C) the handler only records the signal.
+
+A second Ctrl-C while the first is pending raises KeyboardInterrupt at once (abort without a checkpoint),
+as people expect of a trainer in a terminal.
 
 The trainer reads `received()` at each step boundary, where the ranks agree on it and checkpoint; no
 collective ever runs in a handler. `install()` is idempotent and keeps a signal that already arrived, so a
@@ -16,7 +19,7 @@ from __future__ import annotations
 import signal
 import sys
 
-SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
+SIGNALS = (signal.SIGUSR2, signal.SIGTERM)  # the schedulers' stop signals (held back during start-up)
 # `BLOCKED_PYTHON + ["-m", module, ...]` runs `python -m module ...` with SIGNALS blocked until install().
 # The wrapper starts without site (-S), so its own unprotected start-up is a few milliseconds.
 _EXEC_BLOCKED = ("import os, signal, sys; "
@@ -29,13 +32,15 @@ _previous: dict | None = None
 
 def _handle(signum, frame) -> None:
     global _received
+    if signum == signal.SIGINT and _received == signal.SIGINT:
+        raise KeyboardInterrupt  # Ctrl-C twice: do not wait for the checkpoint
     _received = signum
 
 
 def install() -> None:
     global _previous
     if _previous is None:
-        _previous = {s: signal.signal(s, _handle) for s in SIGNALS}
+        _previous = {s: signal.signal(s, _handle) for s in (*SIGNALS, signal.SIGINT)}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # a signal held back by BLOCKED_PYTHON lands here now
 
 

@@ -9,8 +9,9 @@
 A run's state is its folder joined with its scheduler: COMPLETE marker, the attempts record and the tail of
 metrics.jsonl, with SLURM's sacct (squeue when accounting does not answer) or the local queue's entry files.
 States: complete, running, stalled (the job runs but the heartbeat is older than --stall-after), queued,
-failed (with a one-line reason and the log to read), cancelled, stopped (interrupted, nothing queued), new.
-Only the tails of the logs are read. Exit status: 0 all complete, 1 any failed, 3 some still to finish.
+failed (with a one-line reason and the log to read), broken (the run folder's config.json cannot be read),
+cancelled, stopped (interrupted, nothing queued), new. Only the tails of the logs are read.
+Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from pathlib import Path
 
 from zbpscale import slurm
 from zbpscale.errors import ConfigError
-from zbpscale.job import count_ends, last_submitted
+from zbpscale.errors import BrokenRunFolder
+from zbpscale.runfolder import ATTEMPTS, CONFIG, LOGS, PLAN, RunFolder, count_ends, last_submitted, parse_run_name
 
-ORDER = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "complete")
+ORDER = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "broken", "complete")
 SLURM_REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
                  "CANCELLED": "cancelled in SLURM (scancel or an admin)", "BOOT_FAIL": "node boot failure",
                  "TIMEOUT": "time limit reached without a checkpoint", "DEADLINE": "deadline reached"}
@@ -105,14 +107,17 @@ def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[s
 # ---------------------------------------------------------------------------------------------- one run
 def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: float, stall_after_s: float) -> dict:
     """Everything status shows about one run (plain JSON types)."""
-    from zbpscale.metrics import COMPLETE, HEARTBEAT, METRICS
+    from zbpscale.runfolder import COMPLETE, HEARTBEAT, METRICS
 
-    config = _read_json(run_dir / "config.json")
+    try:
+        config, broken = RunFolder(run_dir).read_config() or {}, ""
+    except BrokenRunFolder as err:
+        config, broken = {}, str(err)
     start = first_record(run_dir / METRICS)
     tail = tail_records(run_dir / METRICS, ("train", "eval"))
     beat = _read_json(run_dir / HEARTBEAT)
-    plan = _read_json(run_dir / "plan.json")
-    size, _, arm = run_dir.name.partition("-")
+    plan = _read_json(run_dir / PLAN)
+    size, arm, _ = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
@@ -121,8 +126,12 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
     job = sub.get("job_id", "")
     job_state = sched.get(job, "")
     ends = [a for a in attempts if a.get("event") == "end"]
-    last_end = ends[-1] if ends and ends[-1].get("job_id") == job else {}
-    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "failed")}
+    # The end of the job's latest attempt: a requeued SLURM job keeps its id, so an end before that attempt's
+    # start belongs to an earlier attempt (a killed attempt leaves no end record of its own).
+    job_starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
+    since = job_starts[-1] if job_starts else 0
+    last_end = next((a for a in reversed(ends) if a.get("job_id") == job and a.get("time", 0) >= since), {})
+    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "crashed", "failed")}
     starts = [a for a in attempts if a.get("event") == "start"]
     gpus = plan.get("gpus", 0)
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * gpus
@@ -132,6 +141,8 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
     slurm_says = SLURM_REASONS.get(job_state) if sub.get("executor") == "slurm" else None
     if (run_dir / COMPLETE).exists():
         state = "complete"
+    elif broken and job_state not in slurm.ALIVE:
+        state, reason = "broken", broken
     elif job_state == "RUNNING":
         # Silent since the heartbeat, or since the attempt started if it has not beaten yet (start-up counts).
         started = starts[-1]["time"] if starts and starts[-1].get("job_id") == job else now
@@ -147,18 +158,21 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
         state, reason = last_end["why"], last_end.get("reason", "")
     elif job and (not last_end or slurm_says):
         # The job is gone without a record of why (killed, node lost): the scheduler says, then the log.
-        state = "failed"
+        state = "cancelled" if job_state == "CANCELLED" else "failed"
         reason = slurm_says or f"job ended ({job_state or 'state unknown'}) without a record"
     elif job:
         state, reason = "stopped", f"{last_end.get('why')}: {last_end.get('reason', '')}; nothing queued"
     elif not start:
         state = "new"
-    elif beat_age is not None and beat_age <= stall_after_s:
-        state = "running"  # trained directly (python -m zbpscale.train), not through a job
-    else:
-        end = tail_records(run_dir / METRICS, ("end",)).get("end", {})
-        state = "failed" if end.get("status") == "diverged" else "stopped"
-        reason = f"{end.get('status', 'no end record')}: {end.get('reason', '')} (run directly, no job)"
+    else:  # trained directly (python -m zbpscale.train), not through a job: the run's own records say
+        last = tail_records(run_dir / METRICS, ("start", "end"))
+        end = last.get("end", {})
+        ended = bool(end) and end.get("time", 0) >= last.get("start", {}).get("time", 0)
+        if not ended and beat_age is not None and beat_age <= stall_after_s:
+            state = "running"
+        else:
+            state = "failed" if end.get("status") == "diverged" else "stopped"
+            reason = f"{end.get('status', 'no end record')}: {end.get('reason', '')} (run directly, no job)"
     if state == "failed":
         log = last_end.get("log") or _log_path(run_dir, sub, job)
         reason = _refine(reason, log)
@@ -169,7 +183,8 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
         "tokens": max(step, 0) * tokens_per_step, "pct": 100.0 * max(step, 0) / steps if steps else 0.0,
         "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
         "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
-        "timeouts": counts["timeout"], "preemptions": counts["preempted"], "failures": counts["failed"],
+        "timeouts": counts["timeout"], "preemptions": counts["preempted"],
+        "failures": counts["crashed"] + counts["failed"],
         "job": job, "executor": sub.get("executor", ""), "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "params": derived.get("params") or plan.get("params"),
@@ -183,7 +198,7 @@ def _attempt_hours(start: dict, attempts: list[dict], now: float) -> float:
 
 
 def _log_path(run_dir: Path, submitted: dict, job: str) -> Path:
-    logs = Path(submitted.get("logs") or run_dir / "logs")
+    logs = Path(submitted.get("logs") or run_dir / LOGS)
     for name in (f"{job}_0.log", f"{job}_0_log.out", f"{job}_0_log.err"):
         if (logs / name).exists():
             return logs / name
@@ -228,10 +243,10 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
     if not path.is_dir():
         raise ConfigError(f"{path} is neither a sweep file nor a folder",
                           hint="give a sweep file (sweeps/ladder.py) or its folder (jobs/ladder)")
-    if any(p.joinpath("config.json").exists() for p in path.iterdir() if p.is_dir()):
+    if any(p.joinpath(CONFIG).exists() for p in path.iterdir() if p.is_dir()):
         return [(path.name, path)]
     sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
-              and any(q.joinpath("config.json").exists() for q in p.iterdir() if q.is_dir())]
+              and any(q.joinpath(CONFIG).exists() for q in p.iterdir() if q.is_dir())]
     if not sweeps:
         raise ConfigError(f"no runs under {path}", hint="submit a sweep first: python -m zbpscale.submit SWEEP")
     return sweeps
@@ -240,13 +255,13 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
 def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float = 900.0) -> list[dict]:
     from zbpscale.metrics import read_jsonl
 
-    run_dirs = sorted(p for p in folder.iterdir() if (p / "config.json").exists())
+    run_dirs = sorted(p for p in folder.iterdir() if (p / CONFIG).exists())
     if only:
         import fnmatch
 
         patterns = [p.strip() for p in only.split(",") if p.strip()]
         run_dirs = [p for p in run_dirs if any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)]
-    attempts = {p.name: read_jsonl(p / "attempts.jsonl") for p in run_dirs}
+    attempts = {p.name: read_jsonl(p / ATTEMPTS) for p in run_dirs}
     sched = scheduler_view(folder.parent, attempts)
     now = time.time()
     rows = [run_row(p, sched, attempts[p.name], now=now, stall_after_s=stall_after_s) for p in run_dirs]
@@ -259,14 +274,14 @@ def _age(seconds: float) -> str:
 
 def exit_code(rows: list[dict]) -> int:
     states = {r["state"] for r in rows}
-    if "failed" in states:
+    if states & {"failed", "broken"}:
         return 1
     return 0 if states <= {"complete"} else 3
 
 
 # ------------------------------------------------------------------------------------------------ render
 STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "bold yellow", "failed": "bold red",
-         "cancelled": "magenta", "stopped": "yellow", "new": "dim"}
+         "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red"}
 
 
 def _fmt_tokens(n: float) -> str:
@@ -368,10 +383,10 @@ def main(argv: list[str] | None = None) -> int:
 def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
     for _, folder in sweeps:
         run_dir = folder / run
-        if (run_dir / "config.json").exists():
+        if (run_dir / CONFIG).exists():
             from zbpscale.metrics import read_jsonl
 
-            attempts = read_jsonl(run_dir / "attempts.jsonl")
+            attempts = read_jsonl(run_dir / ATTEMPTS)
             sub = last_submitted(attempts)
             ends = [a for a in attempts if a.get("event") == "end" and a.get("job_id") == sub.get("job_id")]
             log = Path(ends[-1]["log"]) if ends and ends[-1].get("log") else _log_path(run_dir, sub, sub.get("job_id", ""))
@@ -380,5 +395,5 @@ def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
             print(f"==> {log} <==")
             print("\n".join(log_tail(log, lines)))
             return 0
-    names = sorted(p.name for _, f in sweeps for p in f.iterdir() if (p / "config.json").exists())
+    names = sorted(p.name for _, f in sweeps for p in f.iterdir() if (p / CONFIG).exists())
     raise ConfigError(f"no run {run!r} here", hint="runs: " + ", ".join(names))

@@ -27,32 +27,53 @@ import time
 from pathlib import Path
 
 from zbpscale import signals, slurm
-from zbpscale.errors import ConfigError, ZbpError
+from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
+from zbpscale.runfolder import (
+    CANCEL, CONFIG, LOGS, PLAN, RunFolder, atomic_write, last_submitted, read_attempts, record,
+)
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.train import batch_plan
 
-def last_job_id(run_dir: Path) -> str | None:
-    from zbpscale.job import last_submitted, read_attempts
 
+def last_job_id(run_dir: Path) -> str | None:
     return last_submitted(read_attempts(run_dir)).get("job_id")
 
 
-def run_action(run: Run, alive: dict[str, str]) -> str:
-    """What submit does with a run: new, resume, skip (complete), running (leave alone), failed."""
-    from zbpscale.checkpoint import list_checkpoints
-    from zbpscale.job import read_attempts
-    from zbpscale.metrics import COMPLETE
+TODO = ("new", "resume", "retry")  # the actions that submit a job
 
-    run_dir = run.run_dir
-    if (run_dir / COMPLETE).exists():
+
+def run_action(run: Run, alive: dict[str, str], *, retry: bool = False) -> str:
+    """What submit does with a run: new, resume, retry (a failed run, with --retry), complete (skip), running
+    (its job is queued or running: leave it alone), failed (left alone without --retry), broken (its
+    config.json cannot be read: left alone until fixed)."""
+    from zbpscale.checkpoint import list_checkpoints
+
+    folder = RunFolder(run.run_dir)
+    if folder.complete.exists():
         return "complete"
-    job = last_job_id(run_dir)
+    job = last_job_id(folder.path)
     if job is not None and alive.get(job) in slurm.ALIVE:
         return "running"
-    ends = [a for a in read_attempts(run_dir) if a.get("event") == "end"]
+    try:
+        folder.read_config()
+    except BrokenRunFolder:
+        return "broken"
+    ends = [a for a in read_attempts(folder.path) if a.get("event") == "end"]
     if ends and ends[-1].get("why") == "failed":
-        return "failed"
-    return "resume" if list_checkpoints(run_dir) else "new"
+        return "retry" if retry else "failed"
+    return "resume" if list_checkpoints(folder.path) else "new"
+
+
+def broken_notes(runs: list[Run], actions: dict[str, str]) -> list[str]:
+    """One line per broken run: what is wrong with its folder."""
+    notes = []
+    for run in runs:
+        if actions[run.name] == "broken":
+            try:
+                RunFolder(run.run_dir).read_config()
+            except BrokenRunFolder as err:
+                notes.append(f"{run.name}: broken run folder: {err}")
+    return notes
 
 
 # ------------------------------------------------------------------------------------------------ plan
@@ -120,7 +141,7 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     console = Console(width=max(120, shutil.get_terminal_size().columns))
     console.print(table)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
-    todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in ("new", "resume"))
+    todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in TODO)
     console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
                   f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio)")
 
@@ -177,20 +198,20 @@ def submit_prep(sweep: Sweep) -> str:
     return str(job.job_id)
 
 
-def submit_run(run: Run, *, depends_on: str | None = None) -> str:
+def submit_run(run: Run, *, depends_on: str | None = None, retry: bool = False) -> str:
     """Write the run's resolved config and submit its job; returns the job id."""
-    from zbpscale.job import TrainJob, record
+    from zbpscale.job import TrainJob
 
     run_dir = write_config(run)
     params = sbatch_parameters(run)
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
     # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
-    executor = _executor(run_dir / "logs", params, max_num_timeout=run.sweep.max_timeouts,
+    executor = _executor(run_dir / LOGS, params, max_num_timeout=run.sweep.max_timeouts,
                          python=signals.BLOCKED_PYTHON)
     job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
                                    max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s))
-    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / "logs"))
+    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / LOGS), retry=retry)
     return str(job.job_id)
 
 
@@ -227,31 +248,34 @@ def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, str]
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
-           max_parallel: int = 0) -> tuple[Sweep, list[Run], str, dict[str, str]]:
-    """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}."""
+           max_parallel: int = 0, retry: bool = False) -> tuple[Sweep, list[Run], str, dict[str, str]]:
+    """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}.
+    retry: submit failed runs again (from their last checkpoint), with fresh timeout/preemption/crash counts."""
     sweep = load_sweep(path)
     runs = select(expand(sweep), only)
     kind = choose_executor(executor)
-    actions = {r.name: run_action(r, scheduler_states(kind, sweep, runs)) for r in runs}
-    notes = data_notes(sweep, [r for r in runs if actions[r.name] in ("new", "resume")])
+    actions = {r.name: run_action(r, scheduler_states(kind, sweep, runs), retry=retry) for r in runs}
+    notes = data_notes(sweep, [r for r in runs if actions[r.name] in TODO]) + broken_notes(runs, actions)
     print_plan(sweep, plan_rows(runs, actions))
     for note in notes:
         print(f"note: {note}")
     if dry_run:
         return sweep, runs, kind, actions
     if kind == "local":
-        actions = submit_local(sweep, runs, max_parallel=max_parallel)
+        actions = submit_local(sweep, runs, max_parallel=max_parallel, retry=retry)
     else:
-        todo = [r for r in runs if actions[r.name] in ("new", "resume")]
+        todo = [r for r in runs if actions[r.name] in TODO]
         prep = None
         if todo and not (data_path(sweep) / "manifest.json").exists():
             prep = submit_prep(sweep)
         for run in todo:
-            job = submit_run(run, depends_on=prep)
+            job = submit_run(run, depends_on=prep, retry=actions[run.name] == "retry")
             print(f"{run.name}: {actions[run.name]} -> job {job} (logs in {run.run_dir.absolute() / 'logs'})")
-    skipped = {k: v for k, v in actions.items() if v not in ("new", "resume")}
+    skipped = {k: v for k, v in actions.items() if v not in TODO}
     if skipped:
         print("left alone: " + ", ".join(f"{k} ({v})" for k, v in skipped.items()))
+    if any(v == "failed" for v in skipped.values()):
+        print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
     return sweep, runs, kind, actions
 
 
@@ -269,11 +293,10 @@ def check_fits_here(runs: list[Run], inventory: list[str]) -> None:
                                    "check CUDA_VISIBLE_DEVICES")
 
 
-def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dict[str, str]:
+def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0, retry: bool = False) -> dict[str, str]:
     """Queue the runs that need a job on the local queue and make sure its driver runs; returns the actions.
 
     Actions are decided again under the queue's lock, so two submits at once never queue a run twice."""
-    from zbpscale.job import record
     from zbpscale.local.queue import Entry, LocalQueue
     from zbpscale.local.slots import gpu_inventory
 
@@ -283,8 +306,8 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dic
         if max_parallel:
             queue.set_max_parallel(max_parallel)
         alive = queue.states()
-        actions = {r.name: run_action(r, alive) for r in runs}
-        todo = [r for r in runs if actions[r.name] in ("new", "resume")]
+        actions = {r.name: run_action(r, alive, retry=retry) for r in runs}
+        todo = [r for r in runs if actions[r.name] in TODO]
         specs = []
         data = data_path(sweep)
         if todo and not (data / "manifest.json").exists():
@@ -298,18 +321,19 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dic
         for run in todo:
             res, run_dir = run.size.resources, write_config(run)
             specs.append(Entry(job_id="", name=f"{sweep.name}/{run.name}", run_dir=str(run_dir),
-                               log_dir=str(run_dir / "logs"), gpus=res.gpus, ranks=res.world_size,
+                               log_dir=str(run_dir / LOGS), gpus=res.gpus, ranks=res.world_size,
                                threads=res.cpus_per_task, time_s=res.time_min * 60.0,
                                signal_delay_s=float(sweep.signal_delay_s), max_timeouts=sweep.max_timeouts,
-                               max_preemptions=sweep.max_preemptions,
+                               max_preemptions=sweep.max_preemptions, max_crashes=sweep.max_crashes,
                                after="#0" if specs and specs[0].kind == "command" else ""))
         added = queue.add(specs)
         for entry in added:
             if entry.kind == "command":
                 print(f"data not prepared at {data}: prep job {entry.job_id} (log in {entry.log_dir})")
                 continue
-            record(Path(entry.run_dir), "submitted", job_id=entry.job_id, executor="local", logs=entry.log_dir)
             name = entry.name.split("/", 1)[1]
+            record(Path(entry.run_dir), "submitted", job_id=entry.job_id, executor="local", logs=entry.log_dir,
+                   retry=actions[name] == "retry")
             print(f"{name}: {actions[name]} -> local job {entry.job_id} (logs in {entry.log_dir})")
         started = queue.ensure_driver()
     if started and not added:
@@ -322,24 +346,21 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0) -> dic
 def write_config(run: Run) -> Path:
     """Create the run folder with its resolved config (kept when it exists: the run resumes with it) and its
     plan (parameters, GPUs, estimated GPU-hours)."""
-    from zbpscale.train import CONFIG
-
     run_dir = run.run_dir.absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "CANCEL").unlink(missing_ok=True)  # a new submission lifts an earlier `zbpscale cancel`
+    (run_dir / CANCEL).unlink(missing_ok=True)  # a new submission lifts an earlier `zbpscale cancel`
     if not (run_dir / CONFIG).exists():
-        (run_dir / CONFIG).write_text(json.dumps(run.train_config().to_dict(), indent=1) + "\n")
+        atomic_write(run_dir / CONFIG, json.dumps(run.train_config().to_dict(), indent=1) + "\n")
     res, hours = run.size.resources, run.estimated_hours()  # for `zbpscale status`: planned GPU-hours
     plan = {"params": run.size.params, "gpus": res.gpus, "world_size": res.world_size,
             "gpu_hours": 0.0 if not res.gpus else hours * res.gpus, "time_min": res.time_min}
-    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+    atomic_write(run_dir / PLAN, json.dumps(plan, indent=1) + "\n")
     return run_dir
 
 
 # ------------------------------------------------------------------------------------------------ wait
 def progress(run: Run, action: str, alive: dict[str, str]) -> str:
     """One run in a few words: queued, running step 12/30, complete, failed (reason), stopped (cancelled)."""
-    from zbpscale.job import read_attempts
     from zbpscale.metrics import HEARTBEAT
 
     if action == "running":
@@ -352,8 +373,8 @@ def progress(run: Run, action: str, alive: dict[str, str]) -> str:
             return "starting"
         return f"step {step}/{run.size.steps}"
     ends = [a for a in read_attempts(run.run_dir) if a.get("event") == "end"]
-    if action == "complete":
-        return "complete"
+    if action in ("complete", "broken"):
+        return action
     if action == "failed":
         return f"failed ({ends[-1].get('reason', '?')}; log {ends[-1].get('log', run.run_dir / 'logs')})"
     return f"stopped ({ends[-1].get('why')}: {ends[-1].get('reason')})" if ends else "not submitted"
@@ -395,10 +416,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="stay until every run has finished, showing progress; exit 1 if one did not complete")
     p.add_argument("--max-parallel", type=int, default=0, metavar="N",
                    help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
+    p.add_argument("--retry", action="store_true",
+                   help="submit failed runs again from their last checkpoint, with fresh requeue counts")
     args = p.parse_args(argv)
     try:
         sweep, runs, kind, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
-                                      max_parallel=args.max_parallel)
+                                      max_parallel=args.max_parallel, retry=args.retry)
         if args.wait and not args.dry_run:
             return 0 if wait_for(sweep, runs, kind) else 1
     except ZbpError as err:

@@ -49,12 +49,11 @@ class Resources:
     """Further sbatch options as (name, value) pairs, e.g. (("exclusive", ""),)."""
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "time_min"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"Resources.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"Resources.{name} must be >= 0, got {getattr(self, name)}")
+        for name, low in (("nodes", 1), ("time_min", 1), ("cpus_per_task", 1), ("gpus_per_node", 0),
+                          ("tasks_per_node", 0), ("mem_gb", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"Resources.{name} must be an integer >= {low}, got {value!r}")
         if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
             raise ConfigError(f"Resources.tasks_per_node={self.tasks_per_node} must equal gpus_per_node="
                               f"{self.gpus_per_node} (one rank per GPU), or be 0")
@@ -191,6 +190,9 @@ class Sweep:
     """Requeues after a time limit before a run is marked failed."""
     max_preemptions: int = 100
     """Requeues after preemption before a run is marked failed."""
+    max_crashes: int = 3
+    """Requeues after a crash (an exception, a killed rank) before a run is marked failed (local queue; on
+    SLURM a crashed job ends, and submitting again resumes it)."""
     signal_delay_s: int = 180
     """Seconds between the time-limit signal and the kill: one step plus one checkpoint must fit."""
     gpu_peak_tflops: float = 989.0
@@ -199,6 +201,13 @@ class Sweep:
     """Model-FLOPs utilization assumed by the plan for BP."""
 
     def __post_init__(self) -> None:
+        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"Sweep.{name} must be an integer >= 0, got {value!r}")
+        if not self.gpu_peak_tflops > 0 or not 0 < self.assumed_mfu <= 1:
+            raise ConfigError(f"Sweep: need gpu_peak_tflops > 0 and 0 < assumed_mfu <= 1, got "
+                              f"{self.gpu_peak_tflops!r}, {self.assumed_mfu!r}")
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
         known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}

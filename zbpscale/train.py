@@ -28,13 +28,14 @@ import torch
 
 from zbpscale import checkpoint, dist, signals
 from zbpscale.errors import ConfigError, ZbpError
-from zbpscale.metrics import COMPLETE, MetricsLog, read_records
+from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import ModelConfig, Transformer, flops_per_token, n_params
+from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
 from zbpscale.zbp import ZBPConfig
 
-EXIT_REQUEUE = 75  # checkpointed on request (signal): run me again to continue
-EXIT_DIVERGED = 3  # non-finite loss or gradient norm: stopped before the optimizer update
-CONFIG = "config.json"
+
+
+PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 
 
 class TrainingDiverged(ZbpError):
@@ -112,12 +113,19 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        model = dict(d.pop("model"))
-        zbp = model.pop("zbp", None)
-        model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
-        return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
+    def from_dict(cls, d: dict, *, source: str = "the config") -> "TrainConfig":
+        """The config of `to_dict`; a ConfigError naming `source` for a missing, unknown or bad field."""
+        try:
+            d = dict(d)
+            model = dict(d.pop("model"))
+            zbp = model.pop("zbp", None)
+            model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
+            return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}", hint=err.hint) from None
+        except (TypeError, KeyError, ValueError) as err:
+            raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
+                              hint="restore it, or train in a new run folder") from None
 
 
 def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
@@ -205,9 +213,9 @@ def _git_revision() -> str | None:
 
 def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
     path = run_dir / CONFIG
-    if not path.exists():
+    saved = RunFolder(run_dir).read_config()
+    if saved is None:
         return
-    saved = json.loads(path.read_text())
     current = json.loads(json.dumps(cfg.to_dict()))
     if saved != current:
         fields = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
@@ -229,20 +237,75 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> str:
         signals.restore()
 
 
+@dataclass
+class _Run:
+    """What one attempt holds while it trains (built by `_setup`)."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    env: dist.DistEnv
+    model: torch.nn.Module
+    ddp: torch.nn.Module  # the model, wrapped in DDP when there are several ranks
+    optimizer: torch.optim.Optimizer
+    loader: object  # zbpscale.data.loader.TokenLoader
+    val: list
+    log: MetricsLog
+    numbers: dict
+    start: int
+    accum: int
+    bf16: bool
+
+
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
-    from torch.nn.parallel import DistributedDataParallel
-
-    from zbpscale.data.loader import TokenLoader, micro_batches
-
     _check_config(run_dir, cfg)
     if (run_dir / COMPLETE).exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({COMPLETE} marker present); nothing to do")
         return "completed"
-    bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
-    micro, accum = batch_plan(cfg, env.world_size)
-    numbers = derived_numbers(cfg, env.world_size)
+    r = _setup(cfg, run_dir, env)
+    tokens_per_step = r.numbers["tokens_per_step"]
+    last_ckpt, last_print, done, stop = time.monotonic(), 0.0, r.start, None
+    for step in range(r.start, cfg.steps):
+        t0 = time.perf_counter()
+        time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
+        loss, grad_norm, lr, stop_votes, time_votes = _step(r, step, time_due)
+        done, step_time = step + 1, time.perf_counter() - t0
+        if step % cfg.log_every == 0 or done == cfg.steps:
+            r.log.write("train", step=step, tokens=done * tokens_per_step, loss=loss, lr=lr, grad_norm=grad_norm,
+                        step_time=step_time, tokens_per_s=tokens_per_step / step_time)
+        # ---- evaluation and diagnostics ----
+        val_loss = None
+        if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+            val_loss = evaluate(r.ddp, r.val, env, r.bf16)
+            r.log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
+        if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
+            from zbpscale.diagnostics import diagnose
 
+            r.log.write("diag", step=step, **diagnose(r.model, r.val[0], cfg.model.zbp, diag_seed=step))
+        r.log.heartbeat(done, done * tokens_per_step)
+        if env.is_main and (time.monotonic() - last_print >= PRINT_EVERY_S or val_loss is not None):
+            _print_progress(r, done, loss, val_loss, step_time)
+            last_print = time.monotonic()
+        # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
+        periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
+        if (periodic or time_votes or stop_votes) and done < cfg.steps:
+            _save(r, done)
+            last_ckpt = time.monotonic()
+        if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0)
+            stop = signals.received()
+            break
+    return _finish(r, done, stop)
+
+
+def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
+    """Model, optimizer (restored from the newest checkpoint), data, the metrics log and the start record."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from zbpscale.data.loader import TokenLoader
+
+    bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
+    _, accum = batch_plan(cfg, env.world_size)
+    numbers = derived_numbers(cfg, env.world_size)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(env.device)
     optimizer = build_optimizer(model, cfg)
@@ -254,11 +317,11 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
     numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
 
     log = MetricsLog(run_dir, enabled=env.is_main)
-    attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir)) if env.is_main else 0
     if env.is_main:
+        attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir))
         if start:
             log.write("resume", from_step=start, dropped=log.rollback_to(start))
-        (run_dir / CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+        atomic_write(run_dir / CONFIG, json.dumps(cfg.to_dict(), indent=1) + "\n")
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
@@ -270,81 +333,81 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
                   derived=numbers, git=_git_revision(), host=os.uname().nodename,
                   versions={"torch": torch.__version__, "python": sys.version.split()[0]})
+    return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
+                val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16)
 
-    last_ckpt = time.monotonic()
-    tokens_per_step = numbers["tokens_per_step"]
-    status = "completed"
-    for step in range(start, cfg.steps):
-        t0 = time.perf_counter()
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        # ---- forward / backward over this rank's micro-batches (all-reduce on the last only) ----
-        x_all, y_all = loader.batch(step)
-        loss_sum = torch.zeros((), device=env.device)
-        for m, (x, y) in enumerate(micro_batches(x_all, y_all, accum)):
-            model.set_zbp_clock(step=step, micro=env.rank * accum + m, rank=0)  # global micro index
-            last = m == accum - 1
-            with (nullcontext() if last or not env.distributed else ddp.no_sync()), _autocast(env, bf16):
-                _, loss = ddp(x.to(env.device), y.to(env.device))
-            (loss / accum).backward()
-            loss_sum += loss.detach()
-        # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
-        time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
-        loss_g, stop_votes, time_votes = dist.all_reduce_sum(
-            [loss_sum.item() / accum, float(signals.received() != 0), float(time_due and env.is_main)], env)
-        loss_g /= env.world_size
-        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
-        # ---- never step on a non-finite loss or gradient ----
-        if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
-            log.write("end", step=step, status="diverged",
-                      reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
-            raise TrainingDiverged(
-                f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
-                f"optimizer update in {run_dir}", hint="lower the learning rate or check the data")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        done = step + 1
-        step_time = time.perf_counter() - t0
-        if step % cfg.log_every == 0 or done == cfg.steps:
-            log.write("train", step=step, tokens=done * tokens_per_step, loss=loss_g, lr=lr,
-                      grad_norm=grad_norm, step_time=step_time, tokens_per_s=tokens_per_step / step_time)
-        # ---- evaluation and diagnostics ----
-        if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
-            val_loss = evaluate(ddp, val, env, bf16)
-            log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
-        if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
-            from zbpscale.diagnostics import diagnose
 
-            log.write("diag", step=step, **diagnose(model, val[0], cfg.model.zbp, diag_seed=step))
-        log.heartbeat(done, done * tokens_per_step)
-        # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
-        periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
-        if (periodic or time_votes or stop_votes) and done < cfg.steps:
-            if env.is_main:
-                checkpoint.save(run_dir, done, {"model": model.state_dict(),
-                                                "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
-            dist.barrier(env)
-            last_ckpt = time.monotonic()
-        if stop_votes:
-            status, stop_signal = "checkpointed", signals.received()
-            break
-    if status == "completed":
+def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, float, float]:
+    """One optimizer step: (global loss, gradient norm, lr, stop votes, wall-clock checkpoint votes)."""
+    from zbpscale.data.loader import micro_batches
+
+    cfg, env = r.cfg, r.env
+    lr = lr_at(step, cfg)
+    for group in r.optimizer.param_groups:
+        group["lr"] = lr
+    # ---- forward / backward over this rank's micro-batches (all-reduce on the last only) ----
+    x_all, y_all = r.loader.batch(step)
+    loss_sum = torch.zeros((), device=env.device)
+    for m, (x, y) in enumerate(micro_batches(x_all, y_all, r.accum)):
+        r.model.set_zbp_clock(step=step, micro=env.rank * r.accum + m, rank=0)  # global micro index
+        last = m == r.accum - 1
+        with (nullcontext() if last or not env.distributed else r.ddp.no_sync()), _autocast(env, r.bf16):
+            _, loss = r.ddp(x.to(env.device), y.to(env.device))
+        (loss / r.accum).backward()
+        loss_sum += loss.detach()
+    # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
+    loss_g, stop_votes, time_votes = dist.all_reduce_sum(
+        [loss_sum.item() / r.accum, float(signals.received() != 0), float(time_due and env.is_main)], env)
+    loss_g /= env.world_size
+    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), max_norm).item()
+    # ---- never step on a non-finite loss or gradient ----
+    if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
+        r.log.write("end", step=step, status="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
+        raise TrainingDiverged(
+            f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
+            f"optimizer update in {r.run_dir}", hint="lower the learning rate or check the data")
+    r.optimizer.step()
+    r.optimizer.zero_grad(set_to_none=True)
+    return loss_g, grad_norm, lr, stop_votes, time_votes
+
+
+def _save(r: _Run, done: int) -> None:
+    """Checkpoint `done` steps (rank 0 writes; every rank waits for it)."""
+    if r.env.is_main:
+        checkpoint.save(r.run_dir, done, {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict()},
+                        keep=r.cfg.keep_ckpts)
+    dist.barrier(r.env)
+
+
+def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, step_time: float) -> None:
+    """One line for a person watching the run (every PRINT_EVERY_S seconds, and at each evaluation)."""
+    left = (r.cfg.steps - done) * step_time
+    eta = f"{left / 60:.0f}m" if left < 5400 else f"{left / 3600:.1f}h"
+    val = f" val {val_loss:.4f}" if val_loss is not None else ""
+    print(f"step {done}/{r.cfg.steps} loss {loss:.4f}{val} {r.numbers['tokens_per_step'] / step_time:,.0f} tok/s "
+          f"eta {eta}", flush=True)
+
+
+def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
+    """The end of an attempt: the final checkpoint and COMPLETE marker, or (stop_signal not None: the ranks
+    voted to stop) the record of a stop on a signal."""
+    cfg, env = r.cfg, r.env
+    if stop_signal is None:
         if env.is_main:
-            checkpoint.save(run_dir, cfg.steps, {"model": model.state_dict(),
-                                                 "optimizer": optimizer.state_dict()}, keep=cfg.keep_ckpts)
-            (run_dir / COMPLETE).write_text(json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
-        log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
+            checkpoint.save(r.run_dir, cfg.steps, {"model": r.model.state_dict(),
+                                                   "optimizer": r.optimizer.state_dict()}, keep=cfg.keep_ckpts)
+            atomic_write(r.run_dir / COMPLETE, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
+            print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
+        r.log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
     else:
-        log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop_signal}: requeue me")
+        r.log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop_signal}: requeue me")
         if env.is_main:
             print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
-    steps_done = cfg.steps if status == "completed" else done
-    log.heartbeat(steps_done, steps_done * tokens_per_step, force=True)
-    log.close()
+    r.log.heartbeat(done, done * r.numbers["tokens_per_step"], force=True)
+    r.log.close()
     dist.barrier(env)
-    return status
+    return "completed" if stop_signal is None else "checkpointed"
 
 
 def _parse(argv: list[str] | None):
@@ -366,11 +429,13 @@ def config_from_args(args) -> TrainConfig:
     from zbpscale.model import model_config
     from zbpscale.zbp import arm_zbp_config
 
-    saved = Path(args.run_dir) / CONFIG
+    folder = RunFolder(args.run_dir)
     if args.size is None and args.data is None and args.steps is None and not args.set:
-        if not saved.exists():
-            raise ConfigError(f"{saved} does not exist", hint="give --size, --arm, --data and --steps for a new run")
-        return TrainConfig.from_dict(json.loads(saved.read_text()))
+        saved = folder.read_config()
+        if saved is None:
+            raise ConfigError(f"{folder.config} does not exist",
+                              hint="give --size, --arm, --data and --steps for a new run")
+        return TrainConfig.from_dict(saved, source=str(folder.config))
     missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run")
@@ -381,12 +446,38 @@ def config_from_args(args) -> TrainConfig:
         if not sep or key not in fields or key in ("model", "data_dir", "steps"):
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of "
                               f"{', '.join(k for k in fields if k not in ('model', 'data_dir', 'steps'))}")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
+        overrides[key] = parse_field_value(key, value, fields[key].type)
     model = model_config(args.size, zbp=arm_zbp_config(args.arm))
     return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
+
+
+def parse_field_value(name: str, text: str, annotation: str):
+    """A `--set NAME=TEXT` value (JSON, or a bare string) checked against the field's annotation, e.g.
+    'int', 'bool | None', 'tuple[float, float]'; a one-line ConfigError naming the field and the type."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    for option in (part.strip() for part in annotation.split("|")):
+        if option.startswith("tuple["):
+            items = [t.strip() for t in option[6:-1].split(",")]
+            if isinstance(value, list) and len(value) == len(items) and all(
+                    isinstance(v, _TYPES[t]) and not isinstance(v, bool) for v, t in zip(value, items)):
+                return tuple(value)
+        elif isinstance(value, _TYPES[option]) and (option == "bool" or not isinstance(value, bool)):
+            return float(value) if option == "float" else value
+    raise ConfigError(f"--set {name}={text}: {name} takes {annotation}, not {type(value).__name__}",
+                      hint=f"e.g. --set {name}={_example(annotation)}")
+
+
+def _example(annotation: str) -> str:
+    first = annotation.split("|")[0].strip()
+    if first.startswith("tuple["):
+        return "[" + ",".join("0.9" for _ in first[6:-1].split(",")) + "]"
+    return {"int": "8", "float": "0.001", "str": "cpu", "bool": "true"}.get(first, first)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,7 +489,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_DIVERGED
     except ZbpError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C twice): stopped without a checkpoint; run again to continue from the last one",
+              file=sys.stderr)
+        return 130
     return EXIT_REQUEUE if status == "checkpointed" else 0
 
 

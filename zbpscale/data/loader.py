@@ -38,17 +38,37 @@ def read_manifest(data_dir: Path) -> dict:
     return manifest
 
 
-def open_split(data_dir: Path, split: str, *, verify: bool = False) -> list:
-    """The split's shards as read-only memmaps, each checked against the manifest (sha256 too if `verify`)."""
+def open_split(data_dir: Path, split: str, *, verify: bool | str = "auto") -> list:
+    """The split's shards as read-only memmaps, each checked against the manifest: header and length always,
+    the sha256 too when `verify` is True, or "auto" and the split is at most shards.CHECKSUM_LIMIT_BYTES."""
     manifest = read_manifest(data_dir)
     tok = manifest["tokenizer"]
+    entries = manifest[split]["shards"]
+    if verify == "auto":
+        verify = sum(shards.TOKEN_BYTES * s["tokens"] for s in entries) <= shards.CHECKSUM_LIMIT_BYTES
     maps = []
-    for shard in manifest[split]["shards"]:
+    for shard in entries:
         path = Path(data_dir) / shard["file"]
         shards.check_shard(path, tokens=shard["tokens"], tokenizer=tok["name"], vocab_size=tok["n_vocab"],
                            sha256=shard["sha256"] if verify else None)
         maps.append(shards.open_tokens(path))
     return maps
+
+
+def _checked(windows: list, where: list[tuple[Path, int]], vocab: int):
+    """The windows stacked as int64 (B, T+1), after a range check: a token id past the vocabulary is a corrupt
+    shard (flipped high bits), found here before the model indexes its embedding with it."""
+    import numpy as np
+
+    batch = np.stack(windows).astype(np.int64)
+    if batch.size and batch.max() >= vocab:
+        row = int(np.argmax(batch.max(axis=1) >= vocab))
+        path, offset = where[row]
+        col = int(np.argmax(batch[row] >= vocab))
+        raise DataError(f"shard {path} is corrupt: token id {batch[row, col]} at position {offset + col} is past "
+                        f"the vocabulary ({vocab} ids)",
+                        hint=f"re-run `zbpscale prepare-data` for {path.parent} (its sha256 will not match either)")
+    return batch
 
 
 def split_windows(manifest: dict, split: str, seq_len: int) -> int:
@@ -81,11 +101,10 @@ def _rank_rows(n: int, rank: int, world_size: int) -> slice:
     return slice(rank * per, (rank + 1) * per)
 
 
-def _to_xy(windows):
-    import numpy as np
+def _to_xy(batch):
     import torch
 
-    batch = torch.from_numpy(np.stack(windows).astype(np.int64))  # (B, T+1)
+    batch = torch.from_numpy(batch)  # (B, T+1)
     return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()  # (B, T), (B, T)
 
 
@@ -93,7 +112,7 @@ class TokenLoader:
     """`batch(step)` -> this rank's (x, y) of step `step`'s global batch; `val_batches()` -> fixed list."""
 
     def __init__(self, data_dir: Path, *, seq_len: int, global_batch: int, seed: int, rank: int = 0,
-                 world_size: int = 1, verify: bool = False):
+                 world_size: int = 1, verify: bool | str = "auto"):
         import numpy as np
 
         if seq_len < 1 or global_batch < 1:
@@ -103,6 +122,10 @@ class TokenLoader:
         self._rows = _rank_rows(global_batch, rank, world_size)
         self.train = open_split(data_dir, "train", verify=verify)
         self.val = open_split(data_dir, "val", verify=verify)
+        manifest = read_manifest(data_dir)
+        self.vocab = manifest["tokenizer"]["n_vocab"]
+        self._paths = {split: [Path(data_dir) / s["file"] for s in manifest[split]["shards"]]
+                       for split in ("train", "val")}  # for errors that name the shard
         windows = np.array([max(len(m) - seq_len, 0) for m in self.train], dtype=np.int64)  # starts per shard
         if windows.sum() == 0:
             raise DataError(f"{data_dir}: no training shard holds {seq_len + 1} tokens",
@@ -123,19 +146,24 @@ class TokenLoader:
         """This rank's share of step `step`'s global batch: x, y int64 tensors of shape (G/W, T)."""
         shard, offset = self.global_starts(step)
         t = self.seq_len + 1
-        return _to_xy([self.train[k][o:o + t] for k, o in zip(shard[self._rows], offset[self._rows])])
+        picked = list(zip(shard[self._rows], offset[self._rows]))
+        windows = [self.train[k][o:o + t] for k, o in picked]
+        return _to_xy(_checked(windows, [(self._paths["train"][k], int(o)) for k, o in picked], self.vocab))
 
     def val_batches(self, batch_size: int | None = None, max_batches: int | None = None) -> list:
         """Fixed validation batches, this rank's share of each: a list of (x, y), the same for every seed."""
         t = self.seq_len + 1
-        windows = [m[o:o + t] for m in self.val for o in range(0, len(m) - t + 1, self.seq_len)]
+        spans = [(i, o) for i, m in enumerate(self.val) for o in range(0, len(m) - t + 1, self.seq_len)]
+        windows = [self.val[i][o:o + t] for i, o in spans]
+        where = [(self._paths["val"][i], o) for i, o in spans]
         batch_size, n = val_fit(len(windows), batch_size or self.global_batch, self.world_size, max_batches)
         if n == 0:
             raise DataError(f"{self.data_dir}: the validation split has {sum(len(m) for m in self.val):,} tokens, "
                             f"fewer than {self.world_size} window(s) of {t} (one per rank)",
                             hint="prepare with a larger --val-tokens, or a shorter seq_len")
         rows = _rank_rows(batch_size, self.rank, self.world_size)
-        return [_to_xy(windows[i * batch_size:(i + 1) * batch_size][rows]) for i in range(n)]
+        span = [slice(i * batch_size, (i + 1) * batch_size) for i in range(n)]
+        return [_to_xy(_checked(windows[b][rows], where[b][rows], self.vocab)) for b in span]
 
 
 def micro_batches(x, y, n_micro: int) -> list:

@@ -19,11 +19,11 @@ to rebuild it.
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from pathlib import Path
 
 from zbpscale.errors import DataError
+from zbpscale.runfolder import atomic_write, remove_stale_temps  # noqa: F401 - the one recipe, used by prepare
 
 MAGIC = b"ZBPTOK\x00\x01"
 VERSION = 1
@@ -32,29 +32,6 @@ TOKEN_BYTES = 2
 MAX_TOKEN_ID = 65535
 _HEADER = struct.Struct("<8sIIQII16s16x")
 assert _HEADER.size == HEADER_SIZE
-
-
-def atomic_write(path: Path, chunks: list[bytes] | bytes) -> None:
-    """Write `chunks` to `path` so that `path` is either absent, its old content, or the complete new file."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        for chunk in [chunks] if isinstance(chunks, (bytes, bytearray, memoryview)) else chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def remove_stale_temps(folder: Path) -> None:
-    """Delete the temp files that a killed writer left in `folder` (they never carry a final name)."""
-    for tmp in Path(folder).glob("*.tmp-*"):
-        tmp.unlink(missing_ok=True)
 
 
 def to_uint16(ids):
@@ -121,6 +98,9 @@ def read_header(path: Path) -> dict:
         raise DataError(f"shard {path} is truncated or padded: its header says {n_tokens} tokens "
                         f"({expected} bytes) but the file has {size} bytes", hint=fix)
     return {"tokens": n_tokens, "tokenizer": name.rstrip(b"\x00").decode("ascii"), "vocab_size": vocab}
+
+
+CHECKSUM_LIMIT_BYTES = 2 << 30  # "auto" verification hashes the shards when the split is at most this large
 
 
 def check_shard(path: Path, *, tokens: int, tokenizer: str, vocab_size: int, sha256: str | None = None) -> None:

@@ -6,7 +6,10 @@ One driver per queue (a kernel lock says which). Every tick it
        all ranks exit 0 and COMPLETE is there         -> completed
        exit 75 after our time-limit SIGUSR2 (or killed at the limit) -> timeout, requeued within max_timeouts
        exit 75 otherwise (a dead driver's PDEATHSIG, an outside SIGTERM) -> preempted, within max_preemptions
-       anything else                                   -> failed, with the log's last line as the reason;
+       exit 2 (a user's mistake) or 3 (diverged)       -> failed: retrying cannot help
+       anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
+                                                          max_crashes, with the log's last line as the reason;
+       (the retry rule is zbpscale.runfolder.retry_decision, shared with the SLURM job)
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
   4. starts queued jobs on free GPU slots (zbpscale.local.slots), each rank pinned to its own GPU;
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
@@ -25,13 +28,12 @@ from pathlib import Path
 
 from zbpscale import signals
 from zbpscale.local.queue import LIVE, Entry, LocalQueue, pid_alive, process_start_time
-from zbpscale.metrics import COMPLETE
 from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
+from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
 
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
-EXIT_REQUEUE = 75  # zbpscale.train.EXIT_REQUEUE (not imported: the driver never imports torch)
 
 
 def log(msg: str) -> None:
@@ -135,7 +137,7 @@ class Driver:
         self.procs[e.job_id] = procs
         self.q.write(e)
         if e.kind == "train":
-            from zbpscale.job import record
+            from zbpscale.runfolder import record
 
             record(Path(e.run_dir), "start", job_id=e.job_id, executor="local", host=socket.gethostname(),
                    ranks=e.ranks, pid=procs[0].pid, gpus=list(gpus), logs=str(log_dir))
@@ -196,23 +198,24 @@ class Driver:
             self.finish(e, "cancelled", "cancelled; checkpointed" if interrupted else "cancelled; killed")
         elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
+        elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
+            self.finish(e, "failed", _failure(codes, log_file))  # the same attempt again would end the same way
         else:
-            self.finish(e, "failed", _failure(codes, log_file))
+            self.requeue(e, "crashed", codes, how=_failure(codes, log_file))
 
-    def requeue(self, e: Entry, why: str, codes: list[int | None]) -> None:
-        from zbpscale.job import count_ends, read_attempts
+    def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
+        from zbpscale.runfolder import read_attempts, retry_decision
 
-        run_dir = Path(e.run_dir)
-        used = count_ends(read_attempts(run_dir), why) + 1
-        bound = e.max_timeouts if why == "timeout" else e.max_preemptions
-        how = "checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit"
-        if used > bound:
-            self.finish(e, "failed", f"{why} {used} times, over max_{why}s={bound}")
+        bounds = {"timeout": e.max_timeouts, "preempted": e.max_preemptions, "crashed": e.max_crashes}
+        how = how or ("checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit")
+        retry = retry_decision(read_attempts(Path(e.run_dir)), why, bounds, how)
+        if not retry.ok:
+            self.finish(e, "failed", f"{retry.reason} (last: {how})" if why == "crashed" else retry.reason)
             return
-        self._record_end(e, why, f"{how}; requeue {used}/{bound}")
+        self._record_end(e, why, retry.reason)
         e.state, e.assigned, e.pids, e.signalled, e.port = "queued", [], [], "", 0
         self.q.write(e)
-        log(f"{e.job_id} {e.name}: {why}, requeued ({used}/{bound})")
+        log(f"{e.job_id} {e.name}: {why}, requeued ({retry.reason})")
 
     def finish(self, e: Entry, state: str, reason: str) -> None:
         if e.kind == "train":
@@ -222,7 +225,7 @@ class Driver:
         log(f"{e.job_id} {e.name}: {state} ({reason})")
 
     def _record_end(self, e: Entry, why: str, reason: str) -> None:
-        from zbpscale.job import record
+        from zbpscale.runfolder import record
 
         record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
                log=str(Path(e.log_dir) / f"{e.job_id}_0.log"))

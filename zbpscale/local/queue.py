@@ -65,6 +65,8 @@ class Entry:
     """Requeues after a time limit before the run fails."""
     max_preemptions: int = 100
     """Requeues after other interruptions (the driver was killed, an outside SIGTERM) before it fails."""
+    max_crashes: int = 3
+    """Requeues after a crash (a rank killed or failing with an exception) before the run fails."""
     after: str = ""
     """Job id that must complete first ('' = none)."""
     seq: int = 0
