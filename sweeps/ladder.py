@@ -8,8 +8,8 @@ one H200, bf16 autocast, batch 8 x 1024 tokens, the fused (direct-query) Triton 
 tools/bench_step.py --device cuda (the shapes tools/gpu_check.sh benchmarks). Measured: s124's shape
 (d640 L12 H10) 2.68 / 5.89 and s1b's (d2048 L16 H16) 2.20 / 4.46. Not yet measured at these exact shapes:
 s60 takes the reference shape's figures (d512 L8 H8, the nearest measured: 2.28 / 4.78), s350 the
-interpolation between s124 and s1b in log non-embedding parameters. tools/gpu_check.sh prints the table for
-all four sizes; paste it here when the kernels change.
+interpolation between s124 and s1b in log non-embedding parameters. tools/gpu_check.sh prints new s124 and
+s1b figures (per estimator); paste them here when the kernels change.
 
     python -m zbpscale.submit sweeps/ladder.py --dry-run
 """

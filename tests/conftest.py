@@ -56,6 +56,37 @@ def slurm_cluster():
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def counter_plain(f, x, g, *, n, probe, scheme, eps, seed, mask=None):
+    """The plain formula on the counter probes, materialised, queried in x's dtype: what the fused and
+    closed-form kernels must compute (tests/test_fused.py, tests/test_closed_form.py)."""
+    from zbpscale.zbp import counter
+
+    d = x.shape[-1]
+    rows = torch.arange(x.numel() // d, device=x.device).view(*x.shape[:-1], 1)
+    u = counter.probes(probe, seed, n, rows, torch.arange(d, device=x.device), x.dtype)  # (n, ..., d)
+    if mask is not None:
+        u = u * mask
+    if scheme == "central":
+        df = (f(x + eps * u) - f(x - eps * u)) / (2 * eps)
+    else:
+        df = (f(x + eps * u) - f(x)) / eps
+    return ((df * g).sum(-1, keepdim=True) * u).sum(0) / n
+
+
+def run_in_triton_interpreter(test_file: str, function: str) -> None:
+    """Call `function` of `test_file` in a fresh interpreter with TRITON_INTERPRET=1: the variable must be set
+    before triton is first imported (torch.compile imports it), so the kernels run on CPU tensors there."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util as u; s = u.spec_from_file_location('t', %r); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); m.%s()" % (test_file, function))
+    path = os.pathsep.join(filter(None, [str(Path(test_file).parent), os.environ.get("PYTHONPATH")]))  # conftest
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stdout + child.stderr
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """The embedded corpus, prepared by zbpscale's own prep once per session."""

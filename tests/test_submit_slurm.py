@@ -65,6 +65,13 @@ def status(folder: Path, env: dict, code: int | None) -> list[dict]:
     return json.loads(out.stdout)[folder.name]
 
 
+def wait_until(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
 def losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
@@ -136,10 +143,7 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "preempt" / "nano-bp"
     (job,) = job_ids(run)
-    deadline = time.time() + 300
-    while len(losses(run)) < 5:
-        assert time.time() < deadline, "the run never started training"
-        time.sleep(0.5)
+    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps")
     high = subprocess.run(["sbatch", "--parsable", "-p", slurm_local.HIGH_PARTITION, "-c", str(slurm_local.CPUS),
                            "-o", str(tmp_path / "high.out"), "--wrap", "sleep 5"], env=slurm_env,
                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
@@ -189,10 +193,7 @@ def test_fault_kill_9_of_a_requeued_attempt_fails_the_job_and_resubmit_resumes_o
     victim = runs["nano-bp"]
     wait_for_checkpoint_and_progress(victim)
     subprocess.run(["scancel", "--signal=USR2", job_ids(victim)[0]], env=slurm_env, check=True, timeout=30)
-    deadline = time.time() + 300
-    while sum(a["event"] == "start" for a in read_attempts(victim)) < 2:
-        assert time.time() < deadline, "the run was not requeued"
-        time.sleep(0.5)
+    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "the run to be requeued")
     saved = wait_for_checkpoint_and_progress(victim)
     assert not (victim / COMPLETE).exists(), "the run finished before the kill: make it longer"
     pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
@@ -205,7 +206,7 @@ def test_fault_kill_9_of_a_requeued_attempt_fails_the_job_and_resubmit_resumes_o
     again = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in again.stdout and len(job_ids(runs["nano-zbp_n4"])) == 1
     assert wait_final(slurm_env, job_ids(victim)[-1], timeout=600) == "COMPLETED"
-    resume = next(r for r in read_records(victim) if r["kind"] == "resume")
+    resume = [r for r in read_records(victim) if r["kind"] == "resume"][-1]  # after the kill (one came before)
     assert resume["from_step"] >= saved
     reference = tmp_path / "reference"
     train(TrainConfig.from_dict(json.loads((victim / "config.json").read_text())), reference)
@@ -217,10 +218,7 @@ def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_pat
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "cancel" / "nano-bp"
     (job,) = job_ids(run)
-    deadline = time.time() + 300
-    while len(losses(run)) < 3:
-        assert time.time() < deadline, "the run never started training"
-        time.sleep(0.3)
+    wait_until(lambda: len(losses(run)) >= 3, "the run to train 3 steps")
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=slurm_env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
@@ -238,10 +236,7 @@ def test_fault_scancel_stops_the_run_without_a_requeue_and_resubmit_resumes(tmp_
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "scancel" / "nano-bp"
     (job,) = job_ids(run)
-    deadline = time.time() + 300
-    while len(losses(run)) < 5:
-        assert time.time() < deadline, "the run never started training"
-        time.sleep(0.3)
+    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps")
     subprocess.run(["scancel", job], env=slurm_env, check=True, timeout=30)
     assert wait_final(slurm_env, job) == "CANCELLED"  # at once: SIGTERM reaches the job's tasks after that
     deadline = time.time() + 120

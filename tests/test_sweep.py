@@ -182,3 +182,18 @@ def test_fault_a_garbled_run_folder_is_planned_as_broken_and_left_alone(tmp_path
     assert out.returncode == 0, out.stderr
     assert "broken" in out.stdout and "mini-bp: broken run folder:" in out.stdout.replace("\n", " ")
     assert "config.json is not valid JSON" in out.stdout.replace("\n", " ")
+
+
+def test_job_control_imports_no_torch(tmp_path):
+    """Planning, status and cancel run without torch or the training loop (a login node, a fast `status`)."""
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "ladder.py").write_text((REPO / "sweeps" / "ladder.py").read_text())
+    code = ("import contextlib, io, sys\n"
+            "from zbpscale import cancel, collect, job, status, submit\n"
+            "from zbpscale.local import driver\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    submit.main(['sweeps/ladder.py', '--dry-run', '--executor', 'local'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m == 'zbpscale.train'))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -4,12 +4,12 @@ Compared: the estimator's noise-to-signal ratio with the closed-form law of each
 many estimates with the exact VJP (unbiasedness), estimates drawn with different chunk sizes with each
 other, the autograd block's backward with the estimator, and bf16-autocast estimates with fp32 ones.
 Exact VJPs come from torch.autograd on the same box. Laws and unbiasedness are checked for the plain path
-and, for the probe families it draws (rademacher, gaussian), for the fused one (`impl`); the fused kernels
-against the plain formula on the same probes are in tests/test_fused.py.
+and, for the probe families they draw, for the fast ones (`impl`: fused for rademacher and gaussian,
+closed for rademacher); the fast paths against the plain formula on the same probes are in
+tests/test_fused.py and tests/test_closed_form.py.
 """
 
 import dataclasses
-import functools
 import math
 
 import pytest
@@ -17,12 +17,15 @@ import torch
 
 from zbpscale.errors import ConfigError
 from zbpscale.zbp import (
-    PROBES, ProbeStream, ZBPClock, ZBPConfig, arm_zbp_config, call_seed, causal_mask, estimate_vjp,
-    masked_softmax, nsr, swiglu, theory_nsr, zbp_apply,
+    PROBES, ProbeStream, ZBPClock, ZBPConfig, arm_zbp_config, call_seed, causal_mask, causal_softmax,
+    estimate_vjp, nsr, row_softmax, swiglu, theory_nsr, zbp_apply,
 )
 
-# (probe, impl): every family on the plain path, the two the fused kernels draw on the fused path
-PROBE_IMPLS = [(p, "plain") for p in PROBES] + [("rademacher", "fused"), ("gaussian", "fused")]
+# (probe, impl): every family on the plain path, the two the fused kernels draw on the fused path, rademacher
+# on the closed-form path
+PROBE_IMPLS = [(p, "plain") for p in PROBES] + [("rademacher", "fused"), ("gaussian", "fused"),
+                                                ("rademacher", "closed")]
+IMPLS = ["plain", "fused", "closed"]
 
 
 def units_for(d: int) -> int:
@@ -30,7 +33,7 @@ def units_for(d: int) -> int:
     return max(1024, 131072 // d)
 
 
-softmax_rows = functools.partial(masked_softmax, mask=None)  # the form the fused kernels recognise
+softmax_rows = row_softmax  # a box that says what it is: the fast paths serve it
 
 
 def make_case(core: str, d: int, units: int | None = None, seed: int = 0):
@@ -72,15 +75,16 @@ def test_orthogonal_cycling_law_between_whole_bases():
     assert theory_nsr("orthogonal", 8, 12) == pytest.approx(1 / 9)
 
 
-@pytest.mark.parametrize("probe", ["rademacher", "gaussian"])
-@pytest.mark.parametrize("impl", ["plain", "fused"])
-def test_causal_core_nsr_follows_row_lengths(probe, impl):
-    """The masked score core: row t has t+1 live entries, so the NSR is the |v|^2-weighted law per row."""
-    T, n = 64, 16
+@pytest.mark.parametrize("probe, impl, n", [(p, i, 16) for p, i in PROBE_IMPLS if p in ("rademacher", "gaussian")]
+                         + [("rademacher", "closed", 64), ("rademacher", "closed", 128)])
+def test_causal_core_nsr_follows_row_lengths(probe, impl, n):
+    """The masked score core: row t has t+1 live entries, so the NSR is the |v|^2-weighted law per row.
+    n = 64 and 128: probes from several hash words, whose bits must all be independent for this law."""
+    T = 64
     gen = torch.Generator().manual_seed(5)
     mask = causal_mask(T)
     s, g = torch.randn(16, 2, T, T, generator=gen), torch.randn(16, 2, T, T, generator=gen) * mask
-    f = functools.partial(masked_softmax, mask=mask)
+    f = causal_softmax
     v = exact_vjp(f, s, g)
     est = estimate_vjp(f, s, g, n=n, probe=probe, seed=2, mask=mask, chunk=8, impl=impl)
     row_energy = v.double().pow(2).sum(-1).sum((0, 1))  # (T,)
@@ -100,7 +104,7 @@ def test_mean_of_estimates_is_unbiased(core, probe, impl):
 
 
 @pytest.mark.parametrize("core", ["attn", "ffn"])
-@pytest.mark.parametrize("impl", ["plain", "fused"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_forward_differences_follow_the_law_at_small_eps(core, impl):
     f, x, g, v = make_case(core, 128)
     est = estimate_vjp(f, x, g, n=16, scheme="forward", eps=1e-3, seed=4, impl=impl)
@@ -111,7 +115,7 @@ def test_forward_differences_follow_the_law_at_small_eps(core, impl):
 @pytest.mark.parametrize("scheme", ["central", "forward"])
 def test_same_seed_same_estimate_whatever_the_chunk(probe, impl, scheme):
     mask = causal_mask(32)
-    f = functools.partial(masked_softmax, mask=mask)
+    f = causal_softmax
     s, g = torch.randn(2, 3, 32, 32), torch.randn(2, 3, 32, 32)
     kw = dict(n=20, probe=probe, scheme=scheme, mask=mask, impl=impl)
     runs = [estimate_vjp(f, s, g, seed=11, chunk=c, **kw) for c in (1, 3, 7, 20)]
@@ -145,13 +149,13 @@ def test_orthogonal_probes_form_bases_per_row_length():
     assert not torch.allclose(row[0:4], row[4:8])
 
 
-@pytest.mark.parametrize("impl", ["plain", "fused"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_causal_core_leaves_masked_scores_without_gradient(impl):
     T = 16
     mask = causal_mask(T)
     s = torch.randn(2, 2, T, T, requires_grad=True)
     cfg = ZBPConfig(n=8, impl=impl)
-    p = zbp_apply(functools.partial(masked_softmax, mask=mask), s, cfg, seed=3, mask=mask)
+    p = zbp_apply(causal_softmax, s, cfg, seed=3, mask=mask)
     assert torch.all(p[..., ~mask] == 0)
     p.backward(torch.randn_like(p))
     assert torch.all(s.grad[..., ~mask] == 0)
@@ -159,7 +163,7 @@ def test_causal_core_leaves_masked_scores_without_gradient(impl):
 
 
 @pytest.mark.parametrize("scheme", ["central", "forward"])
-@pytest.mark.parametrize("impl", ["plain", "fused"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_block_forward_is_exact_and_backward_is_the_estimate(scheme, impl):
     cfg = ZBPConfig(n=8, scheme=scheme, chunk=3, impl=impl)
     u = torch.randn(4, 5, 24, requires_grad=True)
@@ -171,12 +175,12 @@ def test_block_forward_is_exact_and_backward_is_the_estimate(scheme, impl):
     assert torch.equal(u.grad, expected)
 
 
-@pytest.mark.parametrize("impl", ["plain", "fused"])
+@pytest.mark.parametrize("impl", IMPLS)
 def test_bf16_autocast_measures_in_fp32(impl):
     """Under CPU bf16 autocast the estimate's NSR equals the fp32 one; a bf16 measurement would not."""
     T, n, eps = 64, 16, 1e-3
     mask = causal_mask(T)
-    f = functools.partial(masked_softmax, mask=mask)
+    f = causal_softmax
     gen = torch.Generator().manual_seed(0)
     s = (4 * torch.randn(8, 4, T, T, generator=gen)).bfloat16()  # bf16 scores, as under autocast
     g = torch.randn(8, 4, T, T, generator=gen).bfloat16()

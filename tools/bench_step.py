@@ -2,13 +2,15 @@
 
 Measures ms per training step (forward + backward + AdamW step) and the step's peak memory above the
 resting state (parameters, gradients-free, optimizer state), for bp and ZBP n = 4, 16, 64 with central and
-forward differences, each with the plain and the fused estimator (`ZBPConfig.impl`). Arms are timed in
+forward differences, each with the plain, the fused (direct queries) and the closed-form estimator
+(`ZBPConfig.impl`; closed needs rademacher probes and is skipped for other --probe kinds). Arms are timed in
 interleaved rounds (median per arm) so that machine noise hits them alike; ratios are to BP measured in the
-same run. Fused arms compile their kernels during the warm-up step (CPU; printed), not while timed.
+same run. Fused and closed arms compile their kernels during the warm-up step (CPU; printed), not while timed.
 
   python tools/bench_step.py                      # CPU config of the issue: d=128 L=4 H=4 T=128 batch 8, 2 threads
-  python tools/bench_step.py --impl fused         # fused arms only (plus bp)
+  python tools/bench_step.py --impl fused,closed  # the fast arms only (plus bp)
   python tools/bench_step.py --json               # the same figures as JSON records
+  python tools/bench_step.py --threads 1 --clock process   # CPU time: when the other core is busy
   python tools/bench_step.py --device cuda --d 512 --layers 8 --heads 8 --seq 1024 --batch 8   # GPU reference
 
 CPU peak memory is read in a fresh subprocess per arm (VmHWM reset through /proc/self/clear_refs, with
@@ -33,7 +35,7 @@ from zbpscale.zbp import ZBPConfig
 
 ZBP_ARMS = [(f"zbp_n{n}" + ("_fwd" if s == "forward" else ""), n, s)
             for n in (4, 16, 64) for s in ("central", "forward")]
-IMPLS = ("plain", "fused")
+IMPLS = ("plain", "fused", "closed")
 ARMS = [("bp", None, None, None)] + [(f"{arm}/{impl}", n, s, impl) for impl in IMPLS for arm, n, s in ZBP_ARMS]
 
 
@@ -53,7 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=2, help="timed steps per arm and round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median round counts")
     p.add_argument("--arms", default=",".join(["bp"] + [a for a, _, _ in ZBP_ARMS]), help="comma-separated subset")
-    p.add_argument("--impl", default=",".join(IMPLS), help="estimators to run each ZBP arm with: plain, fused")
+    p.add_argument("--impl", default=",".join(IMPLS), help="estimators to run each ZBP arm with: plain, fused, closed")
+    p.add_argument("--clock", default="wall", choices=["wall", "process"],
+                   help="wall time, or this process's CPU time (CPU, --threads 1: robust to a busy neighbour core)")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
     p.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: one arm's memory
     args = p.parse_args(argv)
@@ -138,26 +142,28 @@ def main(argv=None) -> None:
         print(peak_mb_here(args, n, scheme, impl))
         return
     wanted, impls = args.arms.split(","), args.impl.split(",")
-    chosen = [a for a in ARMS if a[0] == "bp" or (a[0].split("/")[0] in wanted and a[3] in impls)]
+    chosen = [a for a in ARMS if a[0] == "bp" or (a[0].split("/")[0] in wanted and a[3] in impls
+                                                   and (a[3] != "closed" or args.probe == "rademacher"))]
     steps = {name: build(args, n, scheme, impl) for name, n, scheme, impl in chosen}
     if not args.json:
         print(f"# d={args.d} L={args.layers} H={args.heads} T={args.seq} batch={args.batch} "
-              f"device={args.device} threads={args.threads} probe={args.probe} chunk={args.chunk}; "
+              f"device={args.device} threads={args.threads} probe={args.probe} chunk={args.chunk} clock={args.clock}; "
               f"{args.rounds} rounds x {args.steps} steps", flush=True)
     for name, step in steps.items():  # warm-up: allocator, optimizer state, kernels (fused: compiles them)
         t0 = time.perf_counter()
         step()
-        if name.endswith("/fused") and not args.json:
+        if name.endswith(("/fused", "/closed")) and not args.json:
             print(f"# warm-up {name}: {time.perf_counter() - t0:.1f} s", flush=True)
+    clock = time.process_time if args.clock == "process" else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
             sync(args.device)
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(args.steps):
                 step()
             sync(args.device)
-            times[name].append((time.perf_counter() - t0) * 1000 / args.steps)
+            times[name].append((clock() - t0) * 1000 / args.steps)
     ms = {name: statistics.median(t) for name, t in times.items()}
     records = []
     for name, n, scheme, impl in chosen:

@@ -4,10 +4,11 @@
     python tools/gpu_check.py --device cpu --parts resume,ranks,sweep,diag --out /tmp/gc   # the CPU stand-in
 
 Parts (each passes or fails on its own; the exit status is 1 if any failed):
-  kernels  the Triton kernel tests (pytest tests/test_fused.py -m gpu)                          [cuda only]
+  kernels  the Triton kernel tests (pytest tests/test_fused.py tests/test_closed_form.py -m gpu) [cuda only]
   bench    tools/bench_step.py at the reference shape (d512 L8 H8 T1024 batch 8: bp, zbp_n16, zbp_n64, central
-           and forward) and at the ladder's shapes (bp, zbp_n16, zbp_n64), the fast estimators; prints the
-           ladder's per-size step_time_ratio table                                                [cuda only]
+           and forward) and at s124's and s1b's shapes (bp, zbp_n16, zbp_n64), one call per fast estimator
+           (fused, closed), each against its own BP; prints their step_time_ratio figures for the ladder
+           (s60 and s350 are not timed, to stay within ~6 minutes)                                  [cuda only]
   resume   bp and zbp_n16 (CPU: zbp_n4): a straight run against the same run stopped by SIGUSR2 (exit 75),
            continued, killed by SIGKILL after a periodic checkpoint and continued again: per-step train losses
            and the final weights must be identical
@@ -57,9 +58,7 @@ PROFILES = {
 # Benchmark shapes: (name, d, layers, heads, arms); T=1024, batch 8, bf16 autocast.
 SHAPES = [
     ("reference", 512, 8, 8, "bp,zbp_n16,zbp_n64,zbp_n16_fwd,zbp_n64_fwd"),
-    ("s60", 384, 12, 6, "bp,zbp_n16,zbp_n64"),
     ("s124", 640, 12, 10, "bp,zbp_n16,zbp_n64"),
-    ("s350", 1024, 20, 16, "bp,zbp_n16,zbp_n64"),
     ("s1b", 2048, 16, 16, "bp,zbp_n16,zbp_n64"),
 ]
 
@@ -171,37 +170,38 @@ def _compare_bitwise(straight: Path, other: Path, steps: int) -> dict:
 
 # ------------------------------------------------------------------------------------------------ parts
 def part_kernels(args, log: Path) -> dict:
-    code = _run([sys.executable, "-m", "pytest", "tests/test_fused.py", "-m", "gpu", "-q", "-p", "no:cacheprovider"],
-                log, env=_env(args.device), timeout=300)
+    code = _run([sys.executable, "-m", "pytest", "tests/test_fused.py", "tests/test_closed_form.py", "-m", "gpu",
+                 "-q", "-p", "no:cacheprovider"], log, env=_env(args.device), timeout=300)
     if code != 0:
         raise PartFailed(f"pytest -m gpu exited {code} (see {log.name})")
     return {"pytest": "passed"}
 
 
-def _bench_impls() -> str:
+def _bench_impls() -> list[str]:
     """The estimators to benchmark: every fast one bench_step.py knows (not the plain reference)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_step", REPO / "tools" / "bench_step.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return ",".join(i for i in module.IMPLS if i != "plain")
+    return [i for i in module.IMPLS if i != "plain"]
 
 
 def part_bench(args, log: Path) -> dict:
-    impls, shapes, ratios = _bench_impls(), {}, {}
-    for name, d, layers, heads, arms in SHAPES:
+    shapes, ratios = {}, {}
+    for (name, d, layers, heads, arms), impl in ((shape, impl) for shape in SHAPES for impl in _bench_impls()):
+        # one estimator per call, each against its own BP: at s1b's shape every model in a call holds ~16 GB
         cmd = [sys.executable, "tools/bench_step.py", "--device", "cuda", "--d", str(d), "--layers", str(layers),
-               "--heads", str(heads), "--seq", "1024", "--batch", "8", "--arms", arms, "--impl", impls, "--json"]
-        out = log.with_name(f"bench_{name}.json")
+               "--heads", str(heads), "--seq", "1024", "--batch", "8", "--arms", arms, "--impl", impl, "--json"]
+        out = log.with_name(f"bench_{name}_{impl}.json")
         with open(out, "w") as fh, open(log, "a") as err:
             err.write(f"$ {' '.join(cmd)}\n")
             err.flush()
             code = subprocess.run(cmd, stdout=fh, stderr=err, env=_env("cuda"), cwd=REPO, timeout=300).returncode
         if code != 0:
-            raise PartFailed(f"bench_step.py at the {name} shape exited {code} (see {log.name})")
+            raise PartFailed(f"bench_step.py at the {name} shape ({impl}) exited {code} (see {log.name})")
         records = json.loads(out.read_text())
-        shapes[name] = records
+        shapes[f"{name}/{impl}"] = records
         with open(log, "a") as fh:
             fh.write(f"# {name}: d={d} L={layers} H={heads}\n")
             for r in records:
@@ -308,7 +308,7 @@ SWEEP = Sweep(
 
 
 def _sweep_file(args) -> Path:
-    from zbpscale.model import SIZES
+    from zbpscale.schema import SIZES
 
     prof = PROFILES[args.device]
     steps, seq = prof["sweep_steps"], SIZES[prof["size"]].max_seq_len

@@ -18,29 +18,16 @@ from __future__ import annotations
 import errno
 import os
 import random
-import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from zbpscale.errors import CheckpointError
-from zbpscale.runfolder import CHECKPOINTS, fsync_dir
-
-_NAME = re.compile(r"ckpt_(\d{8})\.pt")
-
+from zbpscale.runfolder import CHECKPOINTS, fsync_dir, list_checkpoints  # noqa: F401 - re-exported
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
-
-
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of the finished checkpoints, oldest first."""
-    folder = checkpoint_dir(run_dir)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name))]
-    return sorted(found)
 
 
 def rng_state() -> dict:

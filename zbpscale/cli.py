@@ -13,7 +13,7 @@ from zbpscale.errors import ZbpError
 
 
 def _cmd_sizes(args: argparse.Namespace) -> None:
-    from zbpscale.model import size_table
+    from zbpscale.schema import size_table
 
     print(size_table())
 

@@ -160,8 +160,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
 
 def _planned_numbers(config: dict) -> dict:
     """Parameters, steps and tokens of a run that has not started (imports torch, through the model)."""
-    from zbpscale.model import n_params
-    from zbpscale.train import TrainConfig
+    from zbpscale.schema import TrainConfig, n_params
 
     cfg = TrainConfig.from_dict(config)
     return {"params": n_params(cfg.model), "params_non_embedding": n_params(cfg.model, embeddings=False),

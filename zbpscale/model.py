@@ -9,10 +9,7 @@ everything else stays exact autograd. This module imports nothing distributed an
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -20,121 +17,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zbpscale.errors import ConfigError
-from zbpscale.zbp import ZBPClock, ZBPConfig, call_seed, causal_mask, masked_softmax, swiglu, zbp_apply
-
-POS_EMBS = ("learned", "rope")
+from zbpscale.schema import (  # noqa: F401 - the model's schema, re-exported where it always was
+    POS_EMBS, SIZES, ModelConfig, flops_per_token, model_config, n_params, size_table,
+)
+from zbpscale.zbp import ZBPClock, call_seed, causal_mask, causal_softmax, swiglu, zbp_apply
+from zbpscale.zbp.attention import zbp_attention
 
 # A core hook replaces a core's forward (diagnostics use it to see each core's input and upstream
 # gradient): hook(layer, core, x, box, mask) -> box output. With a hook set, the core runs what it returns.
 CoreHook = Callable[[int, str, torch.Tensor, Callable, "torch.Tensor | None"], torch.Tensor]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    """Shape of the model and which of its cores are physical black boxes."""
-
-    n_layer: int
-    """Number of transformer blocks."""
-    n_head: int
-    """Attention heads; must divide d_model."""
-    d_model: int
-    """Residual stream width."""
-    d_ff: int = 0
-    """SwiGLU hidden width h (the core's unit has 2h inputs); 0 means 8/3 * d_model rounded up to 64."""
-    max_seq_len: int = 1024
-    """Context length T (also the size of the learned position table)."""
-    vocab_size: int = 50257
-    """Tokenizer vocabulary (GPT-2 BPE); the embedding tables are padded to a multiple of 64."""
-    pos_emb: str = "learned"
-    """Position encoding: learned (absolute table) or rope (rotary on q and k)."""
-    rope_theta: float = 10000.0
-    """RoPE base frequency (pos_emb == 'rope' only)."""
-    norm_eps: float = 1e-6
-    """RMSNorm epsilon."""
-    init_std: float = 0.02
-    """Std of the normal init; output projections use init_std / sqrt(2 * n_layer)."""
-    zbp: ZBPConfig | None = None
-    """None: the bp arm (exact backprop everywhere). Otherwise the estimator of the physical cores."""
-
-    def __post_init__(self) -> None:
-        for name in ("n_layer", "n_head", "d_model", "max_seq_len", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.d_model % self.n_head:
-            raise ConfigError(
-                f"ModelConfig.n_head={self.n_head} must divide d_model={self.d_model}",
-                hint=f"allowed n_head values: {[h for h in range(1, self.d_model + 1) if self.d_model % h == 0]}",
-            )
-        if self.pos_emb not in POS_EMBS:
-            raise ConfigError(f"ModelConfig.pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
-        if self.pos_emb == "rope" and self.head_dim % 2:
-            raise ConfigError(f"ModelConfig: rope needs an even head dim, got {self.head_dim}")
-        if not isinstance(self.d_ff, int) or self.d_ff < 0:
-            raise ConfigError(f"ModelConfig.d_ff must be an integer >= 0 (0 = automatic), got {self.d_ff!r}")
-        if self.zbp is not None and not isinstance(self.zbp, ZBPConfig):
-            raise ConfigError(f"ModelConfig.zbp must be a ZBPConfig or None, got {type(self.zbp).__name__}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_head
-
-    @property
-    def hidden(self) -> int:
-        return self.d_ff or 64 * math.ceil(8 * self.d_model / 3 / 64)
-
-    @property
-    def padded_vocab(self) -> int:
-        return 64 * math.ceil(self.vocab_size / 64)
-
-
-# Named sizes, ordered by parameter count. Ladder sizes are named after their total parameter count;
-# the two tiny ones (tests, smoke runs) after their non-embedding count.
-SIZES: dict[str, ModelConfig] = {
-    "nano": ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=64),  # job-layer tests: fast steps
-    "tiny": ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128),
-    "mini": ModelConfig(n_layer=4, n_head=4, d_model=256, max_seq_len=256),
-    "s60": ModelConfig(n_layer=12, n_head=6, d_model=384),
-    "s124": ModelConfig(n_layer=12, n_head=10, d_model=640),
-    "s350": ModelConfig(n_layer=20, n_head=16, d_model=1024),
-    "s1b": ModelConfig(n_layer=16, n_head=16, d_model=2048),
-}
-
-
-def model_config(size: str, **overrides) -> ModelConfig:
-    """The preset `size`, with any field replaced (e.g. zbp=ZBPConfig(n=16), max_seq_len=256)."""
-    if size not in SIZES:
-        raise ConfigError(f"unknown size {size!r}; allowed: {', '.join(SIZES)}")
-    return dataclasses.replace(SIZES[size], **overrides)
-
-
-def n_params(cfg: ModelConfig, *, embeddings: bool = True) -> int:
-    """Closed-form parameter count. Without embeddings: the token and position tables and the LM head
-    are left out (the blocks and the final norm remain)."""
-    d, h = cfg.d_model, cfg.hidden
-    per_block = 4 * d * d + 3 * d * h + 4 * d  # q k v o, w_in (d x 2h), w_out (h x d); q/k/attn/mlp norms
-    body = cfg.n_layer * per_block + d  # + final norm
-    if not embeddings:
-        return body
-    tables = 2 * cfg.padded_vocab * d + (cfg.max_seq_len * d if cfg.pos_emb == "learned" else 0)
-    return body + tables
-
-
-def flops_per_token(cfg: ModelConfig) -> float:
-    """Training FLOPs per token of the bp arm: 6 * (matmul parameters) + 12 * L * T * d for attention."""
-    matmul_params = n_params(cfg, embeddings=False) + cfg.padded_vocab * cfg.d_model  # blocks + LM head
-    return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.max_seq_len * cfg.d_model
-
-
-def size_table() -> str:
-    """A plain-text table of the presets: shape and parameter counts."""
-    rows = ["size   layers  heads  d_model  d_ff   seq   params   non-embedding"]
-    for name, c in SIZES.items():
-        rows.append(
-            f"{name:<6} {c.n_layer:>6} {c.n_head:>6} {c.d_model:>8} {c.hidden:>5} {c.max_seq_len:>5} "
-            f"{n_params(c) / 1e6:>7.1f}M {n_params(c, embeddings=False) / 1e6:>12.2f}M"
-        )
-    return "\n".join(rows)
 
 
 class RMSNorm(nn.Module):
@@ -180,16 +71,11 @@ class Attention(nn.Module):
         if rope is not None:
             cos, sin = rope[0][:T], rope[1][:T]
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        if self.physical or self.core_hook is not None:
+        if self.core_hook is not None:
             s = (q @ k.transpose(-2, -1)) * hd**-0.5  # (B, H, T, T) scores
-            mask = causal_mask(T, x.device)
-            box = functools.partial(masked_softmax, mask=mask)
-            if self.core_hook is not None:
-                p = self.core_hook(self.layer, "attn", s, box, mask)
-            else:
-                seed = call_seed(self.cfg.zbp, self.clock, self.layer, "attn")
-                p = zbp_apply(box, s, self.cfg.zbp, seed, mask)
-            y = p @ v
+            y = self.core_hook(self.layer, "attn", s, causal_softmax, causal_mask(T, x.device)) @ v
+        elif self.physical:  # scores recomputed in backward, never stored (zbp.attention)
+            y = zbp_attention(q, k, v, self.cfg.zbp, call_seed(self.cfg.zbp, self.clock, self.layer, "attn"))
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o(y.transpose(1, 2).reshape(B, T, C))

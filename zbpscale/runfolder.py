@@ -46,6 +46,7 @@ EXIT_REQUEUE = 75  # checkpointed on request (a signal): run me again to continu
 ENDS = ("completed", "timeout", "preempted", "crashed", "failed", "cancelled")
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
+_CKPT = re.compile(r"ckpt_(\d{8})\.pt")
 
 
 def parse_run_name(name: str) -> tuple[str, str, int] | None:
@@ -102,6 +103,15 @@ class RunFolder:
             raise BrokenRunFolder(f"{self.config} holds a {type(config).__name__}, not a config object",
                                   hint="restore it, or move the run folder aside to start the run anew")
         return config
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the run's finished checkpoints (`checkpoints/ckpt_<8-digit step>.pt`), oldest first."""
+    folder = Path(run_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CKPT.fullmatch(p.name))]
+    return sorted(found)
 
 
 # ------------------------------------------------------------------------------------------- atomic writes

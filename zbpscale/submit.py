@@ -29,10 +29,10 @@ from pathlib import Path
 from zbpscale import signals, slurm
 from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
 from zbpscale.runfolder import (
-    CANCEL, CONFIG, LOGS, PLAN, RunFolder, atomic_write, last_submitted, read_attempts, record,
+    CANCEL, CONFIG, LOGS, PLAN, RunFolder, atomic_write, last_submitted, list_checkpoints, read_attempts, record,
 )
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
-from zbpscale.train import batch_plan
+from zbpscale.schema import batch_plan
 
 
 def last_job_id(run_dir: Path) -> str | None:
@@ -46,8 +46,6 @@ def run_action(run: Run, alive: dict[str, str], *, retry: bool = False) -> str:
     """What submit does with a run: new, resume, retry (a failed run, with --retry), complete (skip), running
     (its job is queued or running: leave it alone), failed (left alone without --retry), broken (its
     config.json cannot be read: left alone until fixed)."""
-    from zbpscale.checkpoint import list_checkpoints
-
     folder = RunFolder(run.run_dir)
     if folder.complete.exists():
         return "complete"

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from zbpscale.errors import ConfigError
-from zbpscale.model import SIZES, ModelConfig, flops_per_token, model_config, n_params
-from zbpscale.train import TrainConfig
+from zbpscale.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
 
 

@@ -29,117 +29,15 @@ import torch
 from zbpscale import checkpoint, dist, signals
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.metrics import MetricsLog, read_records
-from zbpscale.model import ModelConfig, Transformer, flops_per_token, n_params
+from zbpscale.model import Transformer
 from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
-from zbpscale.zbp import ZBPConfig
-
-
+from zbpscale.schema import TrainConfig, batch_plan, derived_numbers  # noqa: F401 - re-exported
 
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 
 
 class TrainingDiverged(ZbpError):
     """The loss or the gradient norm stopped being finite."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """Everything one run needs; written to <run_dir>/config.json and checked on every resume."""
-
-    model: ModelConfig
-    """The model and its arm (model.zbp None = bp)."""
-    data_dir: str
-    """Folder of prepared shards (`zbpscale prepare-data`)."""
-    steps: int
-    """Optimizer steps of the whole run."""
-    global_batch: int = 64
-    """Sequences per optimizer step across all ranks (tokens per step = global_batch * seq_len)."""
-    micro_batch: int = 0
-    """Sequences per forward pass on one rank; 0 = the rank's whole share (no accumulation)."""
-    lr: float = 3e-4
-    """Peak learning rate, reached at the end of warmup."""
-    min_lr_ratio: float = 0.1
-    """The cosine schedule ends at lr * min_lr_ratio."""
-    warmup_steps: int = 0
-    """Linear warmup from lr / warmup_steps to lr."""
-    weight_decay: float = 0.1
-    """Decoupled (AdamW) weight decay of the matrices."""
-    decay_norms_and_embeddings: bool = False
-    """Also decay the norm weights and the token/position embeddings."""
-    betas: tuple[float, float] = (0.9, 0.95)
-    """AdamW betas."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 = no clipping; the norm is still logged)."""
-    eval_every: int = 100
-    """Evaluate every this many steps (and after the last one); 0 = only at the end."""
-    eval_batches: int = 8
-    """Fixed validation batches (of global_batch sequences) per evaluation."""
-    ckpt_every: int = 500
-    """Checkpoint every this many steps (0 = only on signals and at the end)."""
-    ckpt_every_s: float = 1800.0
-    """... and whenever this many seconds passed since the last checkpoint (0 = never by time)."""
-    keep_ckpts: int = 2
-    """Checkpoints kept on disk (the newest)."""
-    diag_every: int = 0
-    """Diagnostics (branch gains, per-core NSR and c, ZBP/BP gradient cosine) every this many steps; 0 = off."""
-    log_every: int = 1
-    """Write a train record every this many steps."""
-    seed: int = 0
-    """Seed of the initialization and of the data order."""
-    device: str = "auto"
-    """auto (GPU when there is one), cpu or cuda."""
-    bf16: bool | None = None
-    """bf16 autocast; None = on for CUDA, off for CPU. ZBP measurements stay fp32 either way."""
-
-    def __post_init__(self) -> None:
-        positive = ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every")
-        for name in positive:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, "
-                              f"{self.min_lr_ratio}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
-
-    @property
-    def seq_len(self) -> int:
-        return self.model.max_seq_len
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, *, source: str = "the config") -> "TrainConfig":
-        """The config of `to_dict`; a ConfigError naming `source` for a missing, unknown or bad field."""
-        try:
-            d = dict(d)
-            model = dict(d.pop("model"))
-            zbp = model.pop("zbp", None)
-            model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
-            return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
-        except ConfigError as err:
-            raise ConfigError(f"{source}: {err}", hint=err.hint) from None
-        except (TypeError, KeyError, ValueError) as err:
-            raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
-                              hint="restore it, or train in a new run folder") from None
-
-
-def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
-    """(micro_batch, accumulation steps) per rank for the fixed global batch; a ConfigError if impossible."""
-    if cfg.global_batch % world_size:
-        raise ConfigError(f"global_batch={cfg.global_batch} is not divisible by world size {world_size}",
-                          hint="pick a global batch that is a multiple of the number of GPUs")
-    per_rank = cfg.global_batch // world_size
-    micro = cfg.micro_batch or per_rank
-    if per_rank % micro:
-        raise ConfigError(f"micro_batch={micro} does not divide the per-rank batch {per_rank} "
-                          f"(global_batch={cfg.global_batch} / world size {world_size})",
-                          hint=f"use a micro_batch that divides {per_rank}")
-    return micro, per_rank // micro
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -149,29 +47,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     min_lr = cfg.lr * cfg.min_lr_ratio
     progress = (step - cfg.warmup_steps) / max(1, cfg.steps - 1 - cfg.warmup_steps)
     return min_lr + 0.5 * (cfg.lr - min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def derived_numbers(cfg: TrainConfig, world_size: int) -> dict:
-    """Every number that follows from the config, printed and saved before any compute is spent."""
-    micro, accum = batch_plan(cfg, world_size)
-    params = n_params(cfg.model)
-    tokens_per_step = cfg.global_batch * cfg.seq_len
-    total_tokens = tokens_per_step * cfg.steps
-    return {
-        "params": params,
-        "params_non_embedding": n_params(cfg.model, embeddings=False),
-        "world_size": world_size,
-        "micro_batch": micro,
-        "accumulation_steps": accum,
-        "tokens_per_step": tokens_per_step,
-        "total_steps": cfg.steps,
-        "total_tokens": total_tokens,
-        "tokens_per_param": total_tokens / params,
-        "flops_per_token": flops_per_token(cfg.model),
-        "total_flops_bp": flops_per_token(cfg.model) * total_tokens,
-        "arm": "bp" if cfg.model.zbp is None else f"zbp n={cfg.model.zbp.n} {cfg.model.zbp.scheme} "
-                                                   f"{cfg.model.zbp.probe} cores={cfg.model.zbp.cores}",
-    }
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from zbpscale.zbp.boxes import measurement_dtype
 from zbpscale.zbp.config import ZBPConfig
-from zbpscale.zbp.estimator import Box, estimate_vjp, measurement_dtype
+from zbpscale.zbp.estimator import Box, estimate
 from zbpscale.zbp.probes import mix_seed
 
 CORE_IDS = {"attn": 0, "ffn": 1}
@@ -55,10 +56,7 @@ class ZBPBlock(torch.autograd.Function):
     def backward(ctx, grad_y: torch.Tensor):
         x, *rest = ctx.saved_tensors
         cfg = ctx.cfg
-        grad_x = estimate_vjp(
-            ctx.f, x, grad_y, n=cfg.n, probe=cfg.probe, scheme=cfg.scheme, eps=cfg.eps,
-            seed=ctx.seed, chunk=cfg.chunk, mask=ctx.mask, y=rest[0] if rest else None, impl=cfg.impl,
-        )
+        grad_x = estimate(ctx.f, x, grad_y, cfg, seed=ctx.seed, mask=ctx.mask, y=rest[0] if rest else None)
         return grad_x.to(x.dtype), None, None, None, None
 
 

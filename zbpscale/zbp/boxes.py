@@ -5,11 +5,17 @@
 - SwiGLU core: a unit is one token's pre-activation u = [a; b] in R^{2h}; the box is silu(a) * b, d = 2h.
 
 Both act on the last dimension only and broadcast over any leading dimensions, as `estimate_vjp` needs.
+Each box says what it is (`kind`, and for the softmax whether it is causal), so the estimator picks its
+fast paths from that instead of inspecting the callable: `causal_softmax` is the model's score core,
+`row_softmax` the same box on unmasked rows, `swiglu` the SwiGLU core. Any other callable is a box too,
+served by the plain path. Queries run in `measurement_dtype`.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +38,42 @@ def masked_softmax(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return torch.softmax(s, dim=-1)
 
 
-def swiglu(u: torch.Tensor) -> torch.Tensor:
+def measurement_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Queries run in fp32, or in fp64 when the input already is fp64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@dataclass(frozen=True)
+class SoftmaxBox:
+    """Row-wise softmax over each row's live entries: all of them, or, causal, columns 0..t of row t of a
+    (..., T, T) score block."""
+
+    causal: bool
+    """Whether the rows are causal score rows (the last two dimensions are (T, T))."""
+    kind: ClassVar[str] = "softmax"
+
+    def mask(self, s: torch.Tensor) -> torch.Tensor | None:
+        """The (T, T) live mask of scores s, or None."""
+        return causal_mask(s.shape[-1], s.device) if self.causal else None
+
+    def __call__(self, s: torch.Tensor) -> torch.Tensor:
+        return masked_softmax(s, self.mask(s))
+
+
+@dataclass(frozen=True)
+class SwiGLUBox:
     """silu(a) * b for u = [a; b] along the last dimension: (..., 2h) -> (..., h)."""
-    a, b = u.chunk(2, dim=-1)
-    return F.silu(a) * b
+
+    kind: ClassVar[str] = "swiglu"
+
+    def mask(self, u: torch.Tensor) -> None:
+        return None
+
+    def __call__(self, u: torch.Tensor) -> torch.Tensor:
+        a, b = u.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+
+causal_softmax = SoftmaxBox(causal=True)
+row_softmax = SoftmaxBox(causal=False)
+swiglu = SwiGLUBox()

@@ -11,8 +11,9 @@ from zbpscale.errors import ConfigError
 PROBES = ("rademacher", "gaussian", "sphere", "orthogonal")
 SCHEMES = ("central", "forward")
 CORES = ("both", "attn", "ffn", "none")
-IMPLS = ("auto", "plain", "fused")
+IMPLS = ("auto", "plain", "fused", "closed")
 FUSED_PROBES = ("rademacher", "gaussian")
+CLOSED_PROBES = ("rademacher",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +25,9 @@ class ZBPConfig:
     probe: str = "rademacher"
     """Probe family: rademacher (+-1 entries), gaussian, sphere (norm sqrt(d)), orthogonal (scaled basis)."""
     scheme: str = "central"
-    """central: 2n queries, O(eps^2) bias; forward: n queries plus the forward output, O(eps) bias."""
+    """central: 2n queries, per-call error O(eps^2); forward: n queries plus the forward output, per-call
+    error O(eps). For symmetric probes (all four families) the O(eps) term has zero mean, so the bias of the
+    expectation is O(eps^2) for both schemes; forward differences are noisier per call, not more biased."""
     eps: float = 1e-3
     """Perturbation per probe entry: the box is queried at x +- eps * u."""
     chunk: int = 16
@@ -36,9 +39,11 @@ class ZBPConfig:
     """Base seed of the probes; per-call seeds derive from (seed, step, micro-step, layer, core, rank)."""
     impl: str = "auto"
     """How estimates are computed. plain: the reference (`estimate_vjp`), chunked, probes from ProbeStream.
-    fused: kernels that never materialise probes (`zbp.fused`: Triton on CUDA, torch.compile on CPU), with
-    counter-hash probes; rademacher or gaussian only. auto: fused where it applies (the model's two boxes,
-    rademacher or gaussian probes, a working compiler; on CPU from n=16, its break-even), plain elsewhere."""
+    fused: kernels that query the box directly and never materialise probes (`zbp.fused`: Triton on CUDA,
+    torch.compile on CPU), with counter-hash probes; rademacher or gaussian only. closed: the same estimate
+    from exact closed forms of the queries (`zbp.closed_form`), no transcendental per probe entry; rademacher
+    only. auto: the fastest exact path that applies (the model's two boxes and a working back end: closed for
+    rademacher, fused for gaussian; on CPU from n=16, the compile's break-even), plain elsewhere."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
@@ -58,6 +63,9 @@ class ZBPConfig:
         if self.impl == "fused" and self.probe not in FUSED_PROBES:
             raise ConfigError(f"ZBPConfig.impl='fused' draws {' or '.join(FUSED_PROBES)} probes, not "
                               f"{self.probe!r}", hint="use impl='auto' or 'plain'")
+        if self.impl == "closed" and self.probe not in CLOSED_PROBES:
+            raise ConfigError(f"ZBPConfig.impl='closed' needs {' or '.join(CLOSED_PROBES)} probes (u_j^2 = 1), "
+                              f"not {self.probe!r}", hint="use impl='auto', 'fused' or 'plain'")
 
     @property
     def attn_physical(self) -> bool:

@@ -15,10 +15,13 @@ max over its live entries (softmax is shift invariant), computed honestly at eve
 a causal score row are never queried: CPU folds rows t and T-1-t into one row of T + 1 entries, the Triton
 kernels walk a row only up to its t + 1 live entries.
 
-Back ends (`ZBPConfig.impl`: 'fused' insists, 'auto' uses them where they apply and, on CPU, from
-CPU_MIN_N probes; else the plain path):
+Back ends of the direct queries (`ZBPConfig.impl='fused'`):
   cuda  Triton kernels (`fused_triton`), one program per unit, fp32 in registers.
   cpu   torch.compile (Inductor) graphs (`fused_cpu`), compiled once per process with dynamic shapes.
+For rademacher probes `zbp.closed_form` computes the same estimate from exact closed forms of the queries
+(`impl='closed'`). This module also chooses the path (`choose`): a box says what it is (`boxes.SoftmaxBox`,
+`boxes.SwiGLUBox`), the config says what was asked; 'auto' takes closed for rademacher, these kernels for
+gaussian, both only where the back end runs and, on CPU, from CPU_MIN_N probes; the plain path elsewhere.
 
 Caveats:
   - Probes come from the counter hash, not from `ProbeStream`: for one seed the fused and the plain
@@ -27,27 +30,26 @@ Caveats:
   - Deterministic: the same seed gives bitwise the same estimate (chunk is ignored: there are no chunks);
     entry (unit, column) of probe i is a function of (seed, i, unit, column) alone, whatever n, the tiling
     or the back end, so CPU and GPU draw the same probes.
-  - Queries run in fp32 (fp64 on CPU for fp64 inputs), as in the plain path; forward differences are biased
-    at O(eps), as there.
-  - Only rademacher and gaussian probes, and the softmax box only with the causal mask or none.
+  - Queries run in fp32 (fp64 on CPU for fp64 inputs), as in the plain path; forward differences carry an
+    O(eps) per-call error with zero mean (bias O(eps^2)), as there.
+  - Only rademacher and gaussian probes, and only the boxes that say what they are (`boxes.causal_softmax`,
+    `row_softmax`, `swiglu`); any other callable, even one computing the same function, takes the plain path.
+  - `row0` lets a caller estimate a score tensor in slices (`zbp.attention`) with the whole's probes.
   - CPU: the first call compiles (~10 s per graph on 2 cores, cached on disk); a compiler failure makes
     'auto' warn once and run the plain path for the rest of the process.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from zbpscale.errors import ConfigError
 from zbpscale.zbp import fused_cpu
-from zbpscale.zbp.boxes import causal_mask, masked_softmax, swiglu
-from zbpscale.zbp.config import FUSED_PROBES
-from zbpscale.zbp.estimator import measurement_dtype
+from zbpscale.zbp.boxes import measurement_dtype
+from zbpscale.zbp.config import CLOSED_PROBES, FUSED_PROBES, ZBPConfig
 from zbpscale.zbp.fused_cpu import CompileFailed
 
-__all__ = ["CPU_MIN_N", "CompileFailed", "FUSED_PROBES", "available", "box_kind", "fused_vjp"]
+__all__ = ["CPU_MIN_N", "CompileFailed", "available", "choose", "fast_vjp", "fused_vjp"]
 
 # 'auto' on CPU takes the compiled graphs from this many probes: below it they are no faster than the plain
 # path (tools/bench_step.py, tiny model, 2 threads: n=4 1.21x BP fused vs 1.19x plain; n=16 1.40x vs 3.18x)
@@ -55,29 +57,19 @@ __all__ = ["CPU_MIN_N", "CompileFailed", "FUSED_PROBES", "available", "box_kind"
 CPU_MIN_N = 16
 
 
-def box_kind(f, x: torch.Tensor, mask: torch.Tensor | None) -> str | None:
-    """'softmax' or 'swiglu' when the fused kernels implement the box f on x with this mask, else None."""
-    if f is swiglu:
-        return "swiglu" if mask is None and x.shape[-1] % 2 == 0 else None
-    if isinstance(f, functools.partial) and f.func is masked_softmax and not f.args and set(f.keywords) <= {"mask"}:
-        box_mask = f.keywords.get("mask")
-        if box_mask is None and mask is None:
-            return "softmax"
-        if box_mask is not None and mask is not None and _is_causal(box_mask, x) and (
-                mask is box_mask or torch.equal(mask, box_mask)):
-            return "softmax"
+def box_kind(box, x: torch.Tensor) -> str | None:
+    """'softmax' or 'swiglu' where the fast paths implement the box on x, else None. The box says its kind;
+    nothing is inferred from how it was built."""
+    kind = getattr(box, "kind", None)
+    if kind == "swiglu":
+        return kind if x.shape[-1] % 2 == 0 else None
+    if kind == "softmax":
+        return kind if not box.causal or (x.dim() >= 2 and x.shape[-2] == x.shape[-1]) else None
     return None
 
 
-def _is_causal(mask: torch.Tensor, x: torch.Tensor) -> bool:
-    t = x.shape[-1]
-    if x.dim() < 2 or x.shape[-2] != t or mask.shape != (t, t):
-        return False
-    return mask is causal_mask(t, mask.device) or torch.equal(mask.cpu(), causal_mask(t))
-
-
 def available(x: torch.Tensor) -> bool:
-    """Whether a fused back end can run on x's device and dtype in this process (CUDA: triton installed;
+    """Whether a fast back end can run on x's device and dtype in this process (CUDA: triton installed;
     CPU: torch.compile has not failed)."""
     if x.is_cuda:
         from zbpscale.zbp import fused_triton
@@ -86,24 +78,75 @@ def available(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.is_floating_point() and not fused_cpu.broken
 
 
-def fused_vjp(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str, scheme: str, eps: float,
-              seed: int, mask: torch.Tensor | None) -> torch.Tensor:
-    """The fused estimate of J^T g for box `kind` ('softmax' or 'swiglu'), in the measurement dtype.
+def choose(box, x: torch.Tensor, cfg: ZBPConfig) -> tuple[str | None, str]:
+    """(path, why): path 'closed' or 'fused', or None with the reason ('' where auto just prefers plain)."""
+    if cfg.impl == "plain":
+        return None, ""
+    if cfg.impl == "auto":
+        path = "closed" if cfg.probe in CLOSED_PROBES else "fused"
+    else:
+        path = cfg.impl
+    probes = CLOSED_PROBES if path == "closed" else FUSED_PROBES
+    if box_kind(box, x) is None:
+        return None, "the box is not one the fast paths implement (boxes.causal_softmax, row_softmax, swiglu)"
+    if cfg.probe not in probes:
+        return None, f"the {path} path draws {' or '.join(probes)} probes, not {cfg.probe!r}"
+    if not available(x):
+        return None, f"no {path} back end for {x.dtype} on {x.device.type} in this process"
+    if cfg.impl == "auto" and x.device.type == "cpu" and cfg.n < CPU_MIN_N:
+        return None, ""  # below the CPU break-even the plain path is as fast and compiles nothing
+    return path, ""
 
-    x: (..., T, T) scores with the causal `mask`, (..., d) rows without, or (..., 2h) SwiGLU inputs;
-    g: upstream gradient of the box output. Any float dtype; queries run in fp32 (fp64 for fp64 on CPU).
+
+def fast_vjp(box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed: int, *, row0: int = 0
+             ) -> torch.Tensor | None:
+    """The closed-form or fused estimate, as `choose` picks; None where auto falls back to the plain path.
+    impl='fused' or 'closed' insists: it raises where its path cannot run. row0 (softmax only): the flat row
+    index of x's first row in a larger score tensor the caller splits into pieces; the probes of a row are
+    drawn by its index there, so the pieces' estimates are those of the whole."""
+    path, why = choose(box, x, cfg)
+    if path is None:
+        if cfg.impl in ("fused", "closed"):
+            raise ConfigError(f"impl={cfg.impl!r} cannot run here: {why}", hint="use impl='auto' or 'plain'")
+        return None
+    try:
+        return fused_vjp(box_kind(box, x), x, g, cfg, seed, closed=path == "closed", causal=box_causal(box),
+                         row0=row0)
+    except CompileFailed:
+        if cfg.impl != "auto":
+            raise
+        return None  # warned once; plain from here on
+
+
+def box_causal(box) -> bool:
+    return bool(getattr(box, "causal", False))
+
+
+def fused_vjp(kind: str, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed: int, *, closed: bool,
+              causal: bool, row0: int = 0) -> torch.Tensor:
+    """The fast estimate of J^T g for box `kind` ('softmax' or 'swiglu'), in the measurement dtype.
+
+    x: (..., T, T) causal scores, (..., d) rows, or (..., 2h) SwiGLU inputs; g: upstream gradient of the box
+    output. Any float dtype; queries run in fp32 (fp64 for fp64 on CPU). closed: the closed forms
+    (rademacher), else the direct queries.
     """
-    if probe not in FUSED_PROBES:
-        raise ConfigError(f"the fused estimator draws {', '.join(FUSED_PROBES)} probes, not {probe!r}",
-                          hint="use impl='plain' for sphere and orthogonal probes")
-    central = scheme == "central"
+    central = cfg.scheme == "central"
+    kw = dict(n=cfg.n, central=central, eps=cfg.eps, seed=seed)
     if x.is_cuda:
-        from zbpscale.zbp import fused_triton
+        if closed:
+            from zbpscale.zbp import closed_triton as back
+        else:
+            from zbpscale.zbp import fused_triton as back
 
-        return fused_triton.estimate(kind, x, g, n=n, probe=probe, central=central, eps=eps, seed=seed,
-                                     causal=mask is not None)
+            kw["probe"] = cfg.probe
+        return back.estimate(kind, x, g, causal=causal, row0=row0, **kw)
     dtype = measurement_dtype(x.dtype)
     x, g = x.to(dtype), g.to(dtype)
+    if closed:
+        from zbpscale.zbp import closed_form as back
+    else:
+        back = fused_cpu
+        kw["probe"] = cfg.probe
     if kind == "swiglu":
-        return fused_cpu.swiglu_vjp(x, g, n=n, probe=probe, central=central, eps=eps, seed=seed)
-    return fused_cpu.softmax(x, g, n=n, probe=probe, central=central, eps=eps, seed=seed, causal=mask is not None)
+        return back.swiglu_vjp(x, g, **kw)
+    return back.softmax(x, g, causal=causal, row0=row0, **kw)

@@ -185,8 +185,9 @@ def _ratio(a, z):
     return torch.where(z > 0, a / z.clamp(min=torch.finfo(z.dtype).tiny), 0.0)
 
 
-def softmax(x, g, *, n, probe, central, eps, seed, causal):
-    """The fused estimate for softmax rows: causal (..., T, T) scores, or (..., d) rows without a mask."""
+def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0):
+    """The fused estimate for softmax rows: causal (..., T, T) scores, or (..., d) rows without a mask.
+    row0: the flat row index of x's first row in the caller's whole score tensor (probes are drawn by it)."""
     t = x.shape[-1]
     lead = x.shape[:-2] if causal else x.shape[:-1]
     if causal:  # fold the (T, T) scores of each (batch, head) to (R, W); graph inputs are fresh tensors
@@ -201,7 +202,7 @@ def softmax(x, g, *, n, probe, central, eps, seed, causal):
         lf, rf, rows, cols = _row_layout(x.numel() // t, t, x.device, x.dtype)
         xs = x.reshape(-1, t) - x.reshape(-1, t).amax(-1, keepdim=True)  # (U, d)
         gl, gr = g.reshape(-1, t) * lf, torch.zeros_like(xs)  # distinct tensors: aliasing means recompiling
-    pin = _probe_inputs(probe, seed, n, rows, cols)
+    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols)
     step = torch.tensor(eps, dtype=x.dtype)
     if central:
         aL, zL, aR, zR, bL, yL, bR, yR = _run("softmax2", xs, gl, gr, lf, rf, pin, n, step)  # (units, n) each

@@ -34,7 +34,7 @@ TILE = 4096  # probe-tile entries per program (N_PAD * BLOCK)
 
 
 def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str, central: bool, eps: float,
-             seed: int, causal: bool) -> torch.Tensor:
+             seed: int, causal: bool, row0: int = 0) -> torch.Tensor:
     """The fused estimate on CUDA (or, under TRITON_INTERPRET=1, on CPU). x, g: fp32, bf16 or fp16, read
     as they are and measured in fp32 in registers; layout rules as `fused.fused_vjp`. Returns fp32."""
     x, g = x.contiguous(), g.contiguous()
@@ -54,7 +54,7 @@ def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str,
     if kind == "swiglu":
         _swiglu_kernel[(units,)](x, g, est, words, seeds, d // 2, **common)
     else:
-        _softmax_kernel[(units,)](x, g, est, words, seeds, d, CAUSAL=causal, **common)
+        _softmax_kernel[(units,)](x, g, est, words, seeds, d, row0, CAUSAL=causal, **common)
     return est
 
 
@@ -69,7 +69,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _word(s, row, col):
-        return _mix(_mix(s ^ row) ^ col)
+        """counter.word: three rounds, so that the word's 32 bits (32 probes) are independent."""
+        return _mix(_mix(_mix(s ^ row) ^ col))
 
     @triton.jit
     def _probes(w_ptr, s_ptr, row, cols, N_PAD: tl.constexpr, BLOCK: tl.constexpr, GAUSS: tl.constexpr):
@@ -95,7 +96,7 @@ if HAVE_TRITON:
         return tl.where(bit != 0, 1.0, -1.0)
 
     @triton.jit
-    def _softmax_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, d, n, eps, scale, CAUSAL: tl.constexpr,
+    def _softmax_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, d, row0, n, eps, scale, CAUSAL: tl.constexpr,
                         CENTRAL: tl.constexpr, GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
         unit = tl.program_id(0)
         if CAUSAL:
@@ -120,7 +121,7 @@ if HAVE_TRITON:
             live = cols < length
             xs = tl.load(x_ptr + off + cols, mask=live, other=float("-inf")).to(tl.float32) - m_row  # dead: e=0
             g = tl.load(g_ptr + off + cols, mask=live, other=0.0).to(tl.float32)
-            u = eps * _probes(w_ptr, s_ptr, unit, cols, N_PAD, BLOCK, GAUSS)
+            u = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
             e = tl.exp(xs[None, :] + u)
             a_p += tl.sum(g[None, :] * e, 1)
             z_p += tl.sum(e, 1)
@@ -139,7 +140,7 @@ if HAVE_TRITON:
         c = tl.where(tl.arange(0, N_PAD) < n, c * scale, 0.0)
         for c0 in range(0, length, BLOCK):
             cols = c0 + lane
-            u = _probes(w_ptr, s_ptr, unit, cols, N_PAD, BLOCK, GAUSS)
+            u = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
             tl.store(out_ptr + off + cols, tl.sum(c[:, None] * u, 0), mask=cols < length)
 
     @triton.jit

@@ -1,0 +1,248 @@
+"""The plain schemas of a run, torch-free: the model's shape (`ModelConfig`, the named sizes and their closed-form
+counts) and the training run (`TrainConfig`, its batch plan and derived numbers).
+
+Job control (submit, status, cancel, collect, the local driver) plans and checks runs with these and never
+imports torch or the training loop; `zbpscale.model` and `zbpscale.train` build on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from zbpscale.errors import ConfigError
+from zbpscale.zbp.config import ZBPConfig
+
+POS_EMBS = ("learned", "rope")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Shape of the model and which of its cores are physical black boxes."""
+
+    n_layer: int
+    """Number of transformer blocks."""
+    n_head: int
+    """Attention heads; must divide d_model."""
+    d_model: int
+    """Residual stream width."""
+    d_ff: int = 0
+    """SwiGLU hidden width h (the core's unit has 2h inputs); 0 means 8/3 * d_model rounded up to 64."""
+    max_seq_len: int = 1024
+    """Context length T (also the size of the learned position table)."""
+    vocab_size: int = 50257
+    """Tokenizer vocabulary (GPT-2 BPE); the embedding tables are padded to a multiple of 64."""
+    pos_emb: str = "learned"
+    """Position encoding: learned (absolute table) or rope (rotary on q and k)."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency (pos_emb == 'rope' only)."""
+    norm_eps: float = 1e-6
+    """RMSNorm epsilon."""
+    init_std: float = 0.02
+    """Std of the normal init; output projections use init_std / sqrt(2 * n_layer)."""
+    zbp: ZBPConfig | None = None
+    """None: the bp arm (exact backprop everywhere). Otherwise the estimator of the physical cores."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "d_model", "max_seq_len", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.d_model % self.n_head:
+            raise ConfigError(
+                f"ModelConfig.n_head={self.n_head} must divide d_model={self.d_model}",
+                hint=f"allowed n_head values: {[h for h in range(1, self.d_model + 1) if self.d_model % h == 0]}",
+            )
+        if self.pos_emb not in POS_EMBS:
+            raise ConfigError(f"ModelConfig.pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
+        if self.pos_emb == "rope" and self.head_dim % 2:
+            raise ConfigError(f"ModelConfig: rope needs an even head dim, got {self.head_dim}")
+        if not isinstance(self.d_ff, int) or self.d_ff < 0:
+            raise ConfigError(f"ModelConfig.d_ff must be an integer >= 0 (0 = automatic), got {self.d_ff!r}")
+        if self.zbp is not None and not isinstance(self.zbp, ZBPConfig):
+            raise ConfigError(f"ModelConfig.zbp must be a ZBPConfig or None, got {type(self.zbp).__name__}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def hidden(self) -> int:
+        return self.d_ff or 64 * math.ceil(8 * self.d_model / 3 / 64)
+
+    @property
+    def padded_vocab(self) -> int:
+        return 64 * math.ceil(self.vocab_size / 64)
+
+
+# Named sizes, ordered by parameter count. Ladder sizes are named after their total parameter count;
+# the two tiny ones (tests, smoke runs) after their non-embedding count.
+SIZES: dict[str, ModelConfig] = {
+    "nano": ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=64),  # job-layer tests: fast steps
+    "tiny": ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128),
+    "mini": ModelConfig(n_layer=4, n_head=4, d_model=256, max_seq_len=256),
+    "s60": ModelConfig(n_layer=12, n_head=6, d_model=384),
+    "s124": ModelConfig(n_layer=12, n_head=10, d_model=640),
+    "s350": ModelConfig(n_layer=20, n_head=16, d_model=1024),
+    "s1b": ModelConfig(n_layer=16, n_head=16, d_model=2048),
+}
+
+
+def model_config(size: str, **overrides) -> ModelConfig:
+    """The preset `size`, with any field replaced (e.g. zbp=ZBPConfig(n=16), max_seq_len=256)."""
+    if size not in SIZES:
+        raise ConfigError(f"unknown size {size!r}; allowed: {', '.join(SIZES)}")
+    return dataclasses.replace(SIZES[size], **overrides)
+
+
+def n_params(cfg: ModelConfig, *, embeddings: bool = True) -> int:
+    """Closed-form parameter count. Without embeddings: the token and position tables and the LM head
+    are left out (the blocks and the final norm remain)."""
+    d, h = cfg.d_model, cfg.hidden
+    per_block = 4 * d * d + 3 * d * h + 4 * d  # q k v o, w_in (d x 2h), w_out (h x d); q/k/attn/mlp norms
+    body = cfg.n_layer * per_block + d  # + final norm
+    if not embeddings:
+        return body
+    tables = 2 * cfg.padded_vocab * d + (cfg.max_seq_len * d if cfg.pos_emb == "learned" else 0)
+    return body + tables
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Training FLOPs per token of the bp arm: 6 * (matmul parameters) + 12 * L * T * d for attention."""
+    matmul_params = n_params(cfg, embeddings=False) + cfg.padded_vocab * cfg.d_model  # blocks + LM head
+    return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.max_seq_len * cfg.d_model
+
+
+def size_table() -> str:
+    """A plain-text table of the presets: shape and parameter counts."""
+    rows = ["size   layers  heads  d_model  d_ff   seq   params   non-embedding"]
+    for name, c in SIZES.items():
+        rows.append(
+            f"{name:<6} {c.n_layer:>6} {c.n_head:>6} {c.d_model:>8} {c.hidden:>5} {c.max_seq_len:>5} "
+            f"{n_params(c) / 1e6:>7.1f}M {n_params(c, embeddings=False) / 1e6:>12.2f}M"
+        )
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Everything one run needs; written to <run_dir>/config.json and checked on every resume."""
+
+    model: ModelConfig
+    """The model and its arm (model.zbp None = bp)."""
+    data_dir: str
+    """Folder of prepared shards (`zbpscale prepare-data`)."""
+    steps: int
+    """Optimizer steps of the whole run."""
+    global_batch: int = 64
+    """Sequences per optimizer step across all ranks (tokens per step = global_batch * seq_len)."""
+    micro_batch: int = 0
+    """Sequences per forward pass on one rank; 0 = the rank's whole share (no accumulation)."""
+    lr: float = 3e-4
+    """Peak learning rate, reached at the end of warmup."""
+    min_lr_ratio: float = 0.1
+    """The cosine schedule ends at lr * min_lr_ratio."""
+    warmup_steps: int = 0
+    """Linear warmup from lr / warmup_steps to lr."""
+    weight_decay: float = 0.1
+    """Decoupled (AdamW) weight decay of the matrices."""
+    decay_norms_and_embeddings: bool = False
+    """Also decay the norm weights and the token/position embeddings."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = no clipping; the norm is still logged)."""
+    eval_every: int = 100
+    """Evaluate every this many steps (and after the last one); 0 = only at the end."""
+    eval_batches: int = 8
+    """Fixed validation batches (of global_batch sequences) per evaluation."""
+    ckpt_every: int = 500
+    """Checkpoint every this many steps (0 = only on signals and at the end)."""
+    ckpt_every_s: float = 1800.0
+    """... and whenever this many seconds passed since the last checkpoint (0 = never by time)."""
+    keep_ckpts: int = 2
+    """Checkpoints kept on disk (the newest)."""
+    diag_every: int = 0
+    """Diagnostics (branch gains, per-core NSR and c, ZBP/BP gradient cosine) every this many steps; 0 = off."""
+    log_every: int = 1
+    """Write a train record every this many steps."""
+    seed: int = 0
+    """Seed of the initialization and of the data order."""
+    device: str = "auto"
+    """auto (GPU when there is one), cpu or cuda."""
+    bf16: bool | None = None
+    """bf16 autocast; None = on for CUDA, off for CPU. ZBP measurements stay fp32 either way."""
+
+    def __post_init__(self) -> None:
+        positive = ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, "
+                              f"{self.min_lr_ratio}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.max_seq_len
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "the config") -> "TrainConfig":
+        """The config of `to_dict`; a ConfigError naming `source` for a missing, unknown or bad field."""
+        try:
+            d = dict(d)
+            model = dict(d.pop("model"))
+            zbp = model.pop("zbp", None)
+            model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
+            return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}", hint=err.hint) from None
+        except (TypeError, KeyError, ValueError) as err:
+            raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
+                              hint="restore it, or train in a new run folder") from None
+
+
+def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
+    """(micro_batch, accumulation steps) per rank for the fixed global batch; a ConfigError if impossible."""
+    if cfg.global_batch % world_size:
+        raise ConfigError(f"global_batch={cfg.global_batch} is not divisible by world size {world_size}",
+                          hint="pick a global batch that is a multiple of the number of GPUs")
+    per_rank = cfg.global_batch // world_size
+    micro = cfg.micro_batch or per_rank
+    if per_rank % micro:
+        raise ConfigError(f"micro_batch={micro} does not divide the per-rank batch {per_rank} "
+                          f"(global_batch={cfg.global_batch} / world size {world_size})",
+                          hint=f"use a micro_batch that divides {per_rank}")
+    return micro, per_rank // micro
+
+
+def derived_numbers(cfg: TrainConfig, world_size: int) -> dict:
+    """Every number that follows from the config, printed and saved before any compute is spent."""
+    micro, accum = batch_plan(cfg, world_size)
+    params = n_params(cfg.model)
+    tokens_per_step = cfg.global_batch * cfg.seq_len
+    total_tokens = tokens_per_step * cfg.steps
+    return {
+        "params": params,
+        "params_non_embedding": n_params(cfg.model, embeddings=False),
+        "world_size": world_size,
+        "micro_batch": micro,
+        "accumulation_steps": accum,
+        "tokens_per_step": tokens_per_step,
+        "total_steps": cfg.steps,
+        "total_tokens": total_tokens,
+        "tokens_per_param": total_tokens / params,
+        "flops_per_token": flops_per_token(cfg.model),
+        "total_flops_bp": flops_per_token(cfg.model) * total_tokens,
+        "arm": "bp" if cfg.model.zbp is None else f"zbp n={cfg.model.zbp.n} {cfg.model.zbp.scheme} "
+                                                   f"{cfg.model.zbp.probe} cores={cfg.model.zbp.cores}",
+    }
