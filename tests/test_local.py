@@ -315,3 +315,27 @@ def test_local_refuses_runs_this_node_cannot_hold(tmp_path, data_dir):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "needs 2 GPUs; this node has 0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "jobs" / ".localq").exists()
+
+
+def test_runs_after_a_failed_prep_job_name_its_log(tmp_path):
+    """A sweep whose data prep fails (WikiText-103 offline): every run fails naming the prep job's log, which
+    exists and says why, and `status --logs RUN` shows it."""
+    sweep = tmp_path / "prepfail.py"
+    sweep.write_text(f"""from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * 5,
+                                           resources=CPU),),
+              arms=(arm("bp"),), data=Data(dir={str(tmp_path / "wt103")!r}, source="wikitext-103", workers=1),
+              root={str(tmp_path / "jobs")!r})
+""")
+    out = submit(sweep, "--wait", check=False, timeout=300,
+                 env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    run = tmp_path / "jobs" / "prepfail" / "nano-bp"
+    end = [a for a in read_attempts(run) if a["event"] == "end"][-1]
+    assert end["why"] == "failed" and "dependency" in end["reason"]
+    assert Path(end["log"]).is_file() and "prep-data-logs" in end["log"]
+    logs = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(run.parent), "--logs", "nano-bp"],
+                          capture_output=True, text=True, timeout=60)
+    assert logs.returncode == 0 and end["log"] in logs.stdout, logs.stdout + logs.stderr
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))

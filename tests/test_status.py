@@ -205,3 +205,24 @@ def test_fault_a_direct_run_stopped_by_sigterm_is_not_running(tmp_path):
                              "reason": "signal 15: requeue me"}) + "\n")
     row = by_run(collect_rows(sweep))["tiny-bp"]
     assert row["state"] == "stopped" and "checkpointed: signal 15" in row["reason"]
+
+
+def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
+    """The README's own example before the first submit: the console script, no traceback, exit 3 (unfinished),
+    every planned run listed as new with its planned steps; a mistyped sweep file and an --only that matches
+    nothing are one line each, exit 2 (it used to print empty tables and exit 0, 'all complete')."""
+    from zbpscale.sweep import expand, load_sweep
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "ladder.py").write_text((repo / "sweeps" / "ladder.py").read_text())
+    out = subprocess.run(["zbpscale", "status", "sweeps/ladder.py", "--json"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    rows = json.loads(out.stdout)["ladder"]
+    planned = {r.name: r.size.steps for r in expand(load_sweep(tmp_path / "sweeps" / "ladder.py"))}
+    assert {r["run"]: (r["state"], r["steps"]) for r in rows} == {n: ("new", s) for n, s in planned.items()}
+    assert not (tmp_path / "jobs").exists()  # status writes nothing
+    for args in (["sweeps/lader.py"], ["sweeps/ladder.py", "--only", "zzz*"]):  # a typo; a pattern matching nothing
+        bad = subprocess.run(["zbpscale", "status", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

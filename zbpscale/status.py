@@ -240,6 +240,9 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
 
         sweep = load_sweep(path)
         return [(sweep.name, Path(sweep.root) / sweep.name)]
+    if path.suffix == ".py":
+        raise ConfigError(f"sweep file {path} does not exist",
+                          hint="sweeps live in sweeps/, e.g. sweeps/smoke.py or sweeps/ladder.py")
     if not path.is_dir():
         raise ConfigError(f"{path} is neither a sweep file nor a folder",
                           hint="give a sweep file (sweeps/ladder.py) or its folder (jobs/ladder)")
@@ -252,10 +255,30 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
     return sweeps
 
 
-def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float = 900.0) -> list[dict]:
+def planned_runs(target: str | None) -> dict[str, dict]:
+    """{run name: planned steps, params, GPU-hours} of a sweep file (nothing for a folder target): the runs
+    without a folder yet are shown as new, with these numbers."""
+    path = Path(target or "jobs")
+    if not (path.is_file() and path.suffix == ".py"):
+        return {}
+    from zbpscale.sweep import expand, load_sweep
+
+    planned = {}
+    for run in expand(load_sweep(path)):
+        hours = run.estimated_hours()
+        planned[run.name] = {"steps": run.size.steps, "params": run.size.params,
+                             "gpu_hours_planned": None if hours != hours else hours * run.size.resources.gpus}
+    return planned
+
+
+def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float = 900.0,
+                 planned: dict[str, dict] | None = None) -> list[dict]:
+    """Every run's row: the run folders found under `folder`, and the `planned` runs without one yet (new)."""
     from zbpscale.metrics import read_jsonl
 
-    run_dirs = sorted(p for p in folder.iterdir() if (p / CONFIG).exists())
+    planned = planned or {}
+    found = {p.name for p in folder.iterdir() if (p / CONFIG).exists()} if folder.is_dir() else set()
+    run_dirs = sorted(folder / name for name in found | set(planned))
     if only:
         import fnmatch
 
@@ -265,6 +288,9 @@ def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float 
     sched = scheduler_view(folder.parent, attempts)
     now = time.time()
     rows = [run_row(p, sched, attempts[p.name], now=now, stall_after_s=stall_after_s) for p in run_dirs]
+    for row in rows:
+        if row["run"] not in found:  # planned, not written yet
+            row.update(planned[row["run"]])
     return sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))  # the ladder's order: smallest first
 
 
@@ -349,25 +375,27 @@ def main(argv: list[str] | None = None) -> int:
                    help="a running job silent this long is stalled (default 900)")
     args = p.parse_args(argv)
     try:
-        sweeps = find_sweeps(args.target)
+        sweeps, planned = find_sweeps(args.target), planned_runs(args.target)
         if args.logs:
             return print_logs(sweeps, args.logs, args.lines)
-        gather = lambda: [(n, collect_rows(f, only=args.only, stall_after_s=args.stall_after))  # noqa: E731
-                          for n, f in sweeps]
+        gather = lambda: [(n, collect_rows(f, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
+                                           planned=planned)) for n, f in sweeps]
+        data = gather()
+        if args.only and not any(rows for _, rows in data):
+            names = sorted(r["run"] for _, f in sweeps for r in collect_rows(f, planned=planned))
+            raise ConfigError(f"no run matches --only {args.only!r}", hint="runs: " + ", ".join(names))
         if args.json:
-            data = gather()
             print(json.dumps({n: rows for n, rows in data}, indent=1))
             return exit_code([r for _, rows in data for r in rows])
         from rich.console import Console
 
         console = Console(width=max(140, shutil.get_terminal_size().columns))
         if not args.watch:
-            data = gather()
             console.print(render(data))
             return exit_code([r for _, rows in data for r in rows])
         from rich.live import Live
 
-        with Live(render(gather()), console=console, auto_refresh=False) as live:
+        with Live(render(data), console=console, auto_refresh=False) as live:
             try:
                 while True:
                     time.sleep(args.watch)
