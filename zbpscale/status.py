@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 from zbpscale import slurm
-from zbpscale.errors import ConfigError
-from zbpscale.errors import BrokenRunFolder
+from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.runfolder import ATTEMPTS, CONFIG, LOGS, PLAN, RunFolder, count_ends, last_submitted, parse_run_name
 
 ORDER = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "broken", "complete")
@@ -353,7 +352,7 @@ def render(sweeps: list[tuple[str, list[dict]]]):
     for name, rows in sweeps:
         parts += [table(name, rows), Text(footer(rows))]
         for r in rows:
-            if r["state"] in ("failed", "stalled", "stopped") and r["reason"]:
+            if r["state"] in ("failed", "broken", "stalled", "stopped") and r["reason"]:
                 where = f"  (log: {r['log']})" if r["log"] else ""
                 parts.append(Text(f"{r['run']}: {r['state']}: {r['reason']}{where}", style=STYLE[r["state"]]))
     return Group(*parts)
