@@ -339,3 +339,4 @@ SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=
                           capture_output=True, text=True, timeout=60)
     assert logs.returncode == 0 and end["log"] in logs.stdout, logs.stdout + logs.stderr
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    assert "queue empty: driver exits" in (tmp_path / "jobs" / ".localq" / "driver.log").read_text()  # not a crash

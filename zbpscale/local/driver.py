@@ -108,7 +108,7 @@ class Driver:
             dep = by_id.get(e.after) if e.after else None
             if dep is not None and dep.state in ("failed", "cancelled"):
                 self.finish(e, "failed", f"dependency {dep.job_id} ({dep.name}) {dep.state}: {dep.reason}",
-                            log=Path(dep.log_dir) / f"{dep.job_id}_0.log")  # the log that says why
+                            log_file=Path(dep.log_dir) / f"{dep.job_id}_0.log")  # the log that says why
             elif dep is None or dep.state == "completed":
                 ready.append(e)
         wants = [Want(key=e.job_id, gpus=e.gpus, time_s=e.time_s) for e in ready]
@@ -218,18 +218,18 @@ class Driver:
         self.q.write(e)
         log(f"{e.job_id} {e.name}: {why}, requeued ({retry.reason})")
 
-    def finish(self, e: Entry, state: str, reason: str, log: Path | None = None) -> None:
+    def finish(self, e: Entry, state: str, reason: str, log_file: Path | None = None) -> None:
         if e.kind == "train":
-            self._record_end(e, state, reason, log)
+            self._record_end(e, state, reason, log_file)
         e.state, e.reason, e.ended, e.assigned = state, reason, time.time(), []
         self.q.write(e)
         log(f"{e.job_id} {e.name}: {state} ({reason})")
 
-    def _record_end(self, e: Entry, why: str, reason: str, log: Path | None = None) -> None:
+    def _record_end(self, e: Entry, why: str, reason: str, log_file: Path | None = None) -> None:
         from zbpscale.runfolder import record
 
         record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
-               log=str(log or Path(e.log_dir) / f"{e.job_id}_0.log"))
+               log=str(log_file or Path(e.log_dir) / f"{e.job_id}_0.log"))
 
 
 def _failure(codes: list[int | None], log_file: Path) -> str:
