@@ -226,3 +226,62 @@ def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
     for args in (["sweeps/lader.py"], ["sweeps/ladder.py", "--only", "zzz*"]):  # a typo; a pattern matching nothing
         bad = subprocess.run(["zbpscale", "status", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_resumes(tmp_path, fake_sacct):
+    """Fault: the trainer of a SLURM job killed with -9 (sacct: FAILED 9:0, DerivedExitCode 0:9) writes no end
+    record. Status and submit reconcile attempts.jsonl with sacct: one `end` record (crashed, signal 9, the log,
+    source sacct), written once however often they look; status says failed and what a submit does (resume),
+    and submit's plan agrees (resume, not 'left alone')."""
+    from types import SimpleNamespace
+
+    from zbpscale.runfolder import read_attempts
+    from zbpscale.submit import run_action
+
+    sweep = tmp_path / "jobs" / "k9"
+    run = make_run(sweep, "s60-bp", done=10, job="40", log_text="step 10\n")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "ckpt_00000009.pt").write_bytes(b"x")
+    fake_sacct({"40": "FAILED|9:0|0:9"})
+    for _ in range(2):
+        row = by_run(collect_rows(sweep))["s60-bp"]
+        ends = [a for a in read_attempts(run) if a["event"] == "end"]
+        assert [(a["why"], a["source"]) for a in ends] == [("crashed", "sacct")]
+    assert "signal 9 (SIGKILL)" in ends[0]["reason"] and ends[0]["log"].endswith("40_0_log.out")
+    assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["next"] == "resume"
+    assert row["failures"] == 1 and row["log"] == ends[0]["log"]
+    assert run_action(SimpleNamespace(run_dir=run), {"40": ("FAILED", "")}) == "resume"
+
+
+def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct):
+    """The state status shows and the action submit takes come from one decision (runfolder.run_state): a
+    run whose local-queue job waits for a dead driver is 'stopped' in status and left alone by submit (the
+    driver is started again), a recorded failure is left alone without --retry, a cancelled run resumes, a
+    complete one is skipped, a broken one is left alone."""
+    from types import SimpleNamespace
+
+    from zbpscale.runfolder import DRIVER_DOWN, read_attempts, run_state
+    from zbpscale.submit import run_action
+
+    sweep = tmp_path / "jobs" / "one"
+    cases = {  # run: (folder, scheduler state, status state, submit action, with --retry)
+        "a-bp": (make_run(sweep, "a-bp", done=5, job="local-1", executor="local"), DRIVER_DOWN, "stopped",
+                 "running", "running"),
+        "b-bp": (make_run(sweep, "b-bp", done=5, job="2", ends=[("failed", "diverged")]), "COMPLETED", "failed",
+                 "failed", "retry"),
+        "c-bp": (make_run(sweep, "c-bp", done=5, job="3", ends=[("cancelled", "scancel; checkpointed")]),
+                 "CANCELLED", "cancelled", "new", "new"),
+        "d-bp": (make_run(sweep, "d-bp", done=5, job="4", complete=True), "COMPLETED", "complete", "complete",
+                 "complete"),
+        "e-bp": (make_run(sweep, "e-bp", done=5, job="5", ends=[("timeout", "checkpointed; requeue 1/3")]),
+                 "COMPLETED", "stopped", "new", "new"),
+        "f-bp": (make_run(sweep, "f-bp"), "", "new", "new", "new"),
+    }
+    (cases["e-bp"][0] / "config.json").write_text("[1]")
+    cases["e-bp"] = cases["e-bp"][:2] + ("broken", "broken", "broken")
+    for name, (run, sched, state, action, with_retry) in cases.items():
+        decided = run_state(run, read_attempts(run), sched)
+        fake = SimpleNamespace(run_dir=run)
+        job = next((a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"), "")
+        got = (decided.state, run_action(fake, {job: (sched, "")}), run_action(fake, {job: (sched, "")}, retry=True))
+        assert got == (state, action, with_retry), name

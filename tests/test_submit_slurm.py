@@ -182,11 +182,11 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     assert losses(run) == losses(reference)
 
 
-def test_fault_kill_9_of_a_requeued_attempt_fails_the_job_and_resubmit_resumes_only_that_run(
+def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_resumes_only_that_run(
         tmp_path, slurm_env, data_dir):
     """Fault: kill -9 of the trainer in a requeued attempt. The killed attempt writes no end record, and the
-    one before it says 'preempted': status must reconcile with sacct (failed, the log to read), not report the
-    earlier attempt's reason; the next submit resumes that run only."""
+    one before it says 'preempted': status must reconcile attempts.jsonl with sacct (failed, signal 9, the log to
+    read), not report the earlier attempt's reason; the next submit resumes that run only."""
     sweep = write_sweep(tmp_path, "killed", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=10)
     submit(sweep, slurm_env)
     runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
@@ -201,7 +201,11 @@ def test_fault_kill_9_of_a_requeued_attempt_fails_the_job_and_resubmit_resumes_o
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
     assert [a["why"] for a in read_attempts(victim) if a["event"] == "end"] == ["preempted"]
     row = next(r for r in status(victim.parent, slurm_env, code=None) if r["run"] == "nano-bp")
-    assert row["state"] == "failed" and "FAILED" in row["reason"] and row["log"], row  # sacct's word, no record
+    # sacct's word (FAILED 9:0, a step killed by signal 9), the log to read, and what a submit does next
+    assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["next"] == "resume", row
+    assert Path(row["log"]).is_file() and row["failures"] == 1
+    ends = [a for a in read_attempts(victim) if a["event"] == "end"]  # status wrote the record the kill prevented
+    assert [(a["why"], a.get("source")) for a in ends] == [("preempted", None), ("crashed", "sacct")]
     assert wait_final(slurm_env, job_ids(runs["nano-zbp_n4"])[0], timeout=600) == "COMPLETED"
     again = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in again.stdout and len(job_ids(runs["nano-zbp_n4"])) == 1

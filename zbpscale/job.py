@@ -83,7 +83,7 @@ class TrainJob:
             return "completed"
         if (run_dir / CANCEL).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
             if main:
-                record(run_dir, "end", job_id=job_id, why="cancelled", reason="cancelled; checkpointed")
+                record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
             return "cancelled"
         if slurm.job_states([job_id]).get(job_id) == "CANCELLED":  # scancel: SIGTERM, then the job is killed
             if main:

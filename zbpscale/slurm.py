@@ -6,6 +6,7 @@ Light on purpose (no torch): `zbpscale status` and the job layer both use it.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 
 ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
@@ -39,12 +40,38 @@ def squeue_states(job_ids: list[str]) -> dict[str, str]:
 def job_states(job_ids: list[str]) -> dict[str, str]:
     """{job id: state} from sacct, finished jobs included (`CANCELLED by 0` -> CANCELLED); squeue's view of the
     live ones when accounting does not answer."""
-    out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobIDRaw,State"], timeout=20) \
-        if job_ids else None
-    if out is not None and out.returncode == 0:
-        rows = (line.split("|") for line in out.stdout.splitlines() if "|" in line)
-        return {jid: state.split()[0] for jid, state in rows if state.strip()}
-    return squeue_states(job_ids)
+    return {job: state for job, (state, _) in job_outcomes(job_ids).items()}
+
+
+def job_outcomes(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """{job id: (state, how it ended)}: sacct's state and, for a job that ended badly, its exit in words
+    ("a task was killed by signal 9 (SIGKILL)", "exit code 1"; "" when clean or unknown). sacct's ExitCode is
+    the batch script's `code:signal`; DerivedExitCode carries the highest signal of its steps, which is where a
+    task killed by the OOM killer or `kill -9` shows (srun itself then exits 9, `FAILED 9:0`)."""
+    out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobIDRaw,State,ExitCode,DerivedExitCode"],
+               timeout=20) if job_ids else None
+    if out is None or out.returncode != 0:
+        return {job: (state, "") for job, state in squeue_states(job_ids).items()}
+    found = {}
+    for line in out.stdout.splitlines():
+        job, state, *codes = line.split("|") + ["", ""]
+        if state.strip():
+            found[job] = (state.split()[0], exit_words(codes[0], codes[1]))
+    return found
+
+
+def exit_words(exit_code: str, derived: str) -> str:
+    """sacct's `code:signal` pair (and the derived one of its steps) in words; "" for a clean or unknown end."""
+    def pair(text: str) -> tuple[int, int]:
+        code, _, sig = text.strip().partition(":")
+        return (int(code), int(sig)) if code.isdigit() and sig.isdigit() else (0, 0)
+
+    (code, sig), (_, step_sig) = pair(exit_code), pair(derived)
+    sig = sig or step_sig
+    if sig:
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else "?"
+        return f"a task was killed by signal {sig} ({name})"
+    return f"exit code {code}" if code else ""
 
 
 def parse_duration(text: str) -> float | None:

@@ -25,51 +25,15 @@ from pathlib import Path
 
 from zbpscale import slurm
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.runfolder import ATTEMPTS, CONFIG, LOGS, PLAN, RunFolder, count_ends, last_submitted, parse_run_name
+from zbpscale.runfolder import (
+    ATTEMPTS, CONFIG, DRIVER_DOWN, HEARTBEAT, METRICS, PLAN, STATES, RunFolder, read_json, age, count_ends,
+    last_submitted, log_path, parse_run_name, reconcile, run_state, tail_records,
+)
 
-ORDER = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "broken", "complete")
-SLURM_REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
-                 "CANCELLED": "cancelled in SLURM (scancel or an admin)", "BOOT_FAIL": "node boot failure",
-                 "TIMEOUT": "time limit reached without a checkpoint", "DEADLINE": "deadline reached"}
+ORDER = STATES
 
 
 # ---------------------------------------------------------------------------------------------- reading
-def tail_records(path: Path, kinds: tuple[str, ...], max_bytes: int = 1 << 20) -> dict[str, dict]:
-    """The last record of each kind in a JSONL file, reading backwards from the end in growing blocks."""
-    found: dict[str, dict] = {}
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return found
-    block = 16384
-    with open(path, "rb") as fh:
-        while True:
-            start = max(0, size - block)
-            fh.seek(start)
-            lines = fh.read(size - start).splitlines()
-            if start > 0:
-                lines = lines[1:]  # the first line may be cut
-            for line in reversed(lines):
-                kind = _kind_of(line)
-                if kind not in kinds or kind in found:
-                    continue  # decode only the lines asked for
-                try:
-                    found[kind] = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    continue  # a torn line
-            if len(found) == len(kinds) or start == 0 or block >= max_bytes:
-                return found
-            block *= 4
-
-
-def _kind_of(line: bytes) -> str | None:
-    """The `kind` of a metrics line without decoding it (MetricsLog writes `{"kind": "...", ...` first)."""
-    if not line.startswith(b'{"kind": "'):
-        return None
-    end = line.find(b'"', 10)
-    return line[10:end].decode() if end > 0 else None
-
-
 def first_record(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
@@ -78,16 +42,9 @@ def first_record(path: Path) -> dict:
         return {}
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
 # -------------------------------------------------------------------------------------------- schedulers
-def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[str, str]:
-    """{job id: squeue-style state} for the runs' last jobs, from the local queue and SLURM."""
+def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """{job id: (squeue-style state, how it ended)} for the runs' last jobs, from the local queue and SLURM."""
     from zbpscale.local.queue import SCHEDULER_STATE, LocalQueue
 
     states = {}
@@ -95,85 +52,42 @@ def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[s
     if queue.entries_dir.is_dir():
         alive = queue.driver_alive()
         for e in queue.entries():
-            states[e.job_id] = SCHEDULER_STATE.get(e.state, e.state.upper())
-            if e.state in ("queued", "running") and not alive:
-                states[e.job_id] = "DRIVER_DOWN"
+            state = SCHEDULER_STATE.get(e.state, e.state.upper())
+            states[e.job_id] = (DRIVER_DOWN if e.state in ("queued", "running") and not alive else state, "")
     submitted = [last_submitted(a) for a in attempts_by_run.values()]
-    states.update(slurm.job_states([s["job_id"] for s in submitted if s.get("executor") == "slurm"]))
+    states.update(slurm.job_outcomes([s["job_id"] for s in submitted if s.get("executor") == "slurm"]))
     return states
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: float, stall_after_s: float) -> dict:
-    """Everything status shows about one run (plain JSON types)."""
-    from zbpscale.runfolder import COMPLETE, HEARTBEAT, METRICS
-
+def run_row(run_dir: Path, sched: dict[str, tuple[str, str]], attempts: list[dict], *, now: float,
+            stall_after_s: float) -> dict:
+    """Everything status shows about one run (plain JSON types). A SLURM attempt that died without a record
+    gets one first, from sacct (runfolder.reconcile)."""
+    sub = last_submitted(attempts)
+    job = sub.get("job_id", "")
+    job_state, how = sched.get(job, ("", ""))
+    attempts = reconcile(run_dir, attempts, job_state, how)
+    decided = run_state(run_dir, attempts, job_state, now=now, stall_after_s=stall_after_s)
     try:
-        config, broken = RunFolder(run_dir).read_config() or {}, ""
-    except BrokenRunFolder as err:
-        config, broken = {}, str(err)
+        config = RunFolder(run_dir).read_config() or {}
+    except BrokenRunFolder:
+        config = {}
     start = first_record(run_dir / METRICS)
     tail = tail_records(run_dir / METRICS, ("train", "eval"))
-    beat = _read_json(run_dir / HEARTBEAT)
-    plan = _read_json(run_dir / PLAN)
+    beat = read_json(run_dir / HEARTBEAT)
+    plan = read_json(run_dir / PLAN)
     size, arm, _ = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
     step = beat.get("step", (tail.get("train", {}).get("step", -1) + 1))
-    sub = last_submitted(attempts)
-    job = sub.get("job_id", "")
-    job_state = sched.get(job, "")
-    ends = [a for a in attempts if a.get("event") == "end"]
-    # The end of the job's latest attempt: a requeued SLURM job keeps its id, so an end before that attempt's
-    # start belongs to an earlier attempt (a killed attempt leaves no end record of its own).
-    job_starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
-    since = job_starts[-1] if job_starts else 0
-    last_end = next((a for a in reversed(ends) if a.get("job_id") == job and a.get("time", 0) >= since), {})
     counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "crashed", "failed")}
     starts = [a for a in attempts if a.get("event") == "start"]
-    gpus = plan.get("gpus", 0)
-    used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * gpus
+    used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
-
-    reason, log = "", ""
-    slurm_says = SLURM_REASONS.get(job_state) if sub.get("executor") == "slurm" else None
-    if (run_dir / COMPLETE).exists():
-        state = "complete"
-    elif broken and job_state not in slurm.ALIVE:
-        state, reason = "broken", broken
-    elif job_state == "RUNNING":
-        # Silent since the heartbeat, or since the attempt started if it has not beaten yet (start-up counts).
-        started = starts[-1]["time"] if starts and starts[-1].get("job_id") == job else now
-        last_sign = beat["time"] if beat_age is not None and beat["time"] >= started else started
-        state = "stalled" if now - last_sign > stall_after_s else "running"
-        if state == "stalled":
-            reason = f"no heartbeat for {_age(now - last_sign)}"
-    elif job_state in slurm.ALIVE:
-        state = "queued"
-    elif job_state == "DRIVER_DOWN":
-        state, reason = "stopped", "the local queue's driver is not running: submit again to go on"
-    elif last_end.get("why") in ("failed", "cancelled") and not slurm_says:
-        state, reason = last_end["why"], last_end.get("reason", "")
-    elif job and (not last_end or slurm_says):
-        # The job is gone without a record of why (killed, node lost): the scheduler says, then the log.
-        state = "cancelled" if job_state == "CANCELLED" else "failed"
-        reason = slurm_says or f"job ended ({job_state or 'state unknown'}) without a record"
-    elif job:
-        state, reason = "stopped", f"{last_end.get('why')}: {last_end.get('reason', '')}; nothing queued"
-    elif not start:
-        state = "new"
-    else:  # trained directly (python -m zbpscale.train), not through a job: the run's own records say
-        last = tail_records(run_dir / METRICS, ("start", "end"))
-        end = last.get("end", {})
-        ended = bool(end) and end.get("time", 0) >= last.get("start", {}).get("time", 0)
-        if not ended and beat_age is not None and beat_age <= stall_after_s:
-            state = "running"
-        else:
-            state = "failed" if end.get("status") == "diverged" else "stopped"
-            reason = f"{end.get('status', 'no end record')}: {end.get('reason', '')} (run directly, no job)"
+    state, reason, log = decided.state, decided.reason, decided.log
     if state == "failed":
-        log = last_end.get("log") or _log_path(run_dir, sub, job)
         reason = _refine(reason, log)
     step_time = tail.get("train", {}).get("step_time")
     eta = (steps - step) * step_time if state == "running" and step_time and steps else None
@@ -186,7 +100,7 @@ def run_row(run_dir: Path, sched: dict[str, str], attempts: list[dict], *, now: 
         "failures": counts["crashed"] + counts["failed"],
         "job": job, "executor": sub.get("executor", ""), "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
-        "params": derived.get("params") or plan.get("params"),
+        "next": decided.next, "params": derived.get("params") or plan.get("params"),
     }
 
 
@@ -194,15 +108,6 @@ def _attempt_hours(start: dict, attempts: list[dict], now: float) -> float:
     later = [a for a in attempts if a.get("event") == "end" and a.get("job_id") == start.get("job_id")
              and a.get("time", 0) >= start["time"]]
     return ((later[0]["time"] if later else now) - start["time"]) / 3600
-
-
-def _log_path(run_dir: Path, submitted: dict, job: str) -> Path:
-    logs = Path(submitted.get("logs") or run_dir / LOGS)
-    for name in (f"{job}_0.log", f"{job}_0_log.out", f"{job}_0_log.err"):
-        if (logs / name).exists():
-            return logs / name
-    found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
-    return found[-1] if found else logs
 
 
 def log_tail(path: Path, lines: int = 40) -> list[str]:
@@ -293,10 +198,6 @@ def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float 
     return sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))  # the ladder's order: smallest first
 
 
-def _age(seconds: float) -> str:
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
-
-
 def exit_code(rows: list[dict]) -> int:
     states = {r["state"] for r in rows}
     if states & {"failed", "broken"}:
@@ -331,7 +232,7 @@ def table(name: str, rows: list[dict]):
                   f"{r['step']}/{r['steps']} {r['pct']:.0f}%", _fmt_tokens(r["tokens"]), loss(r["train_loss"]),
                   loss(r["val_loss"]), "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
                   _fmt_eta(r["eta_s"]), f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", r["job"],
-                  _age(r["heartbeat_age_s"]) if r["state"] in ("running", "stalled") and r["heartbeat_age_s"] is not None
+                  age(r["heartbeat_age_s"]) if r["state"] in ("running", "stalled") and r["heartbeat_age_s"] is not None
                   else "")
     return t
 
@@ -344,6 +245,10 @@ def footer(rows: list[dict]) -> str:
     return "  ".join(f"{s} {n}" for s, n in counts.items() if n) + f"   GPU-hours used {used:,.1f} / planned {plan}"
 
 
+NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry"): "; fix it, then submit --retry",
+        ("stopped", "resume"): "; submit again to resume it"}
+
+
 def render(sweeps: list[tuple[str, list[dict]]]):
     from rich.console import Group
     from rich.text import Text
@@ -354,7 +259,8 @@ def render(sweeps: list[tuple[str, list[dict]]]):
         for r in rows:
             if r["state"] in ("failed", "broken", "stalled", "stopped") and r["reason"]:
                 where = f"  (log: {r['log']})" if r["log"] else ""
-                parts.append(Text(f"{r['run']}: {r['state']}: {r['reason']}{where}", style=STYLE[r["state"]]))
+                then = NEXT.get((r["state"], r["next"]), "")
+                parts.append(Text(f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", style=STYLE[r["state"]]))
     return Group(*parts)
 
 
@@ -416,7 +322,7 @@ def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
             attempts = read_jsonl(run_dir / ATTEMPTS)
             sub = last_submitted(attempts)
             ends = [a for a in attempts if a.get("event") == "end" and a.get("job_id") == sub.get("job_id")]
-            log = Path(ends[-1]["log"]) if ends and ends[-1].get("log") else _log_path(run_dir, sub, sub.get("job_id", ""))
+            log = Path(ends[-1]["log"]) if ends and ends[-1].get("log") else log_path(run_dir, sub, sub.get("job_id", ""))
             if not log.is_file():
                 raise ConfigError(f"{run}: no log yet at {log}", hint="the run has not started")
             print(f"==> {log} <==")

@@ -29,7 +29,8 @@ from pathlib import Path
 from zbpscale import signals, slurm
 from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
 from zbpscale.runfolder import (
-    CANCEL, CONFIG, LOGS, PLAN, RunFolder, atomic_write, last_submitted, list_checkpoints, read_attempts, record,
+    CANCEL, CONFIG, HEARTBEAT, LOGS, PLAN, RunFolder, RunState, atomic_write, last_submitted, list_checkpoints,
+    read_attempts, read_json, reconcile, record, run_state,
 )
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.schema import batch_plan
@@ -42,24 +43,27 @@ def last_job_id(run_dir: Path) -> str | None:
 TODO = ("new", "resume", "retry")  # the actions that submit a job
 
 
-def run_action(run: Run, alive: dict[str, str], *, retry: bool = False) -> str:
-    """What submit does with a run: new, resume, retry (a failed run, with --retry), complete (skip), running
-    (its job is queued or running: leave it alone), failed (left alone without --retry), broken (its
-    config.json cannot be read: left alone until fixed)."""
-    folder = RunFolder(run.run_dir)
-    if folder.complete.exists():
-        return "complete"
-    job = last_job_id(folder.path)
-    if job is not None and alive.get(job) in slurm.ALIVE:
-        return "running"
-    try:
-        folder.read_config()
-    except BrokenRunFolder:
-        return "broken"
-    ends = [a for a in read_attempts(folder.path) if a.get("event") == "end"]
-    if ends and ends[-1].get("why") == "failed":
-        return "retry" if retry else "failed"
-    return "resume" if list_checkpoints(folder.path) else "new"
+def run_action(run: Run, jobs: dict[str, tuple[str, str]], *, retry: bool = False) -> str:
+    """What submit does with a run, from its state (runfolder.run_state; `jobs`: {job id: (scheduler state, how
+    it ended)}): new or resume, retry (a failed run, only with --retry), complete (skip), running (its job is
+    queued or running: leave it alone), failed (left alone without --retry), broken (left alone until fixed)."""
+    return ACTIONS[decide(run, jobs).next](run, retry)
+
+
+ACTIONS = {
+    "skip": lambda run, retry: "complete",
+    "wait": lambda run, retry: "running",
+    "fix": lambda run, retry: "broken",
+    "retry": lambda run, retry: "retry" if retry else "failed",
+    "resume": lambda run, retry: "resume" if list_checkpoints(run.run_dir) else "new",
+}
+
+
+def decide(run: Run, jobs: dict[str, tuple[str, str]]) -> RunState:
+    """The run's state, after giving a SLURM attempt that died without a record its end record from sacct."""
+    attempts = read_attempts(run.run_dir)
+    job_state, how = jobs.get(last_submitted(attempts).get("job_id", ""), ("", ""))
+    return run_state(run.run_dir, reconcile(run.run_dir, attempts, job_state, how), job_state)
 
 
 def broken_notes(runs: list[Run], actions: dict[str, str]) -> list[str]:
@@ -236,13 +240,14 @@ def choose_executor(executor: str) -> str:
     return "local"
 
 
-def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, str]:
-    """{job id: squeue-style state} of the runs' live jobs."""
+def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, tuple[str, str]]:
+    """{job id: (squeue-style state, how it ended)} of the runs' jobs: the local queue's live entries, or
+    SLURM's account of the runs' latest jobs (finished ones too, with their exit)."""
     if kind == "local":
         from zbpscale.local.queue import LocalQueue
 
-        return LocalQueue(sweep.root).states()
-    return slurm.squeue_states([j for r in runs if (j := last_job_id(r.run_dir))])
+        return {job: (state, "") for job, state in LocalQueue(sweep.root).states().items()}
+    return slurm.job_outcomes([j for r in runs if (j := last_job_id(r.run_dir))])
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
@@ -303,7 +308,7 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0, retry:
     with queue.submit_lock():
         if max_parallel:
             queue.set_max_parallel(max_parallel)
-        alive = queue.states()
+        alive = {job: (state, "") for job, state in queue.states().items()}
         actions = {r.name: run_action(r, alive, retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in TODO]
         specs = []
@@ -357,25 +362,15 @@ def write_config(run: Run) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ wait
-def progress(run: Run, action: str, alive: dict[str, str]) -> str:
-    """One run in a few words: queued, running step 12/30, complete, failed (reason), stopped (cancelled)."""
-    from zbpscale.metrics import HEARTBEAT
-
-    if action == "running":
-        state = alive.get(last_job_id(run.run_dir) or "", "RUNNING")
-        if state != "RUNNING":
-            return "queued"
-        try:
-            step = json.loads((run.run_dir / HEARTBEAT).read_text())["step"]
-        except (OSError, ValueError, KeyError):
-            return "starting"
-        return f"step {step}/{run.size.steps}"
-    ends = [a for a in read_attempts(run.run_dir) if a.get("event") == "end"]
-    if action in ("complete", "broken"):
-        return action
-    if action == "failed":
-        return f"failed ({ends[-1].get('reason', '?')}; log {ends[-1].get('log', run.run_dir / 'logs')})"
-    return f"stopped ({ends[-1].get('why')}: {ends[-1].get('reason')})" if ends else "not submitted"
+def progress(run: Run, jobs: dict[str, tuple[str, str]]) -> str:
+    """One run in a few words, in status's words: queued, step 12/30, complete, failed (reason; log), ..."""
+    now = decide(run, jobs)
+    if now.state == "running":
+        step = read_json(run.run_dir / HEARTBEAT).get("step")
+        return "starting" if step is None else f"step {step}/{run.size.steps}"
+    if now.state == "failed":
+        return f"failed ({now.reason}; log {now.log})"
+    return f"{now.state} ({now.reason})" if now.reason else now.state
 
 
 def wait_for(sweep: Sweep, runs: list[Run], kind: str, *, poll_s: float = 2.0, every_s: float = 30.0) -> bool:
@@ -386,19 +381,18 @@ def wait_for(sweep: Sweep, runs: list[Run], kind: str, *, poll_s: float = 2.0, e
     shown, shown_at, driver_seen_dead = "", 0.0, 0
     while True:
         alive = scheduler_states(kind, sweep, runs)
-        actions = {r.name: run_action(r, alive) for r in runs}
-        line = " | ".join(f"{r.name} {progress(r, actions[r.name], alive)}" for r in runs)
+        line = " | ".join(f"{r.name} {progress(r, alive)}" for r in runs)
         if line != shown or time.time() - shown_at > every_s:
             print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
             shown, shown_at = line, time.time()
-        if not any(alive.get(last_job_id(r.run_dir) or "") for r in runs):
+        if not any(alive.get(last_job_id(r.run_dir) or "", ("", ""))[0] in slurm.ALIVE for r in runs):
             break  # no live job left (a run's COMPLETE comes before its job's end: wait for that too)
         if queue is not None:  # two polls in a row without a driver (not one still starting): start one
             driver_seen_dead = 0 if queue.driver_alive() else driver_seen_dead + 1
             if driver_seen_dead >= 2 and queue.ensure_driver():
                 print("the local queue's driver had stopped: started a new one", flush=True)
         time.sleep(poll_s)
-    bad = [n for n, a in actions.items() if a != "complete"]
+    bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
     print(f"all {len(runs)} runs complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
     return not bad
 

@@ -196,7 +196,7 @@ class Driver:
         if (run_dir / COMPLETE).exists():
             self.finish(e, "completed", "all steps done")
         elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
-            self.finish(e, "cancelled", "cancelled; checkpointed" if interrupted else "cancelled; killed")
+            self.finish(e, "cancelled", "zbpscale cancel; checkpointed" if interrupted else "zbpscale cancel; killed")
         elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
         elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
