@@ -38,6 +38,7 @@ def test_summary_rows_match_the_runs_records(results_sweep, tmp_path):
         assert row["params"] == n_params(model)
         assert row["params_non_embedding"] == n_params(model, embeddings=False)
         assert row["steps_total"] == 4 and row["tokens_total"] == 4 * 2 * 32
+        assert row["diag_every"] == 4  # the sweep's, for planned runs too
         if row["arm"] == "zbp_n8_fwd":  # never started: listed, with its planned numbers
             assert (row["status"], row["in_progress"], row["steps"], row["final_val_loss"]) == \
                 ("new", False, 0, None)

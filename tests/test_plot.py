@@ -4,20 +4,26 @@ Compared: the power-law fit with a ladder built from a known gap = a * N^b (expo
 the exponent's standard error with the closed form of simple regression); the gap figure's points with the
 summary (one per size per ZBP arm that has a val loss); the files with their formats (PNG and PDF magic
 bytes, the PNG decoded by matplotlib); runs without a val loss with the table (listed) and the figures
-(left out, with a note); runs in progress with their markings.
+(left out, with a note); runs in progress with their markings. Through the console script, on run folders
+written by the test: a gap with the val losses the test wrote at the latest eval both runs made (not their
+last ones), the status words with the steps written, and the one line `plot` prints for a bundle without
+evals with what its configs say about diag_every.
 """
 
 import dataclasses
 import json
 import math
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from zbpscale.collect import FIELDS, RunSummary, collect
+from zbpscale import plot as plot_module
+from zbpscale.collect import FIELDS, RunSummary, collect, read_summary
 from zbpscale.model import SIZES, n_params
-from zbpscale.plot import fit_power_law, plot
+from zbpscale.plot import fit_power_law, gap_points, plot, val_curves
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF-"
 
@@ -82,7 +88,8 @@ def row(size: str, arm: str, loss: float | None, status: str = "complete") -> di
     fields = {f: None for f in FIELDS}
     fields.update(run=f"{size}-{arm}", size=size, arm=arm, seed=0, params=n_params(cfg),
                   params_non_embedding=n_params(cfg, embeddings=False), status=status,
-                  in_progress=status != "complete", steps=10, tokens=1000, final_val_loss=loss,
+                  in_progress=status in ("running", "queued"), steps=10 if loss else 0, tokens=1000 if loss else 0,
+                  final_val_loss=loss,
                   final_val_tokens=1000 if loss else None, best_val_loss=loss, wall_time_s=60.0, gpu_hours=0.5,
                   attempts=1, timeouts=0, preemptions=0)
     return dataclasses.asdict(RunSummary(**fields))
@@ -119,8 +126,8 @@ def test_power_law_fit_recovers_the_exponent():
     assert np.all(low < high) and np.all(low <= fit.a * np.asarray(params, float) ** fit.b)
 
 
-def test_gap_figure_fits_the_ladder_and_marks_runs_in_progress(tmp_path):
-    sizes = ("nano", "tiny", "mini")
+def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_path):
+    sizes = ("nano", "tiny", "mini", "s60")
     rows = [row(s, "bp", 3.0) for s in sizes]
     rows += [row(s, "zbp_n16", 3.0 + A * n_params(SIZES[s]) ** B,
                  status="running" if s == "mini" else "complete") for s in sizes]
@@ -129,13 +136,121 @@ def test_gap_figure_fits_the_ladder_and_marks_runs_in_progress(tmp_path):
 
     points = [(p.arm, p.size, p.final) for p in figures.gap_points]
     assert points == [("zbp_n16", "nano", True), ("zbp_n16", "tiny", True), ("zbp_n16", "mini", False),
-                      ("zbp_n64", "nano", True)]
+                      ("zbp_n16", "s60", True), ("zbp_n64", "nano", True)]
     assert set(figures.fits) == {"zbp_n16"}
+    assert figures.fits["zbp_n16"].n == 3  # the running mini is drawn hollow, not fitted
     assert figures.fits["zbp_n16"].b == pytest.approx(B, abs=1e-6)
     check_files(figures.files)
     table = (tmp_path / "ladder" / "table.md").read_text()
-    assert "| mini-zbp_n16 | mini |" in table and "running (in progress)" in table
-    assert "| tiny-zbp_n64 | tiny |" in table and "queued (in progress)" in table
+    assert "| mini-zbp_n16 | mini |" in table and "| running at step 10 |" in table
+    assert "| tiny-zbp_n64 | tiny |" in table and "| queued |" in table
     assert any("tiny-zbp_n64 (queued)" in n for n in figures.notes)
     assert any("zbp_n64: no power-law fit" in n for n in figures.notes)
     assert figures.curves["mini"] == ["bp", "zbp_n16 (running)"] and figures.curves["tiny"] == ["bp", "zbp_n16"]
+
+
+# ---------------------------------------------------------------- through the console script, on run folders
+
+TOKENS_PER_STEP = 64  # batch 2 x 32 tokens
+
+
+def make_run(sweep: Path, name: str, *, steps: int, done: int, eval_every: int, val, end: str = "completed",
+             diag_every: int = 4) -> dict[int, float]:
+    """A run folder as the trainer and a local job leave it: `done` of `steps` steps, an eval every `eval_every`
+    steps (and at the last) with val loss val(steps done); `end`: why its job ended (COMPLETE when all steps are
+    done). Returns {steps done: val loss}, as written."""
+    run, t0 = sweep / name, time.time() - 3600
+    run.mkdir(parents=True)
+    config = {"steps": steps, "global_batch": 2, "seq_len": 32, "eval_every": eval_every, "diag_every": diag_every,
+              "device": "cpu"}
+    (run / "config.json").write_text(json.dumps(config))
+    derived = {"params": 1000, "params_non_embedding": 500, "total_steps": steps, "tokens_per_step": TOKENS_PER_STEP,
+               "total_tokens": steps * TOKENS_PER_STEP}
+    records = [{"kind": "start", "time": t0, "step": 0, "world_size": 1, "config": config, "derived": derived}]
+    evals = {}
+    for s in range(done):
+        tokens = (s + 1) * TOKENS_PER_STEP
+        records.append({"kind": "train", "time": t0 + s, "step": s, "tokens": tokens, "loss": 7.0 - s / 10})
+        if (s + 1) % eval_every == 0 or s + 1 == steps:
+            evals[s + 1] = val(s + 1)
+            records.append({"kind": "eval", "time": t0 + s, "step": s, "tokens": tokens, "val_loss": evals[s + 1]})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    attempts = [{"event": "submitted", "time": t0 - 10, "job_id": f"local-{name}", "executor": "local"},
+                {"event": "start", "time": t0, "job_id": f"local-{name}", "executor": "local"},
+                {"event": "end", "time": t0 + done, "job_id": f"local-{name}", "why": end, "reason": end}]
+    (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
+    if done == steps:
+        (run / "COMPLETE").write_text("{}\n")
+    return evals
+
+
+def zbpscale(*args, cwd: Path) -> subprocess.CompletedProcess:
+    out = subprocess.run(["zbpscale", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def table_rows(bundle: Path) -> dict[str, dict[str, str]]:
+    lines = [line for line in (bundle / "table.md").read_text().splitlines() if line.startswith("| ")]
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    return {cells[0]: dict(zip(head, cells)) for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
+
+
+def test_a_cancelled_run_is_compared_with_bp_at_equal_tokens(tmp_path):
+    """The issue's table: zbp cancelled at 9/12 against bp done 12/12 showed the gap of their last val losses
+    and 'cancelled (in progress)'."""
+    sweep = tmp_path / "jobs" / "cut"
+    bp = make_run(sweep, "nano-bp", steps=12, done=12, eval_every=2, val=lambda s: 5.0 - s / 10)
+    zbp = make_run(sweep, "nano-zbp_n4", steps=12, done=9, eval_every=2, val=lambda s: 6.0 - s / 20, end="cancelled")
+    make_run(sweep, "tiny-bp", steps=10, done=10, eval_every=5, val=lambda s: 4.0 - s / 10)  # evals at 5, 10
+    make_run(sweep, "tiny-zbp_n4", steps=10, done=7, eval_every=4, val=lambda s: 5.0, end="cancelled")  # at 4
+    zbpscale("collect", "jobs/cut", "--out", "results/cut", cwd=tmp_path)
+    zbpscale("plot", "results/cut", cwd=tmp_path)
+    bundle = tmp_path / "results" / "cut"
+
+    summary = {r["run"]: r for r in read_summary(bundle)}
+    assert (summary["nano-zbp_n4"]["status"], summary["nano-zbp_n4"]["in_progress"]) == ("cancelled", False)
+    table = table_rows(bundle)
+    assert table["nano-zbp_n4"]["status"] == "cancelled at 9/12" and table["nano-bp"]["status"] == "complete"
+    assert "in progress" not in (bundle / "table.md").read_text()
+    both = max(set(bp) & set(zbp))  # 8 steps: zbp's last eval, which bp also made
+    assert table["nano-zbp_n4"]["gap vs bp"] == f"{zbp[both] - bp[both]:+.4f} at {both}/12"
+    assert table["tiny-zbp_n4"]["gap vs bp"] == "n/c"  # evals at 4 steps against 5 and 10: none in common
+
+    rows = read_summary(bundle)
+    points, apart = gap_points(rows, val_curves(bundle, rows))
+    assert [(p.size, p.tokens, p.final) for p in points] == [("nano", both * TOKENS_PER_STEP, False)]
+    assert points[0].gap == pytest.approx(zbp[both] - bp[both]) and apart == ["zbp_n4 at tiny"]
+
+
+def test_one_size_says_on_the_gap_figure_that_a_fit_needs_three(tmp_path, monkeypatch):
+    drawn, save = {}, plot_module._save
+
+    def keep(fig, folder, name):  # the figure as saved, to read its axes
+        drawn[name] = fig
+        return save(fig, folder, name)
+
+    monkeypatch.setattr(plot_module, "_save", keep)
+    plot(write_bundle(tmp_path / "one", [row("tiny", "bp", 3.0), row("tiny", "zbp_n4", 3.4)]), log=lambda line: None)
+    ax = drawn["gap_vs_scale"].axes[0]
+    assert any("needs >= 3 sizes" in t.get_text() for t in ax.texts)
+    low, high = ax.get_xlim()
+    assert math.sqrt(low * high) == pytest.approx(n_params(SIZES["tiny"]))  # the point in the middle
+    assert high / low == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("diag_every", [1000, 0])
+def test_a_bundle_without_evals_gets_one_truthful_line(tmp_path, diag_every):
+    sweep = tmp_path / "jobs" / "early"
+    for name in ("nano-bp", "nano-zbp_n4"):  # started, not yet at their first eval
+        make_run(sweep, name, steps=4000, done=3, eval_every=500, val=None, end="timeout", diag_every=diag_every)
+    zbpscale("collect", "jobs/early", "--out", "results/early", cwd=tmp_path)
+    out = zbpscale("plot", "results/early", cwd=tmp_path)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and out.stderr == ""
+    assert lines[0].startswith("wrote results/early/table.md; no figures: no run has an eval or diag record yet")
+    assert not (tmp_path / "results" / "early" / "figures").exists()
+    assert ("diag_every" in lines[0]) == (diag_every == 0)
+    notes = (tmp_path / "results" / "early" / "table.md").read_text()
+    assert ("set diag_every" in notes) == (diag_every == 0)

@@ -37,7 +37,7 @@ from zbpscale.metrics import HEARTBEAT, METRICS, read_jsonl
 
 FORMAT, VERSION = "zbpscale-results", 1
 RUN_FILES = (METRICS, CONFIG, ATTEMPTS, HEARTBEAT, COMPLETE)
-IN_PROGRESS = ("running", "stalled", "queued", "stopped", "cancelled")  # started and not finished
+IN_PROGRESS = ("running", "stalled", "queued")  # a job holds the run: its numbers are still changing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +59,8 @@ class RunSummary:
     status: str
     """As `zbpscale status` says: complete | running | stalled | queued | stopped | cancelled | failed | new."""
     in_progress: bool
-    """Started or submitted and not finished: its numbers will still change."""
+    """Running, stalled or queued: a job holds the run, so its numbers will still change (a stopped, cancelled
+    or failed run changes only if submitted again)."""
     reason: str | None
     """Why the run failed, stalled, stopped or was cancelled (`zbpscale status`'s one line)."""
     steps: int
@@ -94,6 +95,8 @@ class RunSummary:
     """The same for the SwiGLU core."""
     diag_step: int | None
     """Step of that diag record."""
+    diag_every: int | None
+    """Steps between diag records, from the run's config (0: diagnostics off; None: config not known)."""
     updated: float | None
     """Unix time of the run's latest record."""
 
@@ -126,7 +129,7 @@ def _attempt_cost(records: list[dict]) -> tuple[float, float | None]:
 def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state: tuple[str, str | None],
               config: dict | None = None) -> RunSummary:
     """The summary row of one run folder; `state`: (status, reason) from `zbpscale status`; `config`: the
-    planned config, for runs not started yet."""
+    planned config, for runs that have not written theirs."""
     records = read_jsonl(run_dir / METRICS)
     attempts = read_jsonl(run_dir / ATTEMPTS)
     status, reason = state
@@ -134,11 +137,13 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
     for r in records:
         by_kind.setdefault(r.get("kind"), []).append(r)
     starts, trains, evals, diags = (by_kind.get(k, []) for k in ("start", "train", "eval", "diag"))
+    if starts and "config" in starts[-1]:  # the config the run trained with
+        config = starts[-1]["config"]
+    elif (run_dir / CONFIG).exists():
+        config = json.loads((run_dir / CONFIG).read_text())
     derived = starts[-1].get("derived", {}) if starts else {}
-    if not derived:
-        saved = run_dir / CONFIG
-        config = json.loads(saved.read_text()) if saved.exists() else config
-        derived = _planned_numbers(config) if config else {}
+    if not derived and config:
+        derived = _planned_numbers(config)
     cores = diags[-1].get("cores", []) if diags else []
     wall, gpu_h = _attempt_cost(records)
     return RunSummary(
@@ -154,7 +159,8 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         timeouts=count_ends(attempts, "timeout"), preemptions=count_ends(attempts, "preempted"),
         c_attn=_mean([c["c"] for c in cores if c.get("core") == "attn"]),
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
-        diag_step=diags[-1]["step"] if diags else None, updated=records[-1].get("time") if records else None,
+        diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
+        updated=records[-1].get("time") if records else None,
     )
 
 

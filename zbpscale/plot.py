@@ -4,12 +4,15 @@
 
   table.md        one row per run (the summary), with the gap to BP, links to the figures, and notes;
   loss_curves     validation loss against tokens, one panel per size, one line per arm;
-  gap_vs_scale    final val loss ZBP - BP for each ZBP arm against parameters (log x), with the power law
+  gap_vs_scale    val loss ZBP - BP for each ZBP arm against parameters (log x), with the power law
                   gap = a * N^b fitted by least squares in log-log space and its 1-s.e. band (>= 3 sizes);
   nsr_c           the NSR constant c = NSR * n / d per core (attn, ffn) against parameters;
   rho_k           forward and backward branch gains per layer for each size, from the latest diag record.
-Runs that are not complete are drawn hollow and dashed, labelled with their status; runs with no validation
-loss yet stay in the table and are left out of the figures with a note. Each figure function returns what
+Gaps compare equal tokens: two complete runs by their final val losses; otherwise at the largest token count
+at which both have an eval record, marked "at s/T" (step s of T) in the table and drawn hollow in the figure,
+where only full-budget points are fitted; "n/c" (not comparable) when they share no eval point. Runs that
+are not complete are drawn hollow and dashed, labelled with their status; runs with no validation loss yet
+stay in the table and are left out of the figures with a note. Each figure function returns what
 it drew, so tests (and notebooks) can check the numbers behind the picture.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,9 +67,26 @@ class GapPoint:
     params: int
     """Parameters of the size."""
     gap: float
-    """Final val loss of the arm minus that of bp."""
+    """Val loss of the arm minus that of bp, at `tokens`."""
+    tokens: int
+    """Training tokens at which the two were compared (`equal_tokens_gap`)."""
     final: bool
-    """Whether every run behind the point is complete."""
+    """Whether that is the full budget: every run behind the point complete and compared at its final eval.
+    Only these points are fitted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """Val loss of some runs minus that of their bp runs, at equal tokens."""
+
+    value: float
+    """Mean val loss of the runs minus mean val loss of the bp runs."""
+    tokens: int
+    """Training tokens of the comparison: the largest count at which every run has an eval record."""
+    step: int
+    """Optimizer steps done at that point (of the first run)."""
+    full: bool
+    """Whether every run is complete and compared at its final eval."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +98,9 @@ class Figures:
     gap_points: tuple[GapPoint, ...]
     """Points of the gap figure."""
     fits: dict[str, PowerLaw]
-    """Power-law fit of the gap per ZBP arm (arms with >= 3 sizes and positive gaps)."""
+    """Power-law fit of the gap per ZBP arm (arms with >= 3 sizes at the full budget and positive gaps)."""
+    no_fit: dict[str, str]
+    """Why a ZBP arm of the gap figure has no fit, as written on the figure."""
     curves: dict[str, list[str]]
     """Labels of the loss curves per size (a run not complete carries its status: 'zbp_n16 (running)')."""
     notes: tuple[str, ...]
@@ -174,20 +197,88 @@ def _panels(n: int, *, rows: int = 1, width: float = 4.2, height: float = 3.3):
     return fig, axes
 
 
+def _span(values, *, pad: float = 1.5, at_least: float = 10.0) -> tuple[float, float]:
+    """Log-axis limits around `values`: a factor `pad` of margin, widened to a factor `at_least` in all, so that
+    a lone point sits in the middle of labelled ticks."""
+    low, high = min(values) / pad, max(values) * pad
+    widen = math.sqrt(max(1.0, at_least * low / high))
+    return low / widen, high * widen
+
+
+# ------------------------------------------------------------------------------------------------ gaps
+def val_curves(bundle: Path, rows: list[dict]) -> dict[str, dict[int, tuple[int, float]]]:
+    """{run: {tokens: (steps done, val loss)}}, from the eval records each run has in the bundle."""
+    curves = {}
+    for r in rows:
+        evals = [e for e in read_jsonl(bundle / "runs" / r["run"] / METRICS) if e.get("kind") == "eval"]
+        evals.sort(key=lambda e: e["tokens"])
+        curves[r["run"]] = {e["tokens"]: (e["step"] + 1, e["val_loss"]) for e in evals}
+    return curves
+
+
+def equal_tokens_gap(runs: list[dict], bp: list[dict], curves: dict) -> Gap | None:
+    """Mean val loss of `runs` minus that of `bp`, at the largest token count at which all of them have an eval
+    record (for complete runs of one budget: their final evals); None when they share none (not comparable)."""
+    common = set.intersection(*(set(curves[r["run"]]) for r in runs + bp))
+    if not common:
+        return None
+    tokens = max(common)
+    mean = lambda rs: sum(curves[r["run"]][tokens][1] for r in rs) / len(rs)  # noqa: E731
+    full = all(r["status"] == "complete" and tokens == max(curves[r["run"]]) for r in runs + bp)
+    return Gap(value=mean(runs) - mean(bp), tokens=tokens, step=curves[runs[0]["run"]][tokens][0], full=full)
+
+
+def gap_points(rows: list[dict], curves: dict) -> tuple[list[GapPoint], list[str]]:
+    """(points, left out): ZBP - BP val loss per ZBP arm and size (seeds averaged) at equal tokens, where both
+    have an eval record; and the '{arm} at {size}' pairs left out because they share no eval point with bp."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if curves[r["run"]]:
+            groups.setdefault((r["size"], r["arm"]), []).append(r)
+    points, apart = [], []
+    for (size, arm), runs in groups.items():
+        bp = groups.get((size, "bp"))
+        if arm == "bp" or not bp:
+            continue
+        gap = equal_tokens_gap(runs, bp, curves)
+        if gap is None:
+            apart.append(f"{arm} at {size}")
+            continue
+        points.append(GapPoint(arm=arm, size=size, params=runs[0]["params"], gap=gap.value, tokens=gap.tokens,
+                               final=gap.full))
+    return sorted(points, key=lambda p: (arm_order(p.arm), p.params)), apart
+
+
+def fit_gaps(points: list[GapPoint]) -> tuple[dict[str, PowerLaw], dict[str, str]]:
+    """(fits, why not): the power law of each ZBP arm, fitted on its full-budget points when there are >= 3
+    sizes of them, all positive; else why not, in words."""
+    fits, why_not = {}, {}
+    for arm in sorted({p.arm for p in points}, key=arm_order):
+        mine = [p for p in points if p.arm == arm]
+        full = [p for p in mine if p.final]
+        if len({p.params for p in full}) < 3:
+            why_not[arm] = (f"{arm}: no power-law fit, it needs >= 3 sizes at the full budget "
+                            f"(has {len(mine)} size{'s' if len(mine) > 1 else ''}, {len(full)} at the full budget)")
+        elif any(p.gap <= 0 for p in full):
+            why_not[arm] = f"{arm}: no power-law fit, a gap is not positive (the fit is in log-log space)"
+        else:
+            fits[arm] = fit_power_law([p.params for p in full], [p.gap for p in full])
+    return fits, why_not
+
+
 # ------------------------------------------------------------------------------------------------ figures
-def plot_loss_curves(bundle: Path, rows: list[dict], out: Path) -> tuple[list[Path], dict[str, list[str]]]:
+def plot_loss_curves(curves: dict, rows: list[dict], out: Path) -> tuple[list[Path], dict[str, list[str]]]:
     """Val loss vs tokens per size; returns (files, {size: [line labels]})."""
     from matplotlib.ticker import FuncFormatter
 
-    sizes = _by_size([r for r in rows if r["final_val_loss"] is not None])
+    sizes = _by_size([r for r in rows if curves[r["run"]]])
     if not sizes:
         return [], {}
     colors, drawn = _colors(r["arm"] for r in rows), {}
     fig, axes = _panels(len(sizes), rows=0)
     for ax, (size, runs) in zip(axes.flat, sizes.items()):
         for row in runs:
-            evals = [r for r in read_jsonl(bundle / "runs" / row["run"] / METRICS) if r.get("kind") == "eval"]
-            x, y = [e["tokens"] for e in evals], [e["val_loss"] for e in evals]
+            x, y = list(curves[row["run"]]), [loss for _, loss in curves[row["run"]].values()]
             style = _style(row, colors[row["arm"]])
             label = _label(row, row["run"].split("-", 1)[1])
             ax.plot(x, y, label=label, color=style["color"], linestyle=style["linestyle"])
@@ -202,32 +293,16 @@ def plot_loss_curves(bundle: Path, rows: list[dict], out: Path) -> tuple[list[Pa
     return _save(fig, out, "loss_curves"), drawn
 
 
-def gap_points(rows: list[dict]) -> list[GapPoint]:
-    """ZBP - BP final val loss per ZBP arm and size (seeds averaged), where both have a val loss."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        if r["final_val_loss"] is not None:
-            groups.setdefault((r["size"], r["arm"]), []).append(r)
-    points = []
-    for (size, arm), runs in groups.items():
-        bp = groups.get((size, "bp"))
-        if arm == "bp" or not bp:
-            continue
-        mean = lambda rs: sum(r["final_val_loss"] for r in rs) / len(rs)  # noqa: E731
-        points.append(GapPoint(arm=arm, size=size, params=runs[0]["params"], gap=mean(runs) - mean(bp),
-                               final=all(r["status"] == "complete" for r in runs + bp)))
-    return sorted(points, key=lambda p: (arm_order(p.arm), p.params))
-
-
-def plot_gap(points: list[GapPoint], out: Path, colors: dict[str, str]) -> tuple[list[Path], dict[str, PowerLaw]]:
-    """The gap figure; returns (files, fits)."""
+def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[str, str], out: Path,
+             colors: dict[str, str]) -> list[Path]:
+    """The gap figure: full-budget points filled (and fitted), the others hollow; why an arm has no fit is
+    written on the figure."""
     import numpy as np
 
     if not points:
-        return [], {}
+        return []
     fig, axes = _panels(1, width=9.0, height=4.0)
-    ax, fits = axes[0][0], {}
-    positive = all(p.gap > 0 for p in points)
+    ax, ys = axes[0][0], [p.gap for p in points]
     for arm in sorted({p.arm for p in points}, key=arm_order):
         pts = [p for p in points if p.arm == arm]
         color = colors[arm]
@@ -236,31 +311,36 @@ def plot_gap(points: list[GapPoint], out: Path, colors: dict[str, str]) -> tuple
             ax.plot([p.params], [p.gap], marker="o", markersize=7, linestyle="none", markeredgecolor=color,
                     markerfacecolor=color if p.final else "white")
         label = arm
-        if len({p.params for p in pts}) >= 3 and all(p.gap > 0 for p in pts):
-            fit = fits[arm] = fit_power_law([p.params for p in pts], [p.gap for p in pts])
-            grid = np.geomspace(min(p.params for p in pts) / 1.5, max(p.params for p in pts) * 1.5, 100)
+        if arm in fits:
+            fit, full = fits[arm], [p.params for p in pts if p.final]
+            grid = np.geomspace(min(full) / 1.5, max(full) * 1.5, 100)
             low, high = fit.band(grid)
             ax.plot(grid, fit.a * grid ** fit.b, color=color, linestyle=":")
             ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
-            label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.b_se:.3f})" + \
-                ("" if all(p.final for p in pts) else ", runs in progress included")
+            ys += [low.min(), high.max()]
+            label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.b_se:.3f})"
         ax.plot([], [], marker="o", color=color, label=label)
     if fits:
         ax.fill_between([], [], [], color="gray", alpha=0.15, label="fit ± 1 s.e. (least squares on log N, log gap)")
     if any(not p.final for p in points):
         ax.plot([], [], marker="o", linestyle="none", markerfacecolor="white", markeredgecolor="gray",
-                label="open: a run is not complete")
+                label="open: a run is not complete; compared at\nthe latest eval both reached, not fitted")
+    if why_not:  # under the legend
+        ax.text(1.03, 0.0, "\n".join(textwrap.fill(w, 52) for w in why_not.values()), transform=ax.transAxes,
+                fontsize=8, va="bottom", color="dimgray")
+    ax.set_xlim(*_span([p.params for p in points]))
     _log_axis(ax, "x", fmt_count)
-    if positive:
+    if all(p.gap > 0 for p in points):
+        ax.set_ylim(*_span(ys, pad=1.3))
         _log_axis(ax, "y")
     else:
         ax.axhline(0, color="gray", linewidth=0.8)
     ax.set_xlabel("parameters N")
-    ax.set_ylabel("final val loss gap (ZBP − BP)")
+    ax.set_ylabel("val loss gap (ZBP − BP) at equal tokens")
     ax.set_title("Gap to backprop against scale")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    return _save(fig, out, "gap_vs_scale"), fits
+    return _save(fig, out, "gap_vs_scale")
 
 
 def plot_nsr_c(rows: list[dict], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[tuple]]:
@@ -324,30 +404,82 @@ def plot_rho_k(bundle: Path, rows: list[dict], out: Path, colors: dict[str, str]
 
 
 # ------------------------------------------------------------------------------------------------ table
-def table_markdown(rows: list[dict], notes: list[str], figures: list[str]) -> str:
-    """The per-run table as markdown, with the gap of each ZBP run to bp of the same size and seed."""
-    bp = {(r["size"], r["seed"]): r["final_val_loss"] for r in rows if r["arm"] == "bp"}
+def _at(step: int, total: int | None) -> str:
+    return f"at {step:,}/{total:,}" if total else f"at step {step:,}"
+
+
+def _status_words(r: dict) -> str:
+    """The status as `zbpscale status` says it, and where a run that is not complete stands: 'cancelled at 9/12'."""
+    if r["status"] in ("complete", "new") or not r["steps"]:
+        return r["status"]
+    return f"{r['status']} {_at(r['steps'], r['steps_total'])}"
+
+
+def _gap_cell(gap: Gap | None, r: dict) -> str:
+    if gap is None:
+        return "n/c"
+    return f"{gap.value:+.4f}" if gap.full else f"{gap.value:+.4f} {_at(gap.step, r['steps_total'])}"
+
+
+def table_markdown(rows: list[dict], curves: dict, notes: list[str], figures: list[str]) -> str:
+    """The per-run table as markdown, with the gap of each ZBP run to bp of the same size and seed (at equal
+    tokens, `equal_tokens_gap`)."""
+    bp = {(r["size"], r["seed"]): r for r in rows if r["arm"] == "bp"}
     head = ["run", "size", "params", "arm", "status", "steps", "tokens", "final val", "best val", "gap vs bp",
             "wall", "GPU-h", "c attn", "c ffn"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     num = lambda v, f="{:.4f}": "" if v is None else f.format(v)  # noqa: E731
+    partial = apart = False
     for r in rows:
-        ref = bp.get((r["size"], r["seed"]))
-        gap = r["final_val_loss"] - ref if r["arm"] != "bp" and ref is not None and r["final_val_loss"] is not None \
-            else None
-        status = r["status"] + (" (in progress)" if r["in_progress"] else "")
+        ref, gap = bp.get((r["size"], r["seed"])), ""
+        if r["arm"] != "bp" and ref and curves[r["run"]] and curves[ref["run"]]:
+            compared = equal_tokens_gap([r], [ref], curves)
+            gap = _gap_cell(compared, r)
+            partial |= compared is not None and not compared.full
+            apart |= compared is None
         lines.append("| " + " | ".join([
-            r["run"], r["size"], fmt_count(r["params"]), r["arm"], status,
+            r["run"], r["size"], fmt_count(r["params"]), r["arm"], _status_words(r),
             f"{r['steps']:,}" + (f" / {r['steps_total']:,}" if r["steps_total"] else ""), fmt_count(r["tokens"]),
-            num(r["final_val_loss"]), num(r["best_val_loss"]), num(gap, "{:+.4f}"), _fmt_seconds(r["wall_time_s"]),
+            num(r["final_val_loss"]), num(r["best_val_loss"]), gap, _fmt_seconds(r["wall_time_s"]),
             "?" if r["gpu_hours"] is None else f"{r['gpu_hours']:.2f}", num(r["c_attn"], "{:.3f}"),
             num(r["c_ffn"], "{:.3f}")]) + " |")
     text = "\n".join(lines) + "\n"
+    notes = list(notes)
+    if partial:
+        notes.append("a gap 'at s/T' compares the run and bp at step s of T, the latest validation both reached "
+                     "(a run is not complete); a gap without it compares the final val losses of two complete runs")
+    if apart:
+        notes.append("n/c: not comparable, the run and bp have no validation at the same number of tokens")
     if notes:
         text += "\nNotes:\n" + "".join(f"- {n}\n" for n in notes)
     if figures:
         text += "\n" + "".join(f"![{f}](figures/{f}.png)\n" for f in figures)
     return text
+
+
+def _diag_hint(runs: list[dict]) -> str:
+    """Why `runs` have no diag record, when their configs say: diagnostics off, or not reached yet."""
+    every = {r.get("diag_every") for r in runs}
+    if every == {0}:
+        return " (diag_every is 0, diagnostics are off: set diag_every)"
+    on = [r for r in runs if r.get("diag_every")]
+    if on:
+        return (f" (diag_every = {min(r['diag_every'] for r in on):,}; the furthest run is at step "
+                f"{max(r['steps'] for r in on):,})")
+    return ""
+
+
+def _nothing_drawn(rows: list[dict]) -> str:
+    """Why a bundle has no figure at all, in words."""
+    if not rows:
+        return "the bundle lists no runs"
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    states = ", ".join(f"{n} {s}" for s, n in counts.items())
+    off = " (diag_every is 0: the NSR and rho_k figures need it set)" if {r.get("diag_every") for r in rows} == {0} \
+        else ""
+    return f"no run has an eval or diag record yet ({len(rows)} runs: {states}){off}"
 
 
 def plot(bundle: str | Path, *, log=print) -> Figures:
@@ -359,34 +491,41 @@ def plot(bundle: str | Path, *, log=print) -> Figures:
     rows = read_summary(bundle)
     out, notes = bundle / "figures", []
     colors = _colors(r["arm"] for r in rows)
-    skipped = [r for r in rows if r["final_val_loss"] is None]
+    curves = val_curves(bundle, rows)
+    skipped = [r for r in rows if not curves[r["run"]]]
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r['run']} ({r['status']})" for r in skipped))
-    curves, labels = plot_loss_curves(bundle, rows, out)
-    points = gap_points(rows)
-    gap_files, fits = plot_gap(points, out, colors)
-    for arm in sorted({p.arm for p in points} - set(fits), key=arm_order):
-        notes.append(f"{arm}: no power-law fit of the gap (needs >= 3 sizes, all with a positive gap)")
+    curve_files, labels = plot_loss_curves(curves, rows, out)
+    points, apart = gap_points(rows, curves)
+    fits, why_not = fit_gaps(points)
+    gap_files = plot_gap(points, fits, why_not, out, colors)
+    notes += list(why_not.values())
+    if apart:
+        notes.append("not in the gap figure, no validation at the same number of tokens as bp: " + ", ".join(apart))
     if not points:
         notes.append("no gap figure: no size has both bp and a ZBP arm with a validation loss")
     c_files, _ = plot_nsr_c(rows, out, colors)
     rho_files, _ = plot_rho_k(bundle, rows, out, colors)
     if not c_files:
-        notes.append("no NSR figure: no ZBP run has a diag record yet (set diag_every)")
+        zbp = [r for r in rows if r["arm"] != "bp"]
+        notes.append("no NSR figure: no ZBP run has a diag record yet" + _diag_hint(zbp))
     if not rho_files:
-        notes.append("no rho_k figure: no run has a diag record yet (set diag_every)")
-    files = curves + gap_files + c_files + rho_files
+        notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
+    files = curve_files + gap_files + c_files + rho_files
     names = [f.stem for f in files if f.suffix == ".png"]
     table, manifest = bundle / "table.md", bundle / "manifest.json"
     m = json.loads(manifest.read_text()) if manifest.is_file() else {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
-    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, notes, names))
-    for note in notes:
-        log(f"note: {note}")
-    log(f"wrote {table} and {len(files)} figure files in {out}")
-    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, curves=labels,
-                   notes=tuple(notes))
+    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, curves, notes, names))
+    if files:
+        for note in notes:
+            log(f"note: {note}")
+        log(f"wrote {table} and {len(files)} figure files in {out}")
+    else:
+        log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
+    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, no_fit=why_not,
+                   curves=labels, notes=tuple(notes))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
