@@ -41,3 +41,177 @@ def test_results_commands_turn_a_wrong_folder_into_one_line(tmp_path):
         out = run_cli(*args)
         assert out.returncode == 2 and out.stderr.startswith("error: ") and len(out.stderr.splitlines()) == 1, args
         assert "hint: " in out.stderr and "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------------ a new user's first hour (#15)
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def zbpscale(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """The console script, as a user types it."""
+    return subprocess.run(["zbpscale", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=env)
+
+
+def project(tmp_path: Path, *sweeps: str) -> Path:
+    """A user's project folder: sweeps/ with copies of the repository's sweep files."""
+    home = tmp_path / "project"
+    (home / "sweeps").mkdir(parents=True)
+    for name in sweeps:
+        (home / "sweeps" / name).write_text((REPO / "sweeps" / name).read_text())
+    return home
+
+
+def one_line_error(out: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: "), out.stderr
+    assert "Traceback" not in out.stderr and all(f in out.stderr for f in fragments), out.stderr
+
+
+def test_every_command_is_registered_one_way_with_its_own_help():
+    """`zbpscale submit --help` says `zbpscale submit` (it said `python -m zbpscale.submit`), and so does the
+    module form the users' card names; every command has help written for users, sizes and prepare-data too."""
+    from zbpscale.cli import COMMANDS
+
+    for name in COMMANDS:
+        out = zbpscale(name, "--help")
+        assert out.returncode == 0 and out.stdout.startswith(f"usage: zbpscale {name} "), (name, out.stdout[:200])
+        assert COMMANDS[name][1].split(" (")[0].lower() in " ".join(out.stdout.lower().split()), name
+    module = subprocess.run([sys.executable, "-m", "zbpscale.submit", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert module.returncode == 0 and module.stdout == zbpscale("submit", "--help").stdout
+    listing = zbpscale("--help").stdout
+    assert all(name in listing for name in COMMANDS) and "prepare-data" in listing and "sizes" in listing
+    assert "--data DIR" in zbpscale("prepare-data", "--help").stdout  # one name for the data folder
+
+
+def test_a_sweep_that_is_not_there_is_one_line_worded_the_same_by_every_command(tmp_path):
+    for target in (tmp_path / "sweeps" / "nope.py", tmp_path / "jobs" / "nope"):
+        lines = set()
+        for args in (("submit", target, "--dry-run"), ("status", target), ("cancel", target),
+                     ("collect", target, "--out", tmp_path / "out")):
+            out = zbpscale(*args, cwd=tmp_path)
+            one_line_error(out, f"no sweep file or sweep folder at {target}")
+            lines.add(out.stderr)
+        assert len(lines) == 1, lines
+    one_line_error(zbpscale("status", cwd=tmp_path), f"no jobs/ folder in {tmp_path}", "zbpscale status sweeps/")
+
+
+def test_runs_go_to_the_sweeps_project_folder_from_any_directory(tmp_path):
+    """From another folder, `submit <abs sweep> --dry-run` names the jobs root it uses (the sweep's project
+    folder), and status of the same file finds the runs there: no silent duplicate sweep under the cwd."""
+    home = project(tmp_path, "smoke.py")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sweep = home / "sweeps" / "smoke.py"
+    plan = zbpscale("submit", sweep, "--dry-run", "--executor", "local", cwd=elsewhere)
+    assert plan.returncode == 0, plan.stderr
+    assert f"runs in {home / 'jobs' / 'smoke'}; data in {home / 'data' / 'embedded'}" in plan.stdout
+    done = home / "jobs" / "smoke" / "tiny-bp"  # a run finished earlier, as the trainer leaves it
+    done.mkdir(parents=True)
+    (done / "config.json").write_text(json.dumps({"steps": 20, "global_batch": 8, "seq_len": 128}))
+    (done / "COMPLETE").write_text("{}\n")
+    out = zbpscale("status", sweep, "--json", cwd=elsewhere)
+    rows = {r["run"]: r["state"] for r in json.loads(out.stdout)["smoke"]}
+    assert out.returncode == 3 and rows == {"tiny-bp": "complete", "tiny-zbp_n4": "new"}, out.stderr
+    again = zbpscale("submit", sweep, "--dry-run", "--executor", "local", cwd=elsewhere)
+    assert "tiny-bp" in again.stdout and "complete" in again.stdout.split("tiny-bp")[1].splitlines()[0]
+    assert not (elsewhere / "jobs").exists() and not (elsewhere / "data").exists()
+
+
+def test_cancel_takes_a_sweep_folder_like_status_and_collect(tmp_path):
+    home = project(tmp_path, "smoke.py")
+    run = home / "jobs" / "smoke" / "tiny-bp"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for target in ("jobs/smoke", "sweeps/smoke.py"):
+        out = zbpscale("cancel", target, cwd=home)
+        assert out.returncode == 0 and out.stdout.startswith("nothing to cancel"), out.stdout + out.stderr
+    one_line_error(zbpscale("cancel", "jobs/smoke", "--only", "zzz*", cwd=home), "zzz*")
+
+
+def status_folder(tmp_path: Path) -> Path:
+    """A sweep folder with a running run whose every column has a value, and a complete one."""
+    sweep = tmp_path / "jobs" / "wide"
+    for name, steps_done in (("s1b-zbp_n64_gaussian", 40), ("s1b-bp", 100)):
+        run = sweep / name
+        run.mkdir(parents=True)
+        now = time.time()
+        (run / "config.json").write_text(json.dumps({"steps": 100, "global_batch": 512, "seq_len": 1024}))
+        (run / "heartbeat.json").write_text(json.dumps({"step": steps_done, "time": now}))
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+            {"kind": "start", "time": now - 60}, {"kind": "train", "time": now, "step": steps_done - 1,
+                                                  "loss": 3.25, "step_time": 2.0, "tokens_per_s": 262144.0},
+            {"kind": "eval", "time": now, "step": steps_done - 1, "val_loss": 3.5})))
+        if steps_done == 100:
+            (run / "COMPLETE").write_text("{}\n")
+    return sweep
+
+
+def test_status_fits_an_80_column_terminal_and_keeps_every_column_on_a_wide_one(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from zbpscale import status
+
+    data = [("wide", status.collect_rows(status_folder(tmp_path)))]
+    for width, dropped in ((80, True), (200, False)):
+        buf = io.StringIO()
+        Console(file=buf, width=width, force_terminal=False).print(status.render(data, width))
+        lines = buf.getvalue().splitlines()
+        table = [ln for ln in lines if ln.startswith(("┃", "│"))]
+        assert max(len(ln) for ln in table) <= width, width
+        header = table[0]
+        assert all(c in header for c in ("size", "arm", "state", "progress", "val")), header
+        assert ("beat" not in header) == dropped and ("s1b" in table[1]) and "running" in buf.getvalue()
+
+
+def test_status_piped_or_watched_into_a_file_writes_plain_lines(tmp_path):
+    """Redirected, status prints plain lines (no box drawing) with every column; --watch appends a timestamped
+    table at each refresh (it wrote 0 bytes in 10 s) and Ctrl-C ends it with the sweep's exit status."""
+    folder = status_folder(tmp_path)
+    out = zbpscale("status", folder)
+    assert out.returncode == 3 and "┃" not in out.stdout and "│" not in out.stdout
+    header = out.stdout.splitlines()[1].split()
+    assert header == ["size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job",
+                      "beat"]
+    log = tmp_path / "watch.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(["zbpscale", "status", str(folder), "--watch", "0.3"], stdout=fh,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while log.read_text().count("sweep wide") < 2:
+            assert time.time() < deadline and proc.poll() is None, log.read_text() + proc.stderr.read()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 3
+    text = log.read_text()
+    assert text.startswith("[20") and "s1b-zbp_n64_gaussian" not in text and "zbp_n64_gaussian" in text
+
+
+def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
+    home = project(tmp_path, "smoke.py", "ladder.py")
+    smoke = (home / "sweeps" / "smoke.py").read_text()
+    (home / "sweeps" / "typo.py").write_text(smoke.replace('("eval_every", 10)', '("eval_evry", 10)'))
+    (home / "sweeps" / "arm.py").write_text(smoke.replace('arm("zbp_n4", step_time_ratio=1.25)', 'arm("zbp_x4")'))
+    out = zbpscale("submit", "sweeps/typo.py", "--dry-run", cwd=home)
+    one_line_error(out, "sweeps/typo.py:", "did you mean eval_every (not eval_evry)?")
+    out = zbpscale("submit", "sweeps/arm.py", "--dry-run", cwd=home)
+    one_line_error(out, "unknown arm 'zbp_x4'")
+    assert out.stderr.count("hint:") == 1 and "--dry-run" not in out.stderr
+    train = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", tmp_path / "r", "--size", "tiny",
+                            "--data", tmp_path, "--steps", "3", "--set", "eval_evry=3"], capture_output=True,
+                           text=True, timeout=120)
+    assert train.returncode == 2 and "did you mean --set eval_every=3?" in train.stderr
+    # The 8-GPU ladder planned for this GPU-less node's local queue: warned at --dry-run, not only at submit.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    plan = zbpscale("submit", "sweeps/ladder.py", "--dry-run", "--executor", "local", cwd=home, env=env)
+    assert plan.returncode == 0 and "warning: the local queue could not run this: s60-bp needs 8 GPUs" in plan.stdout
+    assert "'?': CPU runs" in zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=home).stdout.replace("\n", " ")

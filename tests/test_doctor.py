@@ -76,7 +76,7 @@ def test_whole_report_and_exit_code(tmp_path, monkeypatch):
     assert {"python", "torch", "GPUs", "sweep", "disk", "data", "SLURM", "tokenizer", "submitit",
             "huggingface_hub"} <= set(checks)
     assert checks["sweep"].level == "ok" and "runs/doc" in checks["sweep"].detail
-    assert checks["data"].level == "warn" and "prepare-data --source embedded --out data/doc" in checks["data"].hint
+    assert checks["data"].level == "warn" and "prepare-data --source embedded --data data/doc" in checks["data"].hint
     assert checks["tokenizer"].level == "ok" and "gpt2 via" in checks["tokenizer"].detail
     assert not any(c.level == "fail" for c in checks.values())
 

@@ -153,7 +153,7 @@ def test_tiny_model_loss_falls_over_100_steps(arm):
 def test_model_config_rejects_bad_shapes_and_sizes():
     with pytest.raises(ConfigError, match=r"n_head=3 must divide d_model=128"):
         ModelConfig(n_layer=2, n_head=3, d_model=128)
-    with pytest.raises(ConfigError, match=r"unknown size 's2b'; allowed: nano, tiny, mini, s60"):
+    with pytest.raises(ConfigError, match=r"unknown size 's2b'; allowed: nano, micro, tiny, mini, s60"):
         model_config("s2b")
     with pytest.raises(ConfigError, match=r"pos_emb must be one of learned, rope"):
         ModelConfig(n_layer=2, n_head=2, d_model=16, pos_emb="alibi")

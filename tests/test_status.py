@@ -141,7 +141,7 @@ def test_json_logs_and_bad_targets(tmp_path, fake_sacct):
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(tmp_path / "jobs"), "--logs", "tiny-bp",
                           "--lines", "5"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.splitlines()[1:] == [f"line {i}" for i in range(95, 100)]
-    for args, message in (([str(tmp_path / "nope")], "neither a sweep file nor a folder"),
+    for args, message in (([str(tmp_path / "nope")], "no sweep file or sweep folder at"),
                           ([str(sweep), "--logs", "tiny-zz"], "no run 'tiny-zz' here")):
         out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", *args], capture_output=True, text=True,
                              timeout=60)
@@ -285,3 +285,20 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
         job = next((a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"), "")
         got = (decided.state, run_action(fake, {job: (sched, "")}), run_action(fake, {job: (sched, "")}, retry=True))
         assert got == (state, action, with_retry), name
+
+
+def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
+    """`submit --wait` lines and submit's 'left alone' list use status's words: a queued job is 'queued' (it
+    said 'running'), a cancelled run 'cancelled (...)' (it said 'stopped (cancelled: cancelled; ...)')."""
+    from types import SimpleNamespace
+
+    from zbpscale.submit import progress
+
+    sweep = tmp_path / "jobs" / "words"
+    queued = make_run(sweep, "a-bp", job="1")
+    running = make_run(sweep, "b-bp", done=12, job="2", beat_age=1.0)
+    cancelled = make_run(sweep, "c-bp", done=5, job="3", ends=[("cancelled", "zbpscale cancel; checkpointed")])
+    jobs = {"1": ("PENDING", ""), "2": ("RUNNING", ""), "3": ("COMPLETED", "")}
+    words = [progress(SimpleNamespace(run_dir=r, size=SimpleNamespace(steps=100)), jobs)
+             for r in (queued, running, cancelled)]
+    assert words == ["queued", "step 12/100", "cancelled (zbpscale cancel; checkpointed)"]

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="zbpscale-bench-queue-") as tmp:
         folder = Path(tmp)
-        subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--out",
+        subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--data",
                         str(folder / "data"), "--offline"], check=True, capture_output=True)
         sweep = sweep_file(folder, args.runs, args.steps)
         subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "local", "--wait",

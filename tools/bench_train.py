@@ -4,7 +4,7 @@ Both run the same BP model on the same prepared data (the trainer's own loader),
 alternating rounds; per-step time is wall clock between consecutive steps (the trainer's includes its
 logging, heartbeat, grad clipping and the loss collective). Goal: trainer tokens/s >= 0.95 of the plain loop.
 
-  zbpscale prepare-data --source embedded --out data/embedded
+  zbpscale prepare-data --source embedded --data data/embedded
   python tools/bench_train.py --data data/embedded            # tiny model, CPU, 2 threads
   python tools/bench_train.py --data ... --size s60 --batch 16 --device cuda
 """

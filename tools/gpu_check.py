@@ -370,7 +370,7 @@ def _prepare_data(args) -> None:
     if (args.data / "manifest.json").exists():
         return
     log = args.out / "prepare_data.log"
-    code = _run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--out",
+    code = _run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--data",
                  str(args.data)], log, env=_env("cpu"), timeout=300)
     if code != 0:
         raise SystemExit(f"error: prepare-data failed (exit {code}); see {log}")

@@ -1,5 +1,7 @@
 """`zbpscale cancel SWEEP [--only ...]`: stop a sweep's runs cleanly, on SLURM or the local queue.
 
+SWEEP is what `zbpscale status` takes: a sweep file or a sweep folder (jobs/<sweep>).
+
 A running job is asked to checkpoint first (SIGUSR2, as at a time limit) and then ends without requeueing; a
 job still waiting is dropped. Either way the run keeps its folder, and submitting the sweep again resumes it.
 The command waits (`--no-wait` does not) until the cancelled jobs have stopped, showing which are left.
@@ -11,11 +13,36 @@ import subprocess
 import sys
 import time
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from zbpscale.errors import ZbpError
-from zbpscale.sweep import Run, Sweep, expand, load_sweep
 
 
-def _last_job(run: Run) -> tuple[str | None, str]:
+@dataclass(frozen=True)
+class RunRef:
+    """A run as cancel needs it: its name and folder (from a sweep file, or found in a sweep folder)."""
+
+    name: str
+    run_dir: Path
+
+
+def find_runs(target: str, only: str | None) -> tuple[Path, list[RunRef]]:
+    """(jobs root, the runs chosen) of a sweep file or a sweep folder, as `zbpscale status` finds them."""
+    from zbpscale.runfolder import CONFIG
+    from zbpscale.status import find_sweeps
+    from zbpscale.submit import select
+
+    sweeps = find_sweeps(target)
+    if len(sweeps) > 1:
+        raise ZbpError(f"{target} holds {len(sweeps)} sweeps ({', '.join(n for n, _ in sweeps)})",
+                       hint="name one: zbpscale cancel jobs/<sweep> (or its sweep file)")
+    (_, folder), = sweeps
+    runs = [RunRef(p.name, p) for p in sorted(folder.iterdir()) if (p / CONFIG).exists()] if folder.is_dir() else []
+    return folder.parent, select(runs, only)
+
+
+def _last_job(run: RunRef) -> tuple[str | None, str]:
     """(job id, executor) of the run's latest submission; (None, "") if it was never submitted."""
     from zbpscale.runfolder import last_submitted, read_attempts
 
@@ -30,13 +57,13 @@ def _scancel(*args: str) -> None:
         raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
 
 
-def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
+def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
     """Ask every live job of the runs to stop; returns the runs whose jobs were live."""
     from zbpscale.runfolder import CANCEL, record
     from zbpscale.local.queue import LocalQueue
     from zbpscale.slurm import squeue_states
 
-    queue = LocalQueue(sweep.root)
+    queue = LocalQueue(root)
     local_alive = queue.states()
     asked, local = [], False
     for run in runs:
@@ -63,7 +90,7 @@ def request(sweep: Sweep, runs: list[Run]) -> list[Run]:
     return asked
 
 
-def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
+def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
     """Wait until none of the runs has a live job; returns the names still live at the timeout."""
     from zbpscale.local.queue import LocalQueue
     from zbpscale.slurm import squeue_states
@@ -72,7 +99,7 @@ def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: flo
     slurm_jobs = [job for job, kind in jobs.values() if kind == "slurm" and job]
     deadline, shown = time.time() + timeout_s, None
     while True:
-        alive = {**squeue_states(slurm_jobs), **LocalQueue(sweep.root).states()}
+        alive = {**squeue_states(slurm_jobs), **LocalQueue(root).states()}
         left = [r.name for r in runs if alive.get(jobs[r.name][0] or "")]
         if not left or time.time() > deadline:
             return left
@@ -82,34 +109,35 @@ def wait_stopped(sweep: Sweep, runs: list[Run], *, timeout_s: float, poll_s: flo
         time.sleep(poll_s)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from zbpscale.submit import select
-
-    p = argparse.ArgumentParser(prog="zbpscale cancel", description=__doc__.splitlines()[0])
-    p.add_argument("sweep", help="the sweep file, e.g. sweeps/ladder.py")
-    p.add_argument("--only", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+def add_arguments(p) -> None:
+    p.add_argument("sweep", help="a sweep file (sweeps/ladder.py) or a sweep folder (jobs/ladder)")
+    p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--no-wait", action="store_true", help="ask and return; do not wait for the jobs to stop")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the jobs to stop")
-    args = p.parse_args(argv)
-    try:
-        sweep = load_sweep(args.sweep)
-        asked = request(sweep, select(expand(sweep), args.only))
-        if not asked:
-            print("nothing to cancel: no run of the selection has a queued or running job")
-            return 0
-        if args.no_wait:
-            return 0
-        left = wait_stopped(sweep, asked, timeout_s=args.timeout)
-    except ZbpError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="how long to wait for the jobs to stop (default 900)")
+
+
+def run(args) -> int:
+    root, runs = find_runs(args.sweep, args.only)
+    asked = request(root, runs)
+    if not asked:
+        print("nothing to cancel: no run of the selection has a queued or running job")
+        return 0
+    if args.no_wait:
+        return 0
+    left = wait_stopped(root, asked, timeout_s=args.timeout)
     if left:
         print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
         return 1
     print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume them)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.cancel ...`, the same as `zbpscale cancel ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("cancel", argv)
 
 
 if __name__ == "__main__":

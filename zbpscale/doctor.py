@@ -97,7 +97,7 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
 
     if not data_dirs:
         return [Check(name="data", level="warn", detail="no prepared data under data/",
-                      hint="zbpscale prepare-data --source embedded --out data/embedded")]
+                      hint="zbpscale prepare-data --source embedded --data data/embedded")]
     checks = []
     for d in data_dirs:
         manifest = d / "manifest.json"
@@ -107,7 +107,7 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
                                 f"{m['val']['tokens']:,} val tokens"))
         else:
             checks.append(Check(name="data", level="warn", detail=f"{d}: not prepared",
-                                hint=hint or f"zbpscale prepare-data --out {d}"))
+                                hint=hint or f"zbpscale prepare-data --data {d}"))
     return checks
 
 
@@ -189,10 +189,10 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
             checks.append(Check(name="sweep", level="fail", detail=str(err).split(" (hint:")[0], hint=err.hint))
         else:
             checks.append(Check(name="sweep", level="ok", detail=f"{s.name}: {len(s.sizes)} sizes x {len(s.arms)} arms "
-                                f"x {len(s.seeds)} seeds, runs in {Path(s.root) / s.name}"))
-            data_dirs, root = [data_path(s)], Path(folder or s.root)
+                                f"x {len(s.seeds)} seeds, runs in {s.jobs_dir}"))
+            data_dirs, root = [data_path(s)], Path(folder) if folder else s.jobs_root
             data_hint = (f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data --source "
-                         f"{s.data.source} --out {s.data.dir}")
+                         f"{s.data.source} --data {s.data.dir}")
     checks.append(check_disk(root))
     checks += check_data(data_dirs, hint=data_hint)
     checks += check_slurm(timeout)

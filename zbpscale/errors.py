@@ -30,3 +30,11 @@ class BrokenRunFolder(ZbpError):
 
 class CheckpointError(ZbpError):
     """A checkpoint could not be written or read; the message names the file and what is still intact."""
+
+
+def report(err: BaseException) -> None:
+    """The one way a user's mistake reaches the terminal: `error: <message> (hint: ...)`, one line on stderr."""
+    import sys
+
+    label = "\033[31merror:\033[0m" if sys.stderr.isatty() else "error:"
+    print(f"{label} {err}", file=sys.stderr, flush=True)

@@ -77,9 +77,10 @@ class ModelConfig:
 
 
 # Named sizes, ordered by parameter count. Ladder sizes are named after their total parameter count;
-# the two tiny ones (tests, smoke runs) after their non-embedding count.
+# the small ones (tests, smoke runs, the CPU mini ladder) are not.
 SIZES: dict[str, ModelConfig] = {
     "nano": ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=64),  # job-layer tests: fast steps
+    "micro": ModelConfig(n_layer=2, n_head=2, d_model=64, max_seq_len=128),  # the mini ladder's smallest rung
     "tiny": ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128),
     "mini": ModelConfig(n_layer=4, n_head=4, d_model=256, max_seq_len=256),
     "s60": ModelConfig(n_layer=12, n_head=6, d_model=384),
@@ -246,3 +247,13 @@ def derived_numbers(cfg: TrainConfig, world_size: int) -> dict:
         "arm": "bp" if cfg.model.zbp is None else f"zbp n={cfg.model.zbp.n} {cfg.model.zbp.scheme} "
                                                    f"{cfg.model.zbp.probe} cores={cfg.model.zbp.cores}",
     }
+
+
+# ------------------------------------------------------------------------------------------ `zbpscale sizes`
+def add_arguments(parser) -> None:
+    """`zbpscale sizes` takes no arguments."""
+
+
+def run(args) -> int:
+    print(size_table())
+    return 0

@@ -138,24 +138,23 @@ def _refine(reason: str, log) -> str:
 # -------------------------------------------------------------------------------------------- the sweep
 def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
     """[(sweep name, sweep folder)] for a sweep file, a sweep folder, a jobs root, or nothing (./jobs)."""
+    from zbpscale.sweep import load_sweep, not_found
+
     path = Path(target or "jobs")
     if path.is_file() and path.suffix == ".py":
-        from zbpscale.sweep import load_sweep
-
         sweep = load_sweep(path)
-        return [(sweep.name, Path(sweep.root) / sweep.name)]
-    if path.suffix == ".py":
-        raise ConfigError(f"sweep file {path} does not exist",
-                          hint="sweeps live in sweeps/, e.g. sweeps/smoke.py or sweeps/ladder.py")
+        return [(sweep.name, sweep.jobs_dir)]
+    if target is None and not path.is_dir():
+        raise ConfigError(f"no jobs/ folder in {Path.cwd()}, where runs go by default",
+                          hint="give a sweep file or its folder of runs, e.g. zbpscale status sweeps/smoke.py")
     if not path.is_dir():
-        raise ConfigError(f"{path} is neither a sweep file nor a folder",
-                          hint="give a sweep file (sweeps/ladder.py) or its folder (jobs/ladder)")
+        raise not_found(path)
     if any(p.joinpath(CONFIG).exists() for p in path.iterdir() if p.is_dir()):
         return [(path.name, path)]
     sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
               and any(q.joinpath(CONFIG).exists() for q in p.iterdir() if q.is_dir())]
     if not sweeps:
-        raise ConfigError(f"no runs under {path}", hint="submit a sweep first: python -m zbpscale.submit SWEEP")
+        raise ConfigError(f"no runs under {path}", hint="submit a sweep first: zbpscale submit SWEEP")
     return sweeps
 
 
@@ -217,24 +216,57 @@ def _fmt_tokens(n: float) -> str:
 def _fmt_eta(seconds: float | None) -> str:
     if seconds is None:
         return ""
-    return f"{seconds / 60:.0f}m" if seconds < 5400 else f"{seconds / 3600:.1f}h"
+    return age(seconds)
 
 
-def table(name: str, rows: list[dict]):
+COLUMNS = ("size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job", "beat")
+KEEP = ("size", "arm", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
+"""The columns in the order they are given up when the terminal is narrow (the last first)."""
+LEFT = ("size", "arm", "state", "job")
+
+
+def cells(r: dict) -> dict[str, str]:
+    """One run's row as the table shows it."""
+    loss = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
+    beat = r["heartbeat_age_s"] if r["state"] in ("running", "stalled") else None
+    return {"size": r["size"], "arm": r["arm"], "state": r["state"],
+            "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": _fmt_tokens(r["tokens"]),
+            "train": loss(r["train_loss"]), "val": loss(r["val_loss"]),
+            "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}", "ETA": _fmt_eta(r["eta_s"]),
+            "T/P/F": f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", "job": r["job"],
+            "beat": "" if beat is None else age(beat)}
+
+
+def fit_columns(rows: list[dict[str, str]], width: int | None) -> list[str]:
+    """The columns to show: all of them, or as many as fit `width` characters (a boxed table spends 3 per
+    column and 1 more), given up in KEEP's order from its end."""
+    need = {c: max([len(c)] + [len(r[c]) for r in rows]) + 3 for c in COLUMNS}
+    kept = list(KEEP)
+    while width is not None and len(kept) > 3 and sum(need[c] for c in kept) + 1 > width:
+        kept.pop()
+    return [c for c in COLUMNS if c in kept]
+
+
+def table(name: str, rows: list[dict], width: int | None):
     from rich.table import Table
 
+    shown = [cells(r) for r in rows]
+    columns = fit_columns(shown, width)
     t = Table(title=f"sweep {name}: {len(rows)} runs", title_justify="left")
-    for col in ("size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job", "beat"):
-        t.add_column(col, justify="left" if col in ("size", "arm", "state", "job") else "right")
-    for r in rows:
-        loss = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
-        t.add_row(r["size"], r["arm"], f"[{STYLE[r['state']]}]{r['state']}[/]",
-                  f"{r['step']}/{r['steps']} {r['pct']:.0f}%", _fmt_tokens(r["tokens"]), loss(r["train_loss"]),
-                  loss(r["val_loss"]), "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
-                  _fmt_eta(r["eta_s"]), f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", r["job"],
-                  age(r["heartbeat_age_s"]) if r["state"] in ("running", "stalled") and r["heartbeat_age_s"] is not None
-                  else "")
+    for col in columns:
+        t.add_column(col, justify="left" if col in LEFT else "right", no_wrap=True)
+    for r, c in zip(rows, shown):
+        t.add_row(*(f"[{STYLE[r['state']]}]{c[col]}[/]" if col == "state" else c[col] for col in columns))
     return t
+
+
+def plain_table(name: str, rows: list[dict]) -> list[str]:
+    """The same table as plain text lines, every column (for files, pipes and logs)."""
+    shown = [cells(r) for r in rows]
+    width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in COLUMNS}
+    line = lambda d: "  ".join(d[c].ljust(width[c]) if c in LEFT else d[c].rjust(width[c])  # noqa: E731
+                               for c in COLUMNS).rstrip()
+    return [f"sweep {name}: {len(rows)} runs", line({c: c for c in COLUMNS}), *(line(d) for d in shown)]
 
 
 def footer(rows: list[dict]) -> str:
@@ -249,68 +281,117 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
         ("stopped", "resume"): "; submit again to resume it"}
 
 
-def render(sweeps: list[tuple[str, list[dict]]]):
+def notes(rows: list[dict]) -> list[tuple[str, str]]:
+    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped."""
+    found = []
+    for r in rows:
+        if r["state"] in ("failed", "broken", "stalled", "stopped") and r["reason"]:
+            where = f"  (log: {r['log']})" if r["log"] else ""
+            then = NEXT.get((r["state"], r["next"]), "")
+            found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
+    return found
+
+
+def render(sweeps: list[tuple[str, list[dict]]], width: int | None):
     from rich.console import Group
     from rich.text import Text
 
     parts = []
     for name, rows in sweeps:
-        parts += [table(name, rows), Text(footer(rows))]
-        for r in rows:
-            if r["state"] in ("failed", "broken", "stalled", "stopped") and r["reason"]:
-                where = f"  (log: {r['log']})" if r["log"] else ""
-                then = NEXT.get((r["state"], r["next"]), "")
-                parts.append(Text(f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", style=STYLE[r["state"]]))
+        parts += [table(name, rows, width), Text(footer(rows))]
+        parts += [Text(line, style=STYLE[state]) for line, state in notes(rows)]
     return Group(*parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
+def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
+    lines = []
+    for name, rows in sweeps:
+        lines += plain_table(name, rows) + [footer(rows)] + [line for line, _ in notes(rows)]
+    return "\n".join(lines)
 
-    p = argparse.ArgumentParser(prog="zbpscale status", description=__doc__.splitlines()[0])
+
+def show(data: list[tuple[str, list[dict]]]) -> None:
+    """The tables: fitted to the terminal, or plain lines when stdout is not one."""
+    if not sys.stdout.isatty():
+        print(plain(data), flush=True)
+        return
+    from rich.console import Console
+
+    width = shutil.get_terminal_size().columns
+    Console(width=width).print(render(data, width))
+
+
+def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tuple[str, list[dict]]]:
+    """Refresh until Ctrl-C: in place on a terminal; elsewhere a timestamped block each time a run's row
+    changes (and at least every 10 refreshes), flushed, so a log file follows the sweep."""
+    if not sys.stdout.isatty():
+        shown, quiet = "", 0
+        try:
+            while True:
+                text = plain(data)
+                if text != shown or quiet >= 10:
+                    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}]\n{text}\n", flush=True)
+                    shown, quiet = text, 0
+                else:
+                    quiet += 1
+                time.sleep(every_s)
+                data = gather()
+        except KeyboardInterrupt:
+            return data
+    from rich.console import Console
+    from rich.live import Live
+
+    width = shutil.get_terminal_size().columns
+    console = Console(width=width)
+    with Live(render(data, width), console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(every_s)
+                data = gather()
+                live.update(render(data, shutil.get_terminal_size().columns), refresh=True)
+        except KeyboardInterrupt:
+            pass
+    return data
+
+
+def add_arguments(p) -> None:
     p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>) or a jobs root "
                                              "(default: ./jobs)")
-    p.add_argument("--only", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+    p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--watch", nargs="?", const=10.0, type=float, metavar="SECONDS",
-                   help="refresh in place (every 10 s, or as given) until Ctrl-C")
+                   help="refresh every 10 s (or as given) until Ctrl-C; plain lines when not on a terminal")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--logs", metavar="RUN", help="print the tail of that run's latest log")
     p.add_argument("--lines", type=int, default=40, help="lines of --logs (default 40)")
     p.add_argument("--stall-after", type=float, default=900.0, metavar="SECONDS",
                    help="a running job silent this long is stalled (default 900)")
-    args = p.parse_args(argv)
-    try:
-        sweeps, planned = find_sweeps(args.target), planned_runs(args.target)
-        if args.logs:
-            return print_logs(sweeps, args.logs, args.lines)
-        gather = lambda: [(n, collect_rows(f, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
-                                           planned=planned)) for n, f in sweeps]
-        data = gather()
-        if args.only and not any(rows for _, rows in data):
-            names = sorted(r["run"] for _, f in sweeps for r in collect_rows(f, planned=planned))
-            raise ConfigError(f"no run matches --only {args.only!r}", hint="runs: " + ", ".join(names))
-        if args.json:
-            print(json.dumps({n: rows for n, rows in data}, indent=1))
-            return exit_code([r for _, rows in data for r in rows])
-        from rich.console import Console
 
-        console = Console(width=max(140, shutil.get_terminal_size().columns))
-        if not args.watch:
-            console.print(render(data))
-            return exit_code([r for _, rows in data for r in rows])
-        from rich.live import Live
 
-        with Live(render(data), console=console, auto_refresh=False) as live:
-            try:
-                while True:
-                    time.sleep(args.watch)
-                    live.update(render(gather()), refresh=True)
-            except KeyboardInterrupt:
-                pass
-        return exit_code([r for _, rows in gather() for r in rows])
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def run(args) -> int:
+    sweeps, planned = find_sweeps(args.target), planned_runs(args.target)
+    if args.logs:
+        return print_logs(sweeps, args.logs, args.lines)
+    gather = lambda: [(n, collect_rows(f, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
+                                       planned=planned)) for n, f in sweeps]
+    data = gather()
+    if args.only and not any(rows for _, rows in data):
+        names = sorted(r["run"] for _, f in sweeps for r in collect_rows(f, planned=planned))
+        raise ConfigError(f"no run matches --only {args.only!r}", hint="runs: " + ", ".join(names))
+    if args.json:
+        print(json.dumps({n: rows for n, rows in data}, indent=1))
+        return exit_code([r for _, rows in data for r in rows])
+    if args.watch:
+        data = watch(gather, data, args.watch)
+    else:
+        show(data)
+    return exit_code([r for _, rows in data for r in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.status ...`, the same as `zbpscale status ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("status", argv)
 
 
 def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
@@ -330,3 +411,7 @@ def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
             return 0
     names = sorted(p.name for _, f in sweeps for p in f.iterdir() if (p / CONFIG).exists())
     raise ConfigError(f"no run {run!r} here", hint="runs: " + ", ".join(names))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

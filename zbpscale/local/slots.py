@@ -40,9 +40,10 @@ class Held:
     """Start time plus its time limit (Unix seconds)."""
 
 
-def gpu_inventory(environ: dict | None = None) -> list[str]:
+def gpu_inventory(environ: dict | None = None, *, ask_torch: bool = True) -> list[str]:
     """The node's GPU ids: CUDA_VISIBLE_DEVICES when set (ids or UUIDs; '' or -1 = none), else nvidia-smi's
-    list, else torch's count (the driver stays light: torch is imported only as the last resort)."""
+    list, else torch's count (the driver stays light: torch is imported only as the last resort, and not at
+    all with ask_torch=False: no GPU then)."""
     environ = os.environ if environ is None else environ
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -56,6 +57,8 @@ def gpu_inventory(environ: dict | None = None) -> list[str]:
                 return [line.strip() for line in out.stdout.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):
             pass
+    if not ask_torch:
+        return []
     try:
         import torch
     except ImportError:
