@@ -153,7 +153,14 @@ def _style(row: dict, color: str, *, line: bool = True) -> dict:
 
 
 def _save(fig, folder: Path, name: str) -> list[Path]:
+    """Write the figure as PNG and PDF, stamped with what made it: the sweep, the runs' folder and the bundle."""
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        made = json.loads((folder.parent / "manifest.json").read_text())
+        fig.text(0.005, 0.005, f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
+                 f"zbpscale plot {folder.parent}", fontsize=6, color="gray", ha="left", va="bottom")
+    except (OSError, ValueError, KeyError):
+        pass  # not a collected bundle (a notebook's own folder): no stamp
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=150, metadata={"Software": None})
     fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None})

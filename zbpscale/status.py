@@ -2,12 +2,14 @@
 
     zbpscale status                         # every sweep under ./jobs
     zbpscale status sweeps/ladder.py        # one sweep (its file or its folder, jobs/ladder)
-    zbpscale status jobs/ladder --watch     # refresh in place
+    zbpscale status jobs/ladder --watch     # refresh in place (a timestamped plain table per refresh when piped)
     zbpscale status jobs/ladder --json      # the same rows for scripts
     zbpscale status jobs/ladder --logs s60-zbp_n16   # the tail of that run's log
 
-A run's state is its folder joined with its scheduler: COMPLETE marker, the attempts record and the tail of
-metrics.jsonl, with SLURM's sacct (squeue when accounting does not answer) or the local queue's entry files.
+A run's state is its folder joined with its scheduler (decided in runfolder.run_state, which submit acts on
+too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's sacct (squeue when
+accounting does not answer) or the local queue's entry files. A SLURM attempt that died without writing its
+end record gets one here, from sacct (runfolder.reconcile).
 States: complete, running, stalled (the job runs but the heartbeat is older than --stall-after), queued,
 failed (with a one-line reason and the log to read), broken (the run folder's config.json cannot be read),
 cancelled, stopped (interrupted, nothing queued), new. Only the tails of the logs are read.
