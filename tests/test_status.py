@@ -276,9 +276,10 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
         "e-bp": (make_run(sweep, "e-bp", done=5, job="5", ends=[("timeout", "checkpointed; requeue 1/3")]),
                  "COMPLETED", "stopped", "new", "new"),
         "f-bp": (make_run(sweep, "f-bp"), "", "new", "new", "new"),
+        "g-bp": (make_run(sweep, "g-bp", done=5, job="7", ends=[("timeout", "checkpointed; requeue 1/3")]),
+                 "COMPLETED", "broken", "broken", "broken"),
     }
-    (cases["e-bp"][0] / "config.json").write_text("[1]")
-    cases["e-bp"] = cases["e-bp"][:2] + ("broken", "broken", "broken")
+    (cases["g-bp"][0] / "config.json").write_text("[1]")  # a config that is not an object
     for name, (run, sched, state, action, with_retry) in cases.items():
         decided = run_state(run, read_attempts(run), sched)
         fake = SimpleNamespace(run_dir=run)

@@ -32,9 +32,6 @@ from zbpscale.runfolder import (
     last_submitted, log_path, parse_run_name, reconcile, run_state, tail_records,
 )
 
-ORDER = STATES
-
-
 # ---------------------------------------------------------------------------------------------- reading
 def first_record(path: Path) -> dict:
     try:
@@ -215,12 +212,6 @@ def _fmt_tokens(n: float) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    return age(seconds)
-
-
 COLUMNS = ("size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job", "beat")
 KEEP = ("size", "arm", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
 """The columns in the order they are given up when the terminal is narrow (the last first)."""
@@ -234,7 +225,7 @@ def cells(r: dict) -> dict[str, str]:
     return {"size": r["size"], "arm": r["arm"], "state": r["state"],
             "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": _fmt_tokens(r["tokens"]),
             "train": loss(r["train_loss"]), "val": loss(r["val_loss"]),
-            "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}", "ETA": _fmt_eta(r["eta_s"]),
+            "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}", "ETA": "" if r["eta_s"] is None else age(r["eta_s"]),
             "T/P/F": f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", "job": r["job"],
             "beat": "" if beat is None else age(beat)}
 
@@ -272,7 +263,7 @@ def plain_table(name: str, rows: list[dict]) -> list[str]:
 
 
 def footer(rows: list[dict]) -> str:
-    counts = {s: sum(r["state"] == s for r in rows) for s in ORDER}
+    counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
     used = sum(r["gpu_hours"] for r in rows)
     planned = [r["gpu_hours_planned"] for r in rows]
     plan = f"{sum(p for p in planned if p):,.1f}" + ("" if all(p is not None for p in planned) else "+?")
@@ -324,8 +315,9 @@ def show(data: list[tuple[str, list[dict]]]) -> None:
 
 
 def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tuple[str, list[dict]]]:
-    """Refresh until Ctrl-C: in place on a terminal; elsewhere a timestamped block each time a run's row
-    changes (and at least every 10 refreshes), flushed, so a log file follows the sweep."""
+    """Refresh until Ctrl-C: in place on a terminal; elsewhere a timestamped block, flushed, each time the
+    table changes (a running run's heartbeat age changes it at every refresh) and at least every 10 refreshes,
+    so a log file follows the sweep."""
     if not sys.stdout.isatty():
         shown, quiet = "", 0
         try:
