@@ -87,6 +87,36 @@ def run_in_triton_interpreter(test_file: str, function: str) -> None:
     assert child.returncode == 0, child.stdout + child.stderr
 
 
+def trainer_env(threads: int | None, **extra: str) -> dict:
+    """The environment of a trainer process: OMP_NUM_THREADS=threads, or (None) unset: the machine's default,
+    as a user's shell has it."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return {**env, **extra}
+
+
+def straight_losses(run_dir: Path, dest: Path) -> list[tuple[int, float]]:
+    """The reference of every resume test: the per-step losses of the run's config trained once, without a stop,
+    in a fresh process at the thread count the run's first attempt recorded (a CPU's results may depend on its
+    thread count, never on whether the process resumed: zbpscale/numerics.py)."""
+    import json
+    import subprocess
+    import sys
+
+    from zbpscale.metrics import read_records
+
+    first = next(r for r in read_records(run_dir) if r["kind"] == "start")
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text((run_dir / "config.json").read_text())
+    done = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(dest)], capture_output=True,
+                          text=True, timeout=900, env=trainer_env(first["numerics"]["threads"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = read_records(dest)
+    assert json.dumps(records[0]["numerics"]) == json.dumps(first["numerics"])  # same threads, same machine
+    return [(r["step"], r["loss"]) for r in records if r["kind"] == "train"]
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """The embedded corpus, prepared by zbpscale's own prep once per session."""

@@ -53,7 +53,7 @@ def test_restore_onto_another_device_keeps_rng_states_on_the_cpu(tmp_path, monke
     model = Transformer(SMALL).to("meta")  # stands in for a model on cuda
     optimizer = build_optimizer(model, TrainConfig(model=SMALL, data_dir="x", steps=1, device="cpu"))
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
-    assert checkpoint.restore(tmp_path, model, optimizer) == 1
+    assert checkpoint.restore(tmp_path, model, optimizer).step == 1
 
     rng_tensors = list(_tensors(handed[0]))
     assert len(rng_tensors) >= 2 and {t.device.type for t in rng_tensors} == {"cpu"}

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_sweep
+from conftest import straight_losses, write_sweep
 from zbpscale.runfolder import read_attempts
 from zbpscale.local.driver import Driver
 from zbpscale.local.queue import Entry, LocalQueue
 from zbpscale.local.slots import Held, Want, rank_env, schedule
 from zbpscale.metrics import read_records
-from zbpscale.train import COMPLETE, TrainConfig, train
+from zbpscale.train import COMPLETE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -162,9 +162,7 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def reference_losses(run_dir: Path, tmp_path: Path) -> list[tuple[int, float]]:
-    reference = tmp_path / f"reference-{run_dir.name}"
-    train(TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text())), reference)
-    return losses(reference)
+    return straight_losses(run_dir, tmp_path / f"reference-{run_dir.name}")
 
 
 def ends(run_dir: Path) -> list[str]:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, write_sweep
+from conftest import load_slurm_local, straight_losses, write_sweep
 from zbpscale.runfolder import read_attempts
 from zbpscale.metrics import read_records
-from zbpscale.train import COMPLETE, TrainConfig, train
+from zbpscale.train import COMPLETE
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -120,9 +120,7 @@ def test_timeout_requeues_and_resumes_bitwise(tmp_path, slurm_env, data_dir):
     assert wait_final(slurm_env, job, timeout=900) == "COMPLETED"
     ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
     assert ends[-1] == "completed" and ends.count("timeout") >= 1, ends
-    reference = tmp_path / "reference"
-    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
-    assert losses(run) == losses(reference)  # every step once, bitwise equal to never stopping
+    assert losses(run) == straight_losses(run, tmp_path / "reference")  # every step once, as if never stopped
 
 
 def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_dir):
@@ -151,9 +149,7 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
     ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
     assert ends[-1] == "completed" and "preempted" in ends and "timeout" not in ends, ends
-    reference = tmp_path / "reference"
-    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
-    assert losses(run) == losses(reference)
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
 
 
 def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: float = 300) -> int:
@@ -177,9 +173,7 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True, timeout=30)
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
     assert sum(a["event"] == "start" for a in read_attempts(run)) >= 2
-    reference = tmp_path / "reference"
-    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
-    assert losses(run) == losses(reference)
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
 
 
 def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_resumes_only_that_run(
@@ -212,9 +206,7 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     assert wait_final(slurm_env, job_ids(victim)[-1], timeout=600) == "COMPLETED"
     resume = [r for r in read_records(victim) if r["kind"] == "resume"][-1]  # after the kill (one came before)
     assert resume["from_step"] >= saved
-    reference = tmp_path / "reference"
-    train(TrainConfig.from_dict(json.loads((victim / "config.json").read_text())), reference)
-    assert losses(victim) == losses(reference)
+    assert losses(victim) == straight_losses(victim, tmp_path / "reference")
 
 
 def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_path, slurm_env, data_dir):
@@ -256,6 +248,4 @@ def test_fault_scancel_stops_the_run_without_a_requeue_and_resubmit_resumes(tmp_
     out = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in out.stdout
     assert wait_final(slurm_env, job_ids(run)[-1], timeout=600) == "COMPLETED"
-    reference = tmp_path / "reference"
-    train(TrainConfig.from_dict(json.loads((run / "config.json").read_text())), reference)
-    assert losses(run) == losses(reference)
+    assert losses(run) == straight_losses(run, tmp_path / "reference")

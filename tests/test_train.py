@@ -2,13 +2,14 @@
 
 Compared: 2-process gloo DDP with 1-process gradient accumulation to the same global batch (losses within
 1e-5); a run interrupted by a real SIGUSR2, and one killed by SIGKILL after a periodic checkpoint, with an
-uninterrupted run (bitwise per-step losses and final parameters, no missing or duplicated step); the LR
+uninterrupted run in its own process at the same thread count, at 1 thread and at the machine's default
+(bitwise per-step losses and final parameters, no missing or duplicated step; a resumed process given another
+thread count keeps the run's); the LR
 schedule with a literal table; the batch plan with hand-computed splits; the non-finite guard with the
 parameters it must leave untouched; diagnostics with theory (c ~ 1) and with the whole-basis identity.
 """
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import trainer_env
 from zbpscale import checkpoint
 from zbpscale.errors import ConfigError
 from zbpscale.metrics import read_records
@@ -51,10 +53,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0) -> subprocess.Popen:
-    """A real training process on the run folder's config.json, as a job would start it."""
-    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0, threads: int | None = 1
+           ) -> subprocess.Popen:
+    """A real training process on the run folder's config.json, as a job would start it; `threads`:
+    OMP_NUM_THREADS (None: unset, the machine's default)."""
+    env = trainer_env(threads, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run_dir)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -138,37 +142,57 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("arm, sig", [(None, signal.SIGUSR2), (ZBPConfig(n=4), signal.SIGUSR2),
-                                      (None, signal.SIGINT)], ids=["bp", "zbp_n4", "bp-ctrl-c"])
-def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm, sig):
+def finished(proc: subprocess.Popen) -> None:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+
+
+# Each case runs at an explicit thread count and at the machine's default (None: OMP_NUM_THREADS unset, what a
+# user's shell has; 2 on CI): a CPU's last bits may depend on the thread count, and resume must be bitwise at
+# every count. The last case starts at 2 threads and is resumed by a process given 1: it must keep the 2.
+@pytest.mark.parametrize("arm, sig, threads, resume_threads", [
+    (None, signal.SIGUSR2, 1, 1),
+    (None, signal.SIGUSR2, None, None),
+    (ZBPConfig(n=4), signal.SIGUSR2, 1, 1),
+    (ZBPConfig(n=4), signal.SIGUSR2, None, None),
+    (None, signal.SIGINT, None, None),
+    (None, signal.SIGUSR2, 2, 1),
+], ids=["bp-1thread", "bp-default-threads", "zbp_n4-1thread", "zbp_n4-default-threads", "bp-ctrl-c",
+        "bp-2threads-resumed-given-1"])
+def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, arm, sig, threads, resume_threads):
     """Faults: SIGUSR2 (a time limit) and Ctrl-C (SIGINT, a single run in a terminal) checkpoint alike."""
     model = ModelConfig(**{**SMALL.__dict__, "zbp": arm})
-    cfg = small_cfg(data_dir, model=model, steps=40, micro_batch=4)
-    train(cfg, tmp_path / "reference")
+    cfg = small_cfg(data_dir, model=model, steps=24, micro_batch=4)
+    reference = write_config(tmp_path / "reference", cfg)
+    straight = launch(reference, threads=threads)  # alongside the interrupted run: its own process, same threads
 
     run = write_config(tmp_path / "interrupted", cfg)
-    proc = launch(run)
+    proc = launch(run, threads=threads)
     wait_for(lambda: len(train_losses(run)) >= 3, proc)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
     stopped = len(train_losses(run))
-    assert 3 <= stopped < 40 and checkpoint.list_checkpoints(run)[-1][0] == stopped
-    proc = launch(run)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    assert 3 <= stopped < 24 and checkpoint.list_checkpoints(run)[-1][0] == stopped
+    finished(launch(run, threads=resume_threads))
+    finished(straight)
 
-    assert train_losses(run) == train_losses(tmp_path / "reference")  # bitwise, steps 0..39 once each
-    ref, got = final_state(tmp_path / "reference"), final_state(run)
-    assert all(torch.equal(ref[k], got[k]) for k in ref)
-    kinds = [r["kind"] for r in read_records(run)]
-    assert kinds.count("start") == 2 and kinds.count("resume") == 1
-    assert [r["status"] for r in read_records(run) if r["kind"] == "end"] == ["checkpointed", "completed"]
+    assert train_losses(run) == train_losses(reference)  # bitwise, steps 0..23 once each
+    ref, got = final_state(reference), final_state(run)
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    records = read_records(run)
+    starts, (resume,) = [r for r in records if r["kind"] == "start"], [r for r in records if r["kind"] == "resume"]
+    assert len(starts) == 2 and starts[0]["numerics"] == starts[1]["numerics"] == read_records(reference)[0]["numerics"]
+    assert resume["differs"] == []
+    assert resume["kept"] == ([f"2 CPU threads as before (this attempt was given {resume_threads})"]
+                              if threads != resume_threads else [])
+    assert [r["status"] for r in records if r["kind"] == "end"] == ["checkpointed", "completed"]
 
 
 def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     cfg = small_cfg(data_dir, steps=40, ckpt_every=4)
-    train(cfg, tmp_path / "reference")
+    reference = write_config(tmp_path / "reference", cfg)
+    straight = launch(reference)
     run = write_config(tmp_path / "killed", cfg)
     proc = launch(run)
     # Kill once a checkpoint exists and the run has logged steps past it (work to be redone).
@@ -178,11 +202,10 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     proc.wait()
     logged_before = len(train_losses(run))
     assert logged_before < 40
-    proc = launch(run)
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
-    assert train_losses(run) == train_losses(tmp_path / "reference")
-    ref, got = final_state(tmp_path / "reference"), final_state(run)
+    finished(launch(run))
+    finished(straight)
+    assert train_losses(run) == train_losses(reference)
+    ref, got = final_state(reference), final_state(run)
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     resume = next(r for r in read_records(run) if r["kind"] == "resume")
     assert resume["dropped"] >= 2

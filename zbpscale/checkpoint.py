@@ -1,8 +1,9 @@
 """Checkpoints of a run: written atomically, the last K kept, loaded with `weights_only=True`.
 
 A checkpoint holds everything resume needs: model and optimizer state, `step` (the number of optimizer
-steps done, which is the step training resumes at) and the RNG states of Python, NumPy and torch (CPU and
-this rank's CUDA device). The data position is the step itself: batches are a function of (seed, step) only.
+steps done, which is the step training resumes at), the RNG states of Python, NumPy and torch (CPU and
+this rank's CUDA device) and the trainer's `numerics` (what the state was computed with: numerics.py). The
+data position is the step itself: batches are a function of (seed, step) only.
 Files are `ckpt_00001234.pt` in `<run_dir>/checkpoints/`; a partly written file is never visible under that
 name (temp file, fsync, rename).
 
@@ -19,6 +20,7 @@ import errno
 import os
 import random
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -28,6 +30,14 @@ from zbpscale.runfolder import CHECKPOINTS, fsync_dir, list_checkpoints  # noqa:
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS
+
+
+def seed_rngs(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators (the run draws only from torch's, but all three
+    are checkpointed: seeded, a straight run's checkpoints equal a resumed run's byte for byte)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def rng_state() -> dict:
@@ -116,14 +126,18 @@ def load_latest(run_dir: Path) -> dict | None:
     return state
 
 
-def restore(run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+class Restored(NamedTuple):
+    step: int  # the step to resume at: 0 for a new run
+    numerics: dict | None  # the fingerprint of the attempt that wrote the checkpoint (None: none, or older)
+
+
+def restore(run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Restored:
     """Load the newest checkpoint into `model` and `optimizer` (their tensors go to the device of the
-    parameters they belong to), restore the RNG states on the CPU, and return the step to resume at
-    (0 when the run has no checkpoint)."""
+    parameters they belong to) and restore the RNG states on the CPU."""
     state = load_latest(run_dir)
     if state is None:
-        return 0
+        return Restored(0, None)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     set_rng_state(state["rng"])
-    return state["step"]
+    return Restored(state["step"], state.get("numerics"))

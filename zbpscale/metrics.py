@@ -1,8 +1,10 @@
 """The run's own records: metrics.jsonl (append-only, one JSON object per line) and heartbeat.json.
 
 Schema of metrics.jsonl, one object per line, each with `kind` and `time` (Unix seconds):
-  start  attempt, step (where this attempt starts), world_size, config, derived, git, versions, host
-  resume from_step, dropped (records past the checkpoint removed so that no step appears twice)
+  start  attempt, step (where this attempt starts), world_size, config, derived, numerics (numerics.fingerprint:
+         torch, cpu, cpu_capability, threads, gpu), git, versions, host
+  resume from_step, dropped (records past the checkpoint removed so that no step appears twice), kept and
+         differs (numerics.adopt: what this attempt kept of the checkpoint's numerics, what differs)
   train  step, tokens, loss, lr, grad_norm, step_time, tokens_per_s
   eval   step, tokens, val_loss
   diag   step, blocks: [{layer, branch, fwd_gain, bwd_gain}],

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from zbpscale import checkpoint, dist, signals
+from zbpscale import checkpoint, dist, numerics, signals
 from zbpscale.errors import ConfigError, ZbpError, report
 from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import Transformer
@@ -182,10 +182,11 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
     _, accum = batch_plan(cfg, env.world_size)
     numbers = derived_numbers(cfg, env.world_size)
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    checkpoint.seed_rngs(cfg.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(env.device)
     optimizer = build_optimizer(model, cfg)
-    start = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
+    start, saved_numerics = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
+    kept, differs = numerics.adopt(saved_numerics, env.device)  # compute as the checkpoint's attempt did
     ddp = DistributedDataParallel(model) if env.distributed else model
     loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
                          rank=env.rank, world_size=env.world_size)
@@ -196,18 +197,22 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     if env.is_main:
         attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir))
         if start:
-            log.write("resume", from_step=start, dropped=log.rollback_to(start))
+            log.write("resume", from_step=start, dropped=log.rollback_to(start), kept=kept, differs=differs)
         atomic_write(run_dir / CONFIG, json.dumps(cfg.to_dict(), indent=1) + "\n")
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
         if start:
-            print(f"resuming at step {start} of {cfg.steps}", flush=True)
+            print(f"resuming at step {start} of {cfg.steps}" + "".join(f"; {k}" for k in kept), flush=True)
+        if differs:
+            print(f"warning: not bit for bit with the attempt that wrote the checkpoint ({', '.join(differs)})",
+                  flush=True)
         if numbers["val_batch"] < cfg.global_batch:
             print(f"note: the validation split holds fewer than {cfg.global_batch} windows of {cfg.seq_len + 1} "
                   f"tokens: evaluating on one batch of {numbers['val_batch']}", flush=True)
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
-                  derived=numbers, git=_git_revision(), host=os.uname().nodename,
+                  derived=numbers, numerics=numerics.fingerprint(env.device), git=_git_revision(),
+                  host=os.uname().nodename,
                   versions={"torch": torch.__version__, "python": sys.version.split()[0]})
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
                 val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16)
@@ -251,9 +256,14 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
 def _save(r: _Run, done: int) -> None:
     """Checkpoint `done` steps (rank 0 writes; every rank waits for it)."""
     if r.env.is_main:
-        checkpoint.save(r.run_dir, done, {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict()},
-                        keep=r.cfg.keep_ckpts)
+        checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts)
     dist.barrier(r.env)
+
+
+def _state(r: _Run) -> dict:
+    """What a checkpoint holds besides the step and RNG states (checkpoint.save adds those)."""
+    return {"model": r.model.state_dict(), "optimizer": r.optimizer.state_dict(),
+            "numerics": numerics.fingerprint(r.env.device)}
 
 
 def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, step_time: float) -> None:
@@ -271,8 +281,7 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
     cfg, env = r.cfg, r.env
     if stop_signal is None:
         if env.is_main:
-            checkpoint.save(r.run_dir, cfg.steps, {"model": r.model.state_dict(),
-                                                   "optimizer": r.optimizer.state_dict()}, keep=cfg.keep_ckpts)
+            checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts)
             atomic_write(r.run_dir / COMPLETE, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
         r.log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
