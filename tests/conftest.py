@@ -87,6 +87,17 @@ def run_in_triton_interpreter(test_file: str, function: str) -> None:
     assert child.returncode == 0, child.stdout + child.stderr
 
 
+def config_json(size: str = "nano", **fields) -> str:
+    """A run folder's config.json as the trainer would accept it: the `size` preset with `fields` set (a
+    stand-in run folder must hold a real config: status calls one the trainer would refuse broken)."""
+    import json
+
+    from zbpscale.schema import TrainConfig, model_config
+
+    fields = {"data_dir": "data", "steps": 100, **fields}
+    return json.dumps(TrainConfig(model=model_config(size), **fields).to_dict())
+
+
 def trainer_env(threads: int | None, **extra: str) -> dict:
     """The environment of a trainer process: OMP_NUM_THREADS=threads, or (None) unset: the machine's default,
     as a user's shell has it."""

@@ -4,6 +4,7 @@ mistake compared with the one-line contract (no traceback, non-zero exit)."""
 import subprocess
 import sys
 
+from conftest import config_json
 from zbpscale.model import SIZES, n_params
 
 
@@ -115,7 +116,7 @@ def test_runs_go_to_the_sweeps_project_folder_from_any_directory(tmp_path):
     assert f"runs in {home / 'jobs' / 'smoke'}; data in {home / 'data' / 'embedded'}" in plan.stdout
     done = home / "jobs" / "smoke" / "tiny-bp"  # a run finished earlier, as the trainer leaves it
     done.mkdir(parents=True)
-    (done / "config.json").write_text(json.dumps({"steps": 20, "global_batch": 8, "seq_len": 128}))
+    (done / "config.json").write_text(config_json(steps=20, global_batch=8))
     (done / "COMPLETE").write_text("{}\n")
     out = zbpscale("status", sweep, "--json", cwd=elsewhere)
     rows = {r["run"]: r["state"] for r in json.loads(out.stdout)["smoke"]}
@@ -143,7 +144,7 @@ def status_folder(tmp_path: Path) -> Path:
         run = sweep / name
         run.mkdir(parents=True)
         now = time.time()
-        (run / "config.json").write_text(json.dumps({"steps": 100, "global_batch": 512, "seq_len": 1024}))
+        (run / "config.json").write_text(config_json(steps=100, global_batch=512))
         (run / "heartbeat.json").write_text(json.dumps({"step": steps_done, "time": now}))
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
             {"kind": "start", "time": now - 60}, {"kind": "train", "time": now, "step": steps_done - 1,

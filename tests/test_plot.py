@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import config_json
 from zbpscale import plot as plot_module
 from zbpscale.collect import FIELDS, RunSummary, collect, read_summary
 from zbpscale.model import SIZES, n_params
@@ -161,8 +162,8 @@ def make_run(sweep: Path, name: str, *, steps: int, done: int, eval_every: int, 
     done). Returns {steps done: val loss}, as written."""
     run, t0 = sweep / name, time.time() - 3600
     run.mkdir(parents=True)
-    config = {"steps": steps, "global_batch": 2, "seq_len": 32, "eval_every": eval_every, "diag_every": diag_every,
-              "device": "cpu"}
+    config = json.loads(config_json(steps=steps, global_batch=2, eval_every=eval_every, diag_every=diag_every,
+                                    device="cpu"))
     (run / "config.json").write_text(json.dumps(config))
     derived = {"params": 1000, "params_non_embedding": 500, "total_steps": steps, "tokens_per_step": TOKENS_PER_STEP,
                "total_tokens": steps * TOKENS_PER_STEP}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import config_json
 from zbpscale.status import collect_rows, exit_code, tail_records
 
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
@@ -23,7 +24,7 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
     now = time.time()  # ages are relative to when the folder is written
     run = folder / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"steps": steps, "global_batch": 8, "seq_len": 128}))
+    (run / "config.json").write_text(config_json(steps=steps, global_batch=8))
     (run / "plan.json").write_text(json.dumps(plan or {"params": 1000 + len(name), "gpus": 8, "gpu_hours": 16.0}))
     records = [{"kind": "start", "time": now - 3600, "derived": {"params": 1000 + len(name), "tokens_per_step": 1024,
                                                                   "total_steps": steps}}]
@@ -56,14 +57,19 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
 
 @pytest.fixture
 def fake_sacct(tmp_path, monkeypatch):
-    """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states."""
+    """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states, and a stand-in `squeue`
+    that lists the live ones (the controller has forgotten the long-ended jobs)."""
+    from zbpscale.slurm import ALIVE
+
     def install(states: dict[str, str]):
         bin_dir = tmp_path / "bin"
         bin_dir.mkdir(exist_ok=True)
-        script = bin_dir / "sacct"
         rows = "\\n".join(f"{j}|{s}" for j, s in states.items())
-        script.write_text(f"#!/bin/sh\nprintf '{rows}\\n'\n")
-        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        live = "\\n".join(f"{j}|{s}|None||" for j, s in states.items() if s in ALIVE)
+        for name, rows in (("sacct", rows), ("squeue", live)):
+            script = bin_dir / name
+            script.write_text(f"#!/bin/sh\nprintf '{rows}\\n'\n")
+            script.chmod(script.stat().st_mode | stat.S_IEXEC)
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return install
 
@@ -235,6 +241,7 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
     and submit's plan agrees (resume, not 'left alone')."""
     from types import SimpleNamespace
 
+    from zbpscale.executors import JobView, View
     from zbpscale.runfolder import read_attempts
     from zbpscale.submit import run_action
 
@@ -250,7 +257,7 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
     assert "signal 9 (SIGKILL)" in ends[0]["reason"] and ends[0]["log"].endswith("40_0_log.out")
     assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["next"] == "resume"
     assert row["failures"] == 1 and row["log"] == ends[0]["log"]
-    assert run_action(SimpleNamespace(run_dir=run), {"40": ("FAILED", "")}) == "resume"
+    assert run_action(SimpleNamespace(run_dir=run), View({"40": JobView("FAILED", source="sacct")})) == "resume"
 
 
 def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct):
@@ -260,7 +267,9 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
     complete one is skipped, a broken one is left alone."""
     from types import SimpleNamespace
 
-    from zbpscale.runfolder import DRIVER_DOWN, read_attempts, run_state
+    from zbpscale.executors import DRIVER_DOWN, JobView, View
+    from zbpscale.runfolder import read_attempts
+    from zbpscale.runstate import run_state
     from zbpscale.submit import run_action
 
     sweep = tmp_path / "jobs" / "one"
@@ -281,10 +290,11 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
     }
     (cases["g-bp"][0] / "config.json").write_text("[1]")  # a config that is not an object
     for name, (run, sched, state, action, with_retry) in cases.items():
-        decided = run_state(run, read_attempts(run), sched)
+        seen = JobView(sched, source="sacct") if sched else JobView()
+        decided = run_state(run, read_attempts(run), seen)
         fake = SimpleNamespace(run_dir=run)
         job = next((a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"), "")
-        got = (decided.state, run_action(fake, {job: (sched, "")}), run_action(fake, {job: (sched, "")}, retry=True))
+        got = (decided.state, run_action(fake, View({job: seen})), run_action(fake, View({job: seen}), retry=True))
         assert got == (state, action, with_retry), name
 
 
@@ -293,13 +303,15 @@ def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
     said 'running'), a cancelled run 'cancelled (...)' (it said 'stopped (cancelled: cancelled; ...)')."""
     from types import SimpleNamespace
 
+    from zbpscale.executors import JobView, View
     from zbpscale.submit import progress
 
     sweep = tmp_path / "jobs" / "words"
     queued = make_run(sweep, "a-bp", job="1")
     running = make_run(sweep, "b-bp", done=12, job="2", beat_age=1.0)
     cancelled = make_run(sweep, "c-bp", done=5, job="3", ends=[("cancelled", "zbpscale cancel; checkpointed")])
-    jobs = {"1": ("PENDING", ""), "2": ("RUNNING", ""), "3": ("COMPLETED", "")}
+    jobs = View({"1": JobView("PENDING", source="squeue"), "2": JobView("RUNNING", source="squeue"),
+                 "3": JobView("COMPLETED", source="sacct")})
     words = [progress(SimpleNamespace(run_dir=r, size=SimpleNamespace(steps=100)), jobs)
              for r in (queued, running, cancelled)]
     assert words == ["queued", "step 12/100", "cancelled (zbpscale cancel; checkpointed)"]

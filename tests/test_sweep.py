@@ -17,7 +17,8 @@ import pytest
 
 from zbpscale.errors import ConfigError
 from zbpscale.model import n_params, SIZES
-from zbpscale.submit import plan_rows, sbatch_parameters, select
+from zbpscale.executors.slurm import sbatch_parameters
+from zbpscale.submit import plan_rows, select
 from zbpscale.sweep import Data, Size, Sweep, arm, expand, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,15 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from zbpscale.schema import TrainConfig, model_config
 from zbpscale.status import collect_rows
 
 
 def build(folder: Path, runs: int, records: int) -> None:
     now = time.time()
+    config = json.dumps(TrainConfig(model=model_config("s60"), data_dir="data", steps=2 * records,
+                                    global_batch=256).to_dict())
     for i in range(runs):
         run = folder / f"s{i // 3:02d}-{('bp', 'zbp_n16', 'zbp_n64')[i % 3]}"
         run.mkdir(parents=True)
-        (run / "config.json").write_text(json.dumps({"steps": 2 * records, "global_batch": 256, "seq_len": 1024}))
+        (run / "config.json").write_text(config)
         (run / "plan.json").write_text(json.dumps({"params": 6e7 + i, "gpus": 8, "gpu_hours": 40.0}))
         lines = [json.dumps({"kind": "start", "time": now - 9e4, "derived": {"params": 6e7 + i,
                                                                                 "tokens_per_step": 262144}})]

@@ -14,8 +14,8 @@ is recorded in DIR/pids.json and `stop` ends exactly those, never a process foun
 
 All commands take --dir DIR (default /tmp/zbpscale-slurm); start takes --port (default 6817, or 16817, ...
 when taken). Tests import this file and call `available()`, `start(dir)`, `is_running(dir)`, `recorded(dir)`
-and `stop(dir)`. Export SLURM_CONF before any Slurm command: without it the clients look the controller up
-in DNS.
+and `stop(dir)`; fault tests `stop_daemon(dir, name)` and `restart_daemon(dir, name)`. Export SLURM_CONF
+before any Slurm command: without it the clients look the controller up in DNS.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -532,22 +533,52 @@ def stop(dir: str | os.PathLike = DEFAULT_DIR, quiet: bool = False) -> None:
     if any(r["name"] == "slurmctld" and _alive(r) for r in daemons):
         _cancel_jobs(d, quiet)
     for rec in reversed(daemons):
-        if not _alive(rec):
-            continue
-        t0, grace, how = time.monotonic(), 30 if rec["name"] == "mariadbd" else 15, "SIGTERM"
-        _signal(rec, signal.SIGTERM)
-        while _alive(rec) and time.monotonic() - t0 < grace:
-            time.sleep(0.1)
-        if _alive(rec):
-            _signal(rec, signal.SIGKILL)
-            how = "SIGKILL after SIGTERM"
-            while _alive(rec) and time.monotonic() - t0 < grace + 5:
-                time.sleep(0.1)
-        if not quiet:
-            _say(f"{rec['name']:<10} pid {rec['pid']:<7} stopped ({how}, {time.monotonic() - t0:.1f} s)")
+        _stop_one(rec, quiet)
     left = [f"{r['name']} ({r['pid']})" for r in daemons if _alive(r)]
     if left:
         raise SlurmLocalError(f"still alive after SIGKILL: {', '.join(left)}")
+
+
+def _stop_one(rec: dict, quiet: bool) -> None:
+    """SIGTERM to one recorded daemon, SIGKILL after its grace; says how it ended."""
+    if not _alive(rec):
+        return
+    t0, grace, how = time.monotonic(), 30 if rec["name"] == "mariadbd" else 15, "SIGTERM"
+    _signal(rec, signal.SIGTERM)
+    while _alive(rec) and time.monotonic() - t0 < grace:
+        time.sleep(0.1)
+    if _alive(rec):
+        _signal(rec, signal.SIGKILL)
+        how = "SIGKILL after SIGTERM"
+        while _alive(rec) and time.monotonic() - t0 < grace + 5:
+            time.sleep(0.1)
+    if not quiet:
+        _say(f"{rec['name']:<10} pid {rec['pid']:<7} stopped ({how}, {time.monotonic() - t0:.1f} s)")
+
+
+def stop_daemon(dir: str | os.PathLike, name: str) -> None:
+    """Stop one daemon of a running cluster (a fault test: `slurmdbd`, accounting down), by its recorded PID."""
+    d = Path(dir).resolve()
+    (rec,) = [r for r in _read_pids(d) if r["name"] == name]
+    _stop_one(rec, quiet=False)
+
+
+def restart_daemon(dir: str | os.PathLike, name: str, timeout: float = 60) -> None:
+    """Start a daemon that stop_daemon stopped, with the command start() gave it, and wait until it is ready;
+    its new PID replaces the old one in DIR/pids.json."""
+    d = Path(dir).resolve()
+    p = _paths(d)
+    port = int(re.search(r"^SlurmctldPort=(\d+)", p["slurm_conf"].read_text(), re.M).group(1))
+    daemons = _read_pids(d)
+    index = next(i for i, r in enumerate(daemons) if r["name"] == name)
+    if _alive(daemons[index]):
+        return
+    _, cmd, user, extra_env, check, what, logs = next(x for x in _daemons(d, p, port) if x[0] == name)
+    rest = daemons[:index] + daemons[index + 1:]
+    rec = _spawn(name, cmd, d, rest, user, extra_env)
+    daemons = [*daemons[:index], rec, *daemons[index + 1:]]
+    _write_pids(d, daemons)
+    _wait_ready(name, rec, check, timeout, what, [*logs, Path(rec["out"])])
 
 
 def status(dir: str | os.PathLike = DEFAULT_DIR) -> bool:

@@ -9,10 +9,8 @@ The command waits (`--no-wait` does not) until the cancelled jobs have stopped, 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
-
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,65 +40,34 @@ def find_runs(target: str, only: str | None) -> tuple[Path, list[RunRef]]:
     return folder.parent, select(runs, only)
 
 
-def _last_job(run: RunRef) -> tuple[str | None, str]:
-    """(job id, executor) of the run's latest submission; (None, "") if it was never submitted."""
-    from zbpscale.runfolder import last_submitted, read_attempts
-
-    sub = last_submitted(read_attempts(run.run_dir))
-    return sub.get("job_id"), (sub.get("executor", "slurm") if sub else "")
-
-
-def _scancel(*args: str) -> None:
-    try:
-        subprocess.run(["scancel", *args], check=True, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as err:
-        raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
-
-
 def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
-    """Ask every live job of the runs to stop; returns the runs whose jobs were live."""
-    from zbpscale.runfolder import CANCEL, record
-    from zbpscale.local.queue import LocalQueue
-    from zbpscale.slurm import squeue_states
+    """Ask every live job of the runs to stop, each through the executor that holds it; returns those runs."""
+    from zbpscale import executors
+    from zbpscale.runfolder import last_submitted
 
-    queue = LocalQueue(root)
-    local_alive = queue.states()
-    asked, local = [], False
+    attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
+    asked = []
     for run in runs:
-        job, kind = _last_job(run)
-        if job is None:
+        sub = last_submitted(attempts[run.name])
+        seen = view.of(sub.get("job_id"))
+        if not seen.live or seen.state == executors.UNKNOWN:
             continue
-        state = local_alive.get(job) if kind == "local" else squeue_states([job]).get(job)
-        if state is None:
-            continue
-        if kind == "local":
-            queue.request_cancel(job)
-            local = True
-        elif state == "RUNNING":
-            (run.run_dir / CANCEL).write_text(f"{time.time()}\n")
-            _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
-        else:
-            _scancel(job)
-            record(run.run_dir, "end", job_id=job, executor="slurm", why="cancelled", reason="cancelled while "
-                   f"{state.lower()}")
-        print(f"{run.name}: job {job} ({kind}, {state.lower()}) asked to stop", flush=True)
+        back = executors.get(sub.get("executor", ""), root)
+        back.cancel(run.run_dir, sub["job_id"], seen)
+        print(f"{run.name}: job {sub['job_id']} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
         asked.append(run)
-    if local:
-        queue.ensure_driver()  # the driver applies the requests (a dead one's jobs are picked up again)
     return asked
 
 
 def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
     """Wait until none of the runs has a live job; returns the names still live at the timeout."""
-    from zbpscale.local.queue import LocalQueue
-    from zbpscale.slurm import squeue_states
+    from zbpscale import executors
+    from zbpscale.runfolder import last_submitted
 
-    jobs = {r.name: _last_job(r) for r in runs}  # cancelling keeps the job ids (a requeue would too)
-    slurm_jobs = [job for job, kind in jobs.values() if kind == "slurm" and job]
     deadline, shown = time.time() + timeout_s, None
     while True:
-        alive = {**squeue_states(slurm_jobs), **LocalQueue(root).states()}
-        left = [r.name for r in runs if alive.get(jobs[r.name][0] or "")]
+        attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
+        left = [r.name for r in runs if view.of(last_submitted(attempts[r.name]).get("job_id")).live]
         if not left or time.time() > deadline:
             return left
         if left != shown:

@@ -28,6 +28,10 @@ class BrokenRunFolder(ZbpError):
     """A run folder's own files cannot be read (a garbled config.json): the run cannot go on until fixed."""
 
 
+class RunFolderBusy(ZbpError):
+    """Another trainer is training this run folder: a second one must not write beside it."""
+
+
 class CheckpointError(ZbpError):
     """A checkpoint could not be written or read; the message names the file and what is still intact."""
 

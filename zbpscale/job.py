@@ -15,7 +15,6 @@ the executor, times and, for `end`, `why` (completed | timeout | preempted | fai
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -26,8 +25,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from zbpscale import slurm
-from zbpscale.errors import ZbpError
-from zbpscale.runfolder import CANCEL, CONFIG, read_attempts, record, retry_decision
+from zbpscale.errors import ZbpError, report
+from zbpscale.runfolder import CANCEL, CONFIG, EXIT_USAGE, RunFolder, read_attempts, record, retry_decision
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
@@ -67,8 +66,13 @@ class TrainJob:
             record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
                    ranks=env.num_tasks, pid=os.getpid())
         try:
-            cfg = TrainConfig.from_dict(json.loads((run_dir / CONFIG).read_text()))
+            cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(run_dir / CONFIG))
             status = train(cfg, run_dir)
+        except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
+            if main:
+                record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")
+            report(err)
+            raise SystemExit(EXIT_USAGE) from None
         except BaseException as err:
             if main:
                 last = (str(err).strip().splitlines() or [""])[-1]
@@ -85,7 +89,7 @@ class TrainJob:
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
             return "cancelled"
-        if slurm.job_states([job_id]).get(job_id) == "CANCELLED":  # scancel: SIGTERM, then the job is killed
+        if cancelled_by_scheduler(job_id):  # scancel: SIGTERM, then the job is killed
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="scancel; checkpointed")
             return "cancelled"
@@ -115,6 +119,16 @@ class TrainJob:
             # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
             print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
                   file=sys.stderr, flush=True)
+
+
+def cancelled_by_scheduler(job_id: str) -> bool:
+    """Whether SLURM has ended this job (scancel, an admin): the controller says CANCELLED, or COMPLETING while
+    this task still runs, at once; accounting may lag, so it is asked only when the controller cannot say."""
+    state = slurm.controller_state(job_id)
+    if state is None:
+        rows = (slurm.sacct_rows([job_id]) or {}).get(job_id, [])
+        state = rows[-1]["state"] if rows else None
+    return state in ("CANCELLED", "COMPLETING")
 
 
 def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: float = 600.0) -> NoReturn:

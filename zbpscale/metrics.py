@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from zbpscale.runfolder import COMPLETE, HEARTBEAT, METRICS, atomic_write  # noqa: F401 - re-exported names
+from zbpscale.runfolder import process_start_time
 
 STEP_KINDS = ("train", "eval", "diag")
 
@@ -51,6 +52,7 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = 5.0):
         self.run_dir, self.enabled, self.heartbeat_s = Path(run_dir), enabled, heartbeat_s
+        self._pid_start = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
         self.path = self.run_dir / METRICS
         self._last_beat = 0.0
         self._fh = None
@@ -81,7 +83,8 @@ class MetricsLog:
         if not self.enabled or (not force and now - self._last_beat < self.heartbeat_s):
             return
         self._last_beat = now
-        beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid()}
+        beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
+                "pid_start": self._pid_start}
         atomic_write(self.run_dir / HEARTBEAT, json.dumps(beat) + "\n")
 
     def close(self) -> None:

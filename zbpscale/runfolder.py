@@ -2,15 +2,17 @@
 
 Every part of zbpscale that touches a run (the trainer, both executors, submit, status, cancel, collect) takes
 from here where a file lives, what an exit code or a run name means, how a file is written atomically, how an
-attempt is recorded and whether an interrupted attempt may be retried.
+attempt is recorded, whether an interrupted attempt may be retried and whether a process is still alive. What
+state a run is in is decided in runstate.py.
 
     <run_dir>/config.json      the resolved TrainConfig (written by submit or the trainer, checked on resume)
               plan.json        parameters, GPUs and planned GPU-hours (submit; read by status)
               metrics.jsonl    the trainer's records (zbpscale.metrics)
-              heartbeat.json   step, tokens, time, host, pid, rewritten every few seconds
+              heartbeat.json   step, tokens, time, host, pid, pid_start, rewritten every few seconds
               attempts.jsonl   one event per line: submitted | start | end (why, reason, log)
               checkpoints/     ckpt_<step>.pt, written atomically, the newest K kept
               logs/            the executor's own stdout/stderr files
+              .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder
               COMPLETE         the trainer finished every step
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
 
@@ -19,6 +21,7 @@ Run names are `{size}-{arm}` plus `-s{seed}` for seeds other than 0; sizes and a
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -27,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder
-from zbpscale.slurm import ALIVE
 
 CONFIG = "config.json"
 PLAN = "plan.json"
@@ -37,6 +39,7 @@ ATTEMPTS = "attempts.jsonl"
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"
 COMPLETE = "COMPLETE"
+TRAINER_LOCK = ".trainer.lock"
 CANCEL = "CANCEL"
 
 # Exit codes of a training process (python -m zbpscale.train, a local-queue rank).
@@ -202,121 +205,6 @@ def _plural(why: str) -> str:
     return {"timeout": "timeouts", "preempted": "preemptions", "crashed": "crashes"}[why]
 
 
-# ---------------------------------------------------------------------------------------------- the state
-# A run's state, as `zbpscale status` shows it and `submit` acts on it. What a plain submit does with each:
-#   complete                     skip
-#   running, stalled, queued     leave alone (its job is live)
-#   stopped                      resume; leave alone when its local-queue job waits for the driver (submit
-#                                starts the driver again)
-#   cancelled, new               resume (from the last checkpoint, or from step 0)
-#   failed                       resume when the job died without deciding (killed, node lost: a crash);
-#                                leave alone when it decided to fail (bounds spent, diverged, a mistake):
-#                                `submit --retry` after fixing the cause
-#   broken                       leave alone: config.json must be fixed or the folder moved aside
-STATES = ("running", "stalled", "queued", "stopped", "new", "cancelled", "failed", "broken", "complete")
-DRIVER_DOWN = "DRIVER_DOWN"  # a local-queue job whose driver is not running (its entry still waits)
-SLURM_REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
-                 "CANCELLED": "cancelled in SLURM (scancel or an admin)", "BOOT_FAIL": "node boot failure",
-                 "TIMEOUT": "time limit reached without a checkpoint", "DEADLINE": "deadline reached"}
-
-
-@dataclass(frozen=True)
-class RunState:
-    """A run's state (one of STATES), why in one line, the log to read, and what a plain submit does next:
-    `skip`, `wait` (leave alone), `resume` (new when there is no checkpoint), `retry` (only with --retry) or
-    `fix` (the folder is broken)."""
-
-    state: str
-    reason: str = ""
-    log: str = ""
-    next: str = "resume"
-
-
-def run_state(run_dir: Path, attempts: list[dict], job_state: str = "", *, now: float | None = None,
-              stall_after_s: float = 900.0) -> RunState:
-    """Decide a run's state from its folder and the scheduler's word on its latest job (`job_state`, squeue's
-    spelling, or DRIVER_DOWN; "" when unknown). The one place where this is decided: status shows it, submit
-    acts on it, `submit --wait` prints it."""
-    folder, now = RunFolder(run_dir), time.time() if now is None else now
-    if folder.complete.exists():
-        return RunState("complete", next="skip")
-    sub = last_submitted(attempts)
-    job, executor = sub.get("job_id", ""), sub.get("executor", "")
-    try:
-        folder.read_config()
-    except BrokenRunFolder as err:
-        if job_state not in ALIVE:
-            return RunState("broken", str(err), next="fix")
-    if job_state == "RUNNING":
-        starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
-        beat = read_json(folder.heartbeat).get("time")
-        started = starts[-1] if starts else now  # silent since the heartbeat, or since the start (start-up counts)
-        last_sign = beat if beat is not None and beat >= started else started
-        if now - last_sign > stall_after_s:
-            return RunState("stalled", f"no heartbeat for {age(now - last_sign)}", next="wait")
-        return RunState("running", next="wait")
-    if job_state in ALIVE:
-        return RunState("queued", next="wait")
-    if job_state == DRIVER_DOWN:
-        return RunState("stopped", "the local queue's driver is not running: submit again to go on", next="wait")
-    end = last_end(attempts, job)
-    slurm_says = SLURM_REASONS.get(job_state) if executor == "slurm" else None
-    log = lambda: end.get("log") or str(log_path(run_dir, sub, job))  # noqa: E731
-    if end.get("why") == "failed" and not slurm_says:
-        return RunState("failed", end.get("reason", ""), log(), next="retry")
-    if end.get("why") == "cancelled" and not slurm_says:
-        return RunState("cancelled", end.get("reason", ""))
-    if end.get("why") == "crashed":  # killed and not requeued (on SLURM: found by reconcile())
-        return RunState("failed", end.get("reason", ""), log())
-    if job and (not end or slurm_says):  # gone without a record, and SLURM's accounting cannot say why
-        reason = slurm_says or f"job ended ({job_state or 'state unknown'}) without a record"
-        return RunState("cancelled" if job_state == "CANCELLED" else "failed", reason,
-                        "" if job_state == "CANCELLED" else log())
-    if job:
-        return RunState("stopped", f"{end.get('why')}: {end.get('reason', '')}; nothing queued")
-    own = tail_records(folder.metrics, ("start", "end"))
-    if not own:
-        return RunState("new")
-    # Trained directly (python -m zbpscale.train), not through a job: the run's own records say.
-    started, stopped = own.get("start", {}), own.get("end", {})
-    beat = read_json(folder.heartbeat).get("time")
-    if not (stopped and stopped.get("time", 0) >= started.get("time", 0)):
-        if beat is not None and now - beat <= stall_after_s:
-            return RunState("running", next="wait")
-    reason = f"{stopped.get('status', 'no end record')}: {stopped.get('reason', '')} (run directly, no job)"
-    if stopped.get("status") == "diverged":
-        return RunState("failed", reason, next="retry")
-    return RunState("stopped", reason)
-
-
-def reconcile(run_dir: Path, attempts: list[dict], job_state: str, how: str = "") -> list[dict]:
-    """Give a SLURM attempt that died without a word (kill -9, the OOM killer, a lost node) the `end` record it
-    could not write, from the scheduler's account (`how`: its exit in words), marked `"source": "sacct"`;
-    returns the attempts with it. A crash counts against no bound here: a plain submit resumes the run.
-    Only when SLURM says the job has ended and its latest attempt started after its latest end."""
-    sub = last_submitted(attempts)
-    job = sub.get("job_id", "")
-    if sub.get("executor") != "slurm" or not job_state or job_state in ALIVE or job_state == "COMPLETED":
-        return attempts
-    starts = [a for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
-    if not starts or last_end(attempts, job) or (Path(run_dir) / COMPLETE).exists():
-        return attempts
-    reason = (SLURM_REASONS.get(job_state) or f"job ended {job_state}") + (f", {how}" if how else "")
-    end = {"job_id": job, "executor": "slurm", "why": "cancelled" if job_state == "CANCELLED" else "crashed",
-           "reason": reason, "log": str(log_path(run_dir, sub, job)), "source": "sacct"}
-    record(run_dir, "end", **end)
-    return read_attempts(run_dir)
-
-
-def last_end(attempts: list[dict], job: str) -> dict:
-    """The `end` record of the job's latest attempt, {} if that attempt has none. A requeued SLURM job keeps its
-    id, so an end before the job's latest start belongs to an earlier attempt."""
-    starts = [a.get("time", 0) for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
-    since = starts[-1] if starts else 0
-    return next((a for a in reversed(attempts) if a.get("event") == "end" and a.get("job_id") == job
-                 and a.get("time", 0) >= since), {})
-
-
 def log_path(run_dir: Path, submitted: dict, job: str) -> Path:
     """The job's log file (the local queue's `<job>_0.log`, submitit's `<job>_0_log.out`), else its folder."""
     logs = Path(submitted.get("logs") or Path(run_dir) / LOGS)
@@ -325,6 +213,43 @@ def log_path(run_dir: Path, submitted: dict, job: str) -> Path:
             return logs / name
     found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
     return found[-1] if found else logs
+
+
+# ---------------------------------------------------------------------------------------------- processes
+def lock_run_folder(run_dir: Path):
+    """Take the run folder's trainer lock: (the open, locked file, "") or (None, who holds it: "pid N on
+    HOST"). The kernel releases it when the holder dies, however it dies; close the file to release it."""
+    path = Path(run_dir) / TRAINER_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        return None, holder
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
+    fh.flush()
+    return fh, ""
+
+
+def pid_alive(pid: int, start_time: int) -> bool:
+    """Whether the process `pid` that started at kernel tick `start_time` still runs (not a reused pid)."""
+    return process_start_time(pid) == start_time
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel start time (clock ticks since boot) of a live, non-zombie process, or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
 
 
 def age(seconds: float) -> str:

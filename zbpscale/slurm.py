@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import time
 
 ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
          "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
@@ -29,35 +30,56 @@ def answers() -> bool:
     return out is not None and out.returncode == 0
 
 
-def squeue_states(job_ids: list[str]) -> dict[str, str]:
-    """{job id: state} of jobs still known to squeue (finished jobs are simply absent)."""
-    out = _run(["squeue", "-h", "-o", "%i %T", "-j", ",".join(job_ids)], timeout=30) if job_ids else None
-    if out is None:
+def parse_time(text: str) -> float | None:
+    """Unix seconds of a SLURM timestamp (`2026-12-01T19:35:28`, the client's local time); None if not one."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def squeue_rows(job_ids: list[str]) -> dict[str, dict] | None:
+    """{job id: {state, reason, submit, name}} of the jobs the controller still knows (live ones, and ended ones
+    for its MinJobAge); None when squeue does not answer. The controller's word: no accounting lag."""
+    if not job_ids:
         return {}
-    return dict(line.split()[:2] for line in out.stdout.splitlines() if len(line.split()) >= 2)
-
-
-def job_states(job_ids: list[str]) -> dict[str, str]:
-    """{job id: state} from sacct, finished jobs included (`CANCELLED by 0` -> CANCELLED); squeue's view of the
-    live ones when accounting does not answer."""
-    return {job: state for job, (state, _) in job_outcomes(job_ids).items()}
-
-
-def job_outcomes(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """{job id: (state, how it ended)}: sacct's state and, for a job that ended badly, its exit in words
-    ("a task was killed by signal 9 (SIGKILL)", "exit code 1"; "" when clean or unknown). sacct's ExitCode is
-    the batch script's `code:signal`; DerivedExitCode carries the highest signal of its steps, which is where a
-    task killed by the OOM killer or `kill -9` shows (srun itself then exits 9, `FAILED 9:0`)."""
-    out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobIDRaw,State,ExitCode,DerivedExitCode"],
-               timeout=20) if job_ids else None
-    if out is None or out.returncode != 0:
-        return {job: (state, "") for job, state in squeue_states(job_ids).items()}
-    found = {}
+    out = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%V|%j"], timeout=30)
+    if out is None:
+        return None
+    if out.returncode != 0:  # a single id the controller no longer knows is an error; more than one is not
+        return {} if "Invalid job id" in out.stderr else None
+    rows = {}
     for line in out.stdout.splitlines():
-        job, state, *codes = line.split("|") + ["", ""]
-        if state.strip():
-            found[job] = (state.split()[0], exit_words(codes[0], codes[1]))
-    return found
+        job, state, reason, submit, name = (line.split("|", 4) + [""] * 5)[:5]
+        if state:
+            rows[job.strip()] = {"state": state, "reason": reason, "submit": parse_time(submit), "name": name}
+    return rows
+
+
+def sacct_rows(job_ids: list[str]) -> dict[str, list[dict]] | None:
+    """{job id: [{state, how, submit, name}, ...]} from accounting, every job that ever had the id (a cluster
+    whose ids restarted reuses them); None when sacct does not answer. sacct's ExitCode is the batch script's
+    `code:signal`; DerivedExitCode carries the highest signal of its steps, which is where a task killed by the
+    OOM killer or `kill -9` shows (srun itself then exits 9, `FAILED 9:0`)."""
+    if not job_ids:
+        return {}
+    out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o",
+                "JobIDRaw,State,ExitCode,DerivedExitCode,Submit,JobName"], timeout=20)
+    if out is None or out.returncode != 0:
+        return None
+    rows: dict[str, list[dict]] = {}
+    for line in out.stdout.splitlines():
+        job, state, code, derived, submit, name = (line.split("|", 5) + [""] * 6)[:6]
+        if state.strip():  # `CANCELLED by 0` -> CANCELLED
+            rows.setdefault(job.strip(), []).append({"state": state.split()[0], "how": exit_words(code, derived),
+                                                     "submit": parse_time(submit), "name": name})
+    return rows
+
+
+def controller_state(job_id: str) -> str | None:
+    """The job's state from the controller (squeue), at once after an scancel; None if it cannot tell."""
+    rows = squeue_rows([job_id])
+    return rows.get(job_id, {}).get("state") if rows else None
 
 
 def exit_words(exit_code: str, derived: str) -> str:

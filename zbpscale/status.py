@@ -6,13 +6,14 @@
     zbpscale status jobs/ladder --json      # the same rows for scripts
     zbpscale status jobs/ladder --logs s60-zbp_n16   # the tail of that run's log
 
-A run's state is its folder joined with its scheduler (decided in runfolder.run_state, which submit acts on
-too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's sacct (squeue when
-accounting does not answer) or the local queue's entry files. A SLURM attempt that died without writing its
-end record gets one here, from sacct (runfolder.reconcile).
+A run's state is its folder joined with the executors' view of its latest job (decided in runstate.run_state,
+which submit acts on too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's
+squeue and sacct reconciled (executors/slurm.py) or the local queue's entry files. An attempt that died
+without writing its end record gets one here, from the scheduler's account (runstate.reconcile).
 States: complete, running, stalled (the job runs but the heartbeat is older than --stall-after), queued,
-failed (with a one-line reason and the log to read), broken (the run folder's config.json cannot be read),
-cancelled, stopped (interrupted, nothing queued), new. Only the tails of the logs are read.
+unknown (the scheduler does not answer), failed (with a one-line reason and the log to read), broken (the run
+folder's config.json is one the trainer would refuse), cancelled, stopped (interrupted, nothing queued), new.
+A source that does not answer is said once under the table. Only the tails of the logs are read.
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
@@ -25,12 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-from zbpscale import slurm
+from zbpscale import executors
 from zbpscale.errors import BrokenRunFolder, ConfigError
+from zbpscale.executors import JobView
 from zbpscale.runfolder import (
-    ATTEMPTS, CONFIG, DRIVER_DOWN, HEARTBEAT, METRICS, PLAN, STATES, RunFolder, read_json, age, count_ends,
-    last_submitted, log_path, parse_run_name, reconcile, run_state, tail_records,
+    ATTEMPTS, CONFIG, HEARTBEAT, METRICS, PLAN, RunFolder, read_json, age, count_ends, last_submitted, log_path,
+    parse_run_name, tail_records,
 )
+from zbpscale.runstate import STATES, reconcile, run_state
 
 # ---------------------------------------------------------------------------------------------- reading
 def first_record(path: Path) -> dict:
@@ -41,33 +44,14 @@ def first_record(path: Path) -> dict:
         return {}
 
 
-# -------------------------------------------------------------------------------------------- schedulers
-def scheduler_view(root: Path, attempts_by_run: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
-    """{job id: (squeue-style state, how it ended)} for the runs' last jobs, from the local queue and SLURM."""
-    from zbpscale.local.queue import SCHEDULER_STATE, LocalQueue
-
-    states = {}
-    queue = LocalQueue(root)
-    if queue.entries_dir.is_dir():
-        alive = queue.driver_alive()
-        for e in queue.entries():
-            state = SCHEDULER_STATE.get(e.state, e.state.upper())
-            states[e.job_id] = (DRIVER_DOWN if e.state in ("queued", "running") and not alive else state, "")
-    submitted = [last_submitted(a) for a in attempts_by_run.values()]
-    states.update(slurm.job_outcomes([s["job_id"] for s in submitted if s.get("executor") == "slurm"]))
-    return states
-
-
 # ---------------------------------------------------------------------------------------------- one run
-def run_row(run_dir: Path, sched: dict[str, tuple[str, str]], attempts: list[dict], *, now: float,
-            stall_after_s: float) -> dict:
-    """Everything status shows about one run (plain JSON types). A SLURM attempt that died without a record
-    gets one first, from sacct (runfolder.reconcile)."""
+def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, stall_after_s: float) -> dict:
+    """Everything status shows about one run (plain JSON types), from its folder and the scheduler's view of
+    its latest job (`seen`). An attempt that died without a record gets one first (runstate.reconcile)."""
     sub = last_submitted(attempts)
     job = sub.get("job_id", "")
-    job_state, how = sched.get(job, ("", ""))
-    attempts = reconcile(run_dir, attempts, job_state, how)
-    decided = run_state(run_dir, attempts, job_state, now=now, stall_after_s=stall_after_s)
+    attempts = reconcile(run_dir, attempts, seen)
+    decided = run_state(run_dir, attempts, seen, now=now, stall_after_s=stall_after_s)
     try:
         config = RunFolder(run_dir).read_config() or {}
     except BrokenRunFolder:
@@ -187,9 +171,12 @@ def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float 
         patterns = [p.strip() for p in only.split(",") if p.strip()]
         run_dirs = [p for p in run_dirs if any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)]
     attempts = {p.name: read_jsonl(p / ATTEMPTS) for p in run_dirs}
-    sched = scheduler_view(folder.parent, attempts)
     now = time.time()
-    rows = [run_row(p, sched, attempts[p.name], now=now, stall_after_s=stall_after_s) for p in run_dirs]
+    view = executors.view_all(folder.parent, attempts, now=now)
+    rows = [run_row(p, view.of(last_submitted(attempts[p.name]).get("job_id")), attempts[p.name], now=now,
+                    stall_after_s=stall_after_s) for p in run_dirs]
+    for row in rows:
+        row["scheduler_notes"] = view.notes if row["executor"] else []
     for row in rows:
         if row["run"] not in found:  # planned, not written yet
             row.update(planned[row["run"]])
@@ -205,7 +192,7 @@ def exit_code(rows: list[dict]) -> int:
 
 # ------------------------------------------------------------------------------------------------ render
 STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "bold yellow", "failed": "bold red",
-         "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red"}
+         "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red", "unknown": "yellow"}
 
 
 def _fmt_tokens(n: float) -> str:
@@ -276,9 +263,9 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped."""
-    found = []
+    found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
-        if r["state"] in ("failed", "broken", "stalled", "stopped") and r["reason"]:
+        if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
             where = f"  (log: {r['log']})" if r["log"] else ""
             then = NEXT.get((r["state"], r["next"]), "")
             found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))

@@ -196,6 +196,9 @@ class Sweep:
     SLURM a crashed job ends, and submitting again resumes it)."""
     signal_delay_s: int = 180
     """Seconds between the time-limit signal and the kill: one step plus one checkpoint must fit."""
+    visible_within_s: int = 180
+    """Seconds after submission during which a job that the scheduler does not list yet counts as queued
+    ("submitted, not yet visible to the scheduler"), never as gone."""
     gpu_peak_tflops: float = 989.0
     """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
     assumed_mfu: float = 0.35
@@ -216,7 +219,7 @@ class Sweep:
         return self.jobs_root / self.name
 
     def __post_init__(self) -> None:
-        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s"):
+        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"Sweep.{name} must be an integer >= 0, got {value!r}")

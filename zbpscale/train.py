@@ -14,6 +14,7 @@ before the optimizer update. The trainer knows nothing of SLURM or submitit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -27,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from zbpscale import checkpoint, dist, numerics, signals
-from zbpscale.errors import ConfigError, ZbpError, report
+from zbpscale import checkpoint, dist, numerics, runfolder, signals
+from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError, report
 from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import Transformer
 from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
@@ -106,11 +107,29 @@ def train(cfg: TrainConfig, run_dir: str | Path) -> str:
     try:
         env = dist.init(cfg.device)
         try:
-            return _train(cfg, run_dir, env)
+            with _one_writer(run_dir, env):
+                return _train(cfg, run_dir, env)
         finally:
             dist.shutdown(env)
     finally:
         signals.restore()
+
+
+@contextlib.contextmanager
+def _one_writer(run_dir: Path, env: dist.DistEnv):
+    """Hold the run folder's trainer lock (rank 0) while training; every rank refuses to start, in one line,
+    when another trainer holds it (a duplicate job, a second terminal): two trainers must never write one run."""
+    lock, holder = runfolder.lock_run_folder(run_dir) if env.is_main else (None, "")
+    try:
+        busy = dist.all_reduce_sum([0.0 if lock or not env.is_main else 1.0], env)[0]
+        if busy:
+            raise RunFolderBusy(f"{run_dir} is being trained by another trainer ({holder or 'see rank 0'}): "
+                                "refusing to start a second one", hint="zbpscale status shows its job; wait for it "
+                                "or cancel it")
+        yield
+    finally:
+        if lock:
+            lock.close()
 
 
 @dataclass

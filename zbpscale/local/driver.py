@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from zbpscale import signals
-from zbpscale.local.queue import LIVE, Entry, LocalQueue, pid_alive, process_start_time
+from zbpscale.local.queue import LIVE, Entry, LocalQueue
+from zbpscale.runfolder import pid_alive, process_start_time
 from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
 
@@ -259,6 +260,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     queue = LocalQueue(argv[0])
     lock = queue.try_driver_lock()  # first, before the GPU inventory (which may import torch)
+    for _ in range(40):  # a liveness probe (driver_alive) holds the lock for an instant: try again a while
+        if lock is not None:
+            break
+        time.sleep(0.05)
+        lock = queue.try_driver_lock()
     if lock is None:
         return 0  # another driver has the queue
     return Driver(queue).run(lock)

@@ -207,22 +207,10 @@ class LocalQueue:
         if self.driver_alive() or not any(e.state in LIVE for e in self.entries()):
             return False
         self.start_driver()
+        deadline = time.time() + 20  # until it holds the queue: a submit right after this one must see it alive
+        while not self.driver_alive() and time.time() < deadline:
+            time.sleep(0.05)
         return True
-
-
-def pid_alive(pid: int, start_time: int) -> bool:
-    """Whether the process `pid` that started at kernel tick `start_time` still runs (not a reused pid)."""
-    return process_start_time(pid) == start_time
-
-
-def process_start_time(pid: int) -> int | None:
-    """The kernel start time (clock ticks since boot) of a live, non-zombie process, or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _read_json(path: Path):

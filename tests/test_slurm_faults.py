@@ -1,0 +1,218 @@
+"""What the scheduler says, when its accounting lags, fails or lies: against the real SLURM of
+tools/slurm_local.py, training the nano model on CPU.
+
+Compared: the number of jobs each run got (its `submitted` events, and the jobs squeue listed under its name)
+with one; `submit --wait`'s exit status and status's states with the truth of the run folders; the end records
+with what happened. The accounting faults are a stand-in `sacct` first on PATH that wraps the real one:
+lagging (answers nothing for its first calls), down (exits 1), stale (adds an old COMPLETED record under every
+id asked about, as a cluster whose job ids restarted would); and the real slurmdbd stopped by the PID
+tools/slurm_local.py recorded, then started again.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import load_slurm_local, write_sweep
+from zbpscale.metrics import read_records
+from zbpscale.runfolder import COMPLETE, read_attempts
+
+pytestmark = [pytest.mark.slurm]
+
+slurm_local = load_slurm_local()
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+
+SACCT = '''#!{python}
+"""A stand-in sacct ({kind}) around the real one."""
+import pathlib, subprocess, sys
+kind, count = {kind!r}, pathlib.Path({count!r})
+calls = int(count.read_text()) if count.exists() else 0
+count.write_text(str(calls + 1))
+if kind == "down":
+    sys.exit("sacct: error: Problem talking to the database: Connection refused")
+if kind == "lagging" and calls < 8:
+    sys.exit(0)
+real = subprocess.run([{real!r}, *sys.argv[1:]], capture_output=True, text=True)
+args = sys.argv[1:]
+if kind == "stale" and "-j" in args and "Submit" in args[args.index("-o") + 1]:
+    for job in args[args.index("-j") + 1].split(","):
+        print(f"{{job}}|COMPLETED|0:0|0:0|2020-01-01T00:00:00|an/old-job")
+sys.stdout.write(real.stdout)
+sys.stderr.write(real.stderr)
+sys.exit(real.returncode)
+'''
+
+
+@pytest.fixture
+def slurm(slurm_cluster):
+    return slurm_cluster
+
+
+def with_sacct(env: dict, folder: Path, kind: str) -> dict:
+    """`env` with a stand-in sacct of this kind first on PATH (the jobs inherit it too)."""
+    bin_dir = folder / f"bin-{kind}"
+    bin_dir.mkdir()
+    script = bin_dir / "sacct"
+    real = shutil.which("sacct", path=env["PATH"])
+    script.write_text(SACCT.format(python=sys.executable, kind=kind, count=str(bin_dir / "calls"), real=real))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}"}
+
+
+def submit(sweep: Path, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "slurm", *args],
+                          cwd=sweep.parent, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def job_ids(run_dir: Path) -> list[str]:
+    return [a["job_id"] for a in read_attempts(run_dir) if a["event"] == "submitted"]
+
+
+def final_state(env: dict, job: str, timeout: float = 600) -> str:
+    deadline, state = time.time() + timeout, ""
+    while time.time() < deadline:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], env=env, capture_output=True,
+                             text=True, timeout=30)
+        state = out.stdout.strip().split(" ")[0]
+        if state in FINAL:
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job} still {state or 'unknown'} after {timeout:.0f} s")
+
+
+def status(folder: Path, env: dict) -> tuple[int, list[dict]]:
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    return out.returncode, json.loads(out.stdout)[folder.name]
+
+
+def queued_names(env: dict) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%j"], env=env, capture_output=True, text=True, timeout=30)
+    return out.stdout.split()
+
+
+def ends(run: Path) -> list[str]:
+    return [a["why"] for a in read_attempts(run) if a["event"] == "end"]
+
+
+@pytest.mark.parametrize("kind", ["lagging", "down", "stale"])
+def test_two_submits_and_a_wait_give_each_run_one_job_whatever_accounting_says(tmp_path, slurm, data_dir, kind):
+    """The measured case: two plain submits at once on a fresh sweep, then `submit --wait`, with accounting
+    lagging, down, or answering an old job under a reused id. One job per run, exit 0, never 'failed'."""
+    _, real_env = slurm
+    env = with_sacct(real_env, tmp_path, kind)
+    sweep = write_sweep(tmp_path, f"acct{kind}", data_dir, steps=6, arms=("bp", "zbp_n4"))
+    both = [subprocess.Popen([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "slurm"],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in both]
+    assert all(p.returncode == 0 for p in both), outs
+    runs = [tmp_path / "jobs" / f"acct{kind}" / n for n in ("nano-bp", "nano-zbp_n4")]
+    names = queued_names(real_env)
+    assert all(names.count(f"acct{kind}/{r.name}") <= 1 for r in runs), names
+    waited = submit(sweep, env, "--wait", timeout=600)
+    assert waited.returncode == 0 and "all 2 runs complete" in waited.stdout, waited.stdout + waited.stderr
+    assert "failed" not in waited.stdout and "left alone" in waited.stdout, waited.stdout
+    for run in runs:
+        (job,) = job_ids(run)  # one job each, over three submits
+        assert final_state(real_env, job) == "COMPLETED" and ends(run) == ["completed"]
+        assert [r["step"] for r in read_records(run) if r["kind"] == "train"] == list(range(6))
+    code, rows = status(runs[0].parent, env)
+    assert code == 0 and [r["state"] for r in rows] == ["complete", "complete"]
+
+
+def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_dir):
+    """slurmdbd stopped (by its recorded PID) while the jobs are queued and running: status never calls a live
+    run failed; once they finish, status says complete (and that accounting is not answering); slurmdbd
+    started again, accounting catches up with the truth."""
+    folder, env = slurm
+    sweep = write_sweep(tmp_path, "nodbd", data_dir, steps=60, arms=("bp", "zbp_n4"))
+    first = submit(sweep, env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    runs = [tmp_path / "jobs" / "nodbd" / n for n in ("nano-bp", "nano-zbp_n4")]
+    slurm_local.stop_daemon(folder, "slurmdbd")
+    try:
+        seen = set()
+        deadline = time.time() + 600
+        while not all((r / COMPLETE).exists() for r in runs):
+            assert time.time() < deadline, "the runs did not finish with accounting down"
+            code, rows = status(runs[0].parent, env)
+            seen |= {r["state"] for r in rows}
+            assert {r["state"] for r in rows} <= {"queued", "running", "complete"}, rows
+            time.sleep(1)
+        again = submit(sweep, env)  # accounting down: nothing is submitted again
+        assert again.returncode == 0 and "-> job" not in again.stdout, again.stdout + again.stderr
+        assert "running" in seen
+    finally:
+        slurm_local.restart_daemon(folder, "slurmdbd")
+    for run in runs:
+        (job,) = job_ids(run)
+        assert final_state(env, job) == "COMPLETED" and ends(run) == ["completed"]
+    code, rows = status(runs[0].parent, env)
+    assert code == 0 and [r["state"] for r in rows] == ["complete", "complete"]
+
+
+def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption(tmp_path, slurm, data_dir):
+    """`scancel` of a running job whose accounting does not answer (inside the job too): the controller's word
+    decides, so the run checkpoints and ends cancelled, and is not requeued as a preemption."""
+    _, real_env = slurm
+    env = with_sacct(real_env, tmp_path, "down")
+    sweep = write_sweep(tmp_path, "cancelled", data_dir, steps=400)
+    assert submit(sweep, env).returncode == 0
+    run = tmp_path / "jobs" / "cancelled" / "nano-bp"
+    (job,) = job_ids(run)
+    deadline = time.time() + 300
+    while sum(r["kind"] == "train" for r in read_records(run)) < 5:
+        assert time.time() < deadline, "the run did not train 5 steps"
+        time.sleep(0.3)
+    subprocess.run(["scancel", job], env=real_env, check=True, timeout=30)
+    assert final_state(real_env, job) == "CANCELLED"
+    deadline = time.time() + 120
+    while subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=real_env, capture_output=True, text=True,
+                         timeout=30).stdout.strip():
+        assert time.time() < deadline, "the cancelled job never left the queue"
+        time.sleep(0.5)
+    assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
+        ("cancelled", "scancel; checkpointed")]
+    code, (row,) = status(run.parent, env)
+    assert code == 3 and row["state"] == "cancelled" and row["preemptions"] == 0
+
+
+PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * 3,
+                                           resources=CPU),),
+              arms=(arm("bp"),), data=Data(dir={data!r}, source={source!r}, workers=1),
+              train=(("eval_every", 0), ("eval_batches", 1)), root={root!r})
+"""
+
+
+def test_a_failed_prep_job_fails_its_runs_and_a_submit_after_the_fix_replaces_them(tmp_path, slurm):
+    """WikiText-103 offline: the prep job fails and SLURM holds the training job for ever
+    (DependencyNeverSatisfied). `submit --wait` ends (exit 1) instead of waiting for ever, status says failed
+    and names the prep log; with the sweep fixed, a plain submit cancels the held job and replaces it."""
+    _, env = slurm
+    env = {**env, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    sweep = tmp_path / "prepfail.py"
+    fields = {"data": str(tmp_path / "data"), "root": str(tmp_path / "jobs")}
+    sweep.write_text(PREPFAIL.format(source="wikitext-103", **fields))
+    waited = submit(sweep, env, "--wait", timeout=600)
+    assert waited.returncode == 1 and "not complete: nano-bp" in waited.stdout, waited.stdout + waited.stderr
+    run = tmp_path / "jobs" / "prepfail" / "nano-bp"
+    (held,) = job_ids(run)
+    code, (row,) = status(run.parent, env)
+    assert code == 1 and row["state"] == "failed" and "data-prep job failed" in row["reason"]
+    assert "prep-data-logs" in row["log"] and Path(row["log"]).is_file()
+    sweep.write_text(PREPFAIL.format(source="embedded", **fields))  # the fix
+    out = submit(sweep, env)
+    assert out.returncode == 0 and f"job {held} cancelled" in out.stdout and "prep job" in out.stdout, out.stdout
+    assert final_state(env, held) == "CANCELLED"
+    new = job_ids(run)[-1]
+    assert new != held and final_state(env, new) == "COMPLETED" and (run / COMPLETE).exists()

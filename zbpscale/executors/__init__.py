@@ -1,0 +1,67 @@
+"""The back ends that run a sweep's jobs, behind one interface (base.Executor) and one view of every job.
+
+    slurm.py   SLURM through submitit (the view reconciles squeue with accounting)
+    local.py   this node's local queue (zbpscale.local)
+
+A new back end is one module with an `Executor` subclass, added to KINDS. Every `submitted` event in a run's
+attempts.jsonl names the executor that holds its job, so a sweep whose runs went to different back ends is
+viewed through each (`view_runs`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from zbpscale.errors import ConfigError
+from zbpscale.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
+from zbpscale.executors.local import LocalExecutor
+from zbpscale.executors.slurm import SlurmExecutor
+from zbpscale.runfolder import last_submitted, read_attempts
+
+KINDS: dict[str, type[Executor]] = {"slurm": SlurmExecutor, "local": LocalExecutor}
+
+__all__ = ["DRIVER_DOWN", "KINDS", "UNKNOWN", "Executor", "JobView", "View", "choose", "get", "view_all",
+           "view_runs"]
+
+
+def get(kind: str, root: Path) -> Executor:
+    """The executor that `submitted` events name `kind` (old records without one were SLURM's)."""
+    try:
+        return KINDS[kind or "slurm"](root)
+    except KeyError:
+        raise ConfigError(f"unknown executor {kind!r}", hint=f"one of: {', '.join(KINDS)}") from None
+
+
+def choose(requested: str, root: Path) -> Executor:
+    """The executor for a submit: the one asked for, or (`auto`) SLURM when a controller answers, else local."""
+    from zbpscale import slurm
+
+    if requested not in ("auto", "slurm"):
+        return get(requested, root)
+    if slurm.answers():
+        return get("slurm", root)
+    if requested == "slurm":
+        raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
+                          hint="check SLURM_CONF and that the controller is up (sinfo), or use --executor local")
+    return get("local", root)
+
+
+def view_all(root: Path, attempts_by_run: dict[str, list[dict]], *, now: float | None = None) -> View:
+    """One view of the latest job of every run, each asked of the executor that holds it (one call each)."""
+    now = time.time() if now is None else now
+    by_kind: dict[str, list[dict]] = {}
+    for attempts in attempts_by_run.values():
+        sub = last_submitted(attempts)
+        if sub.get("job_id"):
+            by_kind.setdefault(sub.get("executor") or "slurm", []).append(sub)
+    view = View()
+    for kind, submitted in by_kind.items():
+        view.update(get(kind, root).view(submitted, now=now))
+    return view
+
+
+def view_runs(root: Path, run_dirs: list[Path]) -> tuple[dict[str, list[dict]], View]:
+    """The runs' attempts records ({run name: events}) and the view of their latest jobs."""
+    attempts = {Path(d).name: read_attempts(d) for d in run_dirs}
+    return attempts, view_all(root, attempts)

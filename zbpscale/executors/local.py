@@ -1,0 +1,112 @@
+"""The node's local queue (zbpscale.local) as an executor: runs packed onto this node's GPUs (or CPU slots) by a
+detached driver, requeued after their time limit like SLURM jobs; the queue's entry files are its view."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zbpscale.errors import ConfigError
+from zbpscale.executors.base import DRIVER_DOWN, Executor, JobView, View
+from zbpscale.runfolder import LOGS, record
+
+if TYPE_CHECKING:
+    from zbpscale.sweep import Run, Sweep
+
+
+class LocalExecutor(Executor):
+    name = "local"
+    label = "the local queue"
+
+    def __init__(self, root: Path):
+        from zbpscale.local.queue import LocalQueue
+
+        super().__init__(root)
+        self.queue = LocalQueue(self.root)
+        self._driver_seen_dead = 0
+
+    def view(self, submitted: list[dict], *, now: float) -> View:
+        from zbpscale.local.queue import LIVE, SCHEDULER_STATE
+
+        view = View()
+        if not self.queue.entries_dir.is_dir():
+            return view
+        wanted = {s["job_id"] for s in submitted}
+        alive = self.queue.driver_alive()
+        for e in self.queue.entries():
+            if e.job_id in wanted:
+                state = SCHEDULER_STATE.get(e.state, e.state.upper())
+                view.jobs[e.job_id] = JobView(DRIVER_DOWN if e.state in LIVE and not alive else state, source="queue",
+                                              reason="" if alive or e.state not in LIVE else
+                                              "the local queue's driver is not running")
+        return view
+
+    def check(self, runs: list[Run], *, quick: bool = False) -> None:
+        """The local queue runs one node: refuse runs it could never start, before anything is queued."""
+        from zbpscale.local.slots import gpu_inventory
+
+        inventory = gpu_inventory(ask_torch=not quick)
+        for run in runs:
+            res = run.size.resources
+            if res.nodes > 1:
+                raise ConfigError(f"{run.name} asks for {res.nodes} nodes; the local queue runs on this node only",
+                                  hint="submit it to SLURM, or set Resources(nodes=1) in the sweep")
+            if res.gpus > len(inventory):
+                raise ConfigError(f"{run.name} needs {res.gpus} GPUs; this node has {len(inventory)}",
+                                  hint="lower Resources.gpus_per_node in the sweep (CPU runs: gpus_per_node=0), or "
+                                       "check CUDA_VISIBLE_DEVICES")
+
+    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
+        """Queue the runs (after the prep job when `prep`) and make sure the driver runs."""
+        from zbpscale.local.queue import Entry
+        from zbpscale.submit import write_config
+        from zbpscale.sweep import data_path
+
+        queue, data = self.queue, data_path(sweep)
+        with queue.submit_lock():
+            if max_parallel:
+                queue.set_max_parallel(max_parallel)
+            specs = []
+            if prep:
+                d = sweep.data
+                command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", d.source, "--data",
+                           str(data), "--workers", str(max(1, d.workers))]
+                command += ["--tokens", str(d.tokens)] if d.tokens else []
+                command += ["--config", d.config] if d.config else []
+                specs.append(Entry(job_id="", name=f"{sweep.name}/prep-data", kind="command", command=command,
+                                   log_dir=str(sweep.jobs_dir / "prep-data-logs"), threads=max(1, d.workers)))
+            for run in todo:
+                res, run_dir = run.size.resources, write_config(run)
+                specs.append(Entry(job_id="", name=f"{sweep.name}/{run.name}", run_dir=str(run_dir),
+                                   log_dir=str(run_dir / LOGS), gpus=res.gpus, ranks=res.world_size,
+                                   threads=res.cpus_per_task, time_s=res.time_min * 60.0,
+                                   signal_delay_s=float(sweep.signal_delay_s), max_timeouts=sweep.max_timeouts,
+                                   max_preemptions=sweep.max_preemptions, max_crashes=sweep.max_crashes,
+                                   after="#0" if prep else ""))
+            added = queue.add(specs)
+            actions = {run.name: action for run, action in todo.items()}
+            for entry in added:
+                if entry.kind == "command":
+                    print(f"data not prepared at {data}: prep job {entry.job_id} (log in {entry.log_dir})")
+                    continue
+                name = entry.name.split("/", 1)[1]
+                record(Path(entry.run_dir), "submitted", job_id=entry.job_id, executor=self.name, logs=entry.log_dir,
+                       retry=actions[name] == "retry", name=entry.name)
+                print(f"{name}: {actions[name]} -> local job {entry.job_id} (logs in {entry.log_dir})")
+            started = queue.ensure_driver()
+        if started and not added:
+            print("the local queue's driver was not running: started it again; its jobs go on from their checkpoints")
+        if added or started:
+            print(f"local queue: {queue.dir} (driver log: {queue.dir / 'driver.log'})")
+
+    def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
+        self.queue.request_cancel(job)
+        self.queue.ensure_driver()  # the driver applies the request (a dead one's jobs are picked up again)
+
+    def keep_going(self, submitted: list[dict]) -> str:
+        """Two looks in a row without a driver (not one still starting) while jobs wait: start one."""
+        self._driver_seen_dead = 0 if self.queue.driver_alive() else self._driver_seen_dead + 1
+        if self._driver_seen_dead >= 2 and self.queue.ensure_driver():
+            return "the local queue's driver had stopped: started a new one"
+        return ""

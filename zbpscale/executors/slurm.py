@@ -1,0 +1,184 @@
+"""SLURM through submitit: one job per run (requeued in place after a time limit or preemption), the data-prep
+job they wait for (afterok), and one reconciled view of the jobs.
+
+The view. squeue (the controller) is the truth for live jobs and knows ended ones for a few minutes; sacct
+(accounting) for jobs that ended, and it may lag squeue by seconds (a job not listed yet, or an old state), be
+switched off, or hold an older job under a reused id. So:
+  - a job squeue lists as live is live, whatever accounting says;
+  - an ended job's state comes from sacct, and only from a record submitted no earlier than our own `submitted`
+    event (minus SUBMIT_SLACK_S for clocks): an id reused by another job is not ours; else from squeue's;
+  - a job that neither lists within its grace window (`submitted.grace_s`) is queued, "submitted, not yet visible
+    to the scheduler"; past it, it has ended without an account;
+  - squeue not answering makes every job UNKNOWN (left alone); accounting not answering is one note.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zbpscale import slurm
+from zbpscale.errors import ZbpError
+from zbpscale.executors.base import GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
+from zbpscale.runfolder import CANCEL, LOGS, record
+
+if TYPE_CHECKING:
+    from zbpscale.sweep import Run, Sweep
+
+SUBMIT_SLACK_S = 120.0  # the controller's and this host's clocks may differ a little
+REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
+           "CANCELLED": "cancelled in SLURM (scancel or an admin)", "BOOT_FAIL": "node boot failure",
+           "TIMEOUT": "time limit reached without a checkpoint", "DEADLINE": "deadline reached"}
+"""SLURM's end states that say more than the trainer could, in words."""
+
+
+def ours(rows: list[dict], submitted: dict) -> dict | None:
+    """The newest row that is our job: submitted (or requeued) no earlier than our `submitted` event, under our
+    job name when both are known; a row without a submit time (a minimal sacct) is taken as ours."""
+    since = submitted.get("time", 0) - SUBMIT_SLACK_S
+    name = submitted.get("name")
+    mine = [r for r in rows if (r["submit"] is None or r["submit"] >= since)
+            and not (name and r["name"] and r["name"] != name)]
+    return max(mine, key=lambda r: r["submit"] or 0, default=None)
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+    label = "SLURM"
+
+    # ------------------------------------------------------------------------------------------------ view
+    def view(self, submitted: list[dict], *, now: float) -> View:
+        ids = [s["job_id"] for s in submitted]
+        queued = slurm.squeue_rows(ids)
+        view = View()
+        if queued is None:
+            view.notes.append("squeue not answering: runs with a job are left alone until it does")
+        seen = {s["job_id"]: ours([queued[s["job_id"]]] if queued and s["job_id"] in queued else [], s)
+                for s in submitted}
+        ended = [s for s in submitted if not (seen[s["job_id"]] and seen[s["job_id"]]["state"] in slurm.ALIVE)]
+        accounted = slurm.sacct_rows([s["job_id"] for s in ended]) if ended else {}
+        if accounted is None:
+            view.notes.append("accounting not answering: states from squeue only")
+        for sub in submitted:
+            job, row = sub["job_id"], seen[sub["job_id"]]
+            if row and row["state"] in slurm.ALIVE:
+                view.jobs[job] = JobView(row["state"], source="squeue", reason=row["reason"],
+                                         log=sub.get("prep_log", "") if row["reason"] == NEVER_REASON else "")
+                continue
+            acct = ours((accounted or {}).get(job, []), sub)
+            if acct and acct["state"] not in slurm.ALIVE:
+                view.jobs[job] = JobView(acct["state"], how=acct["how"], words=REASONS.get(acct["state"], ""),
+                                         source="sacct")
+            elif row:
+                view.jobs[job] = JobView(row["state"], words=REASONS.get(row["state"], ""), source="squeue")
+            elif queued is None:
+                view.jobs[job] = JobView(UNKNOWN, reason="squeue is not answering")
+            elif now - sub.get("time", 0) < sub.get("grace_s", GRACE_S):
+                view.jobs[job] = JobView("PENDING", source="submit",
+                                         reason="submitted, not yet visible to the scheduler")
+            # else: gone from squeue, and accounting has no (current) word on it
+        return view
+
+    # ---------------------------------------------------------------------------------------------- submit
+    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
+        prep_job, prep_log = submit_prep(sweep) if prep else ("", "")
+        for run, action in todo.items():
+            job = submit_run(run, depends_on=prep_job, retry=action == "retry", prep_log=prep_log)
+            print(f"{run.name}: {action} -> job {job} (logs in {run.run_dir.absolute() / LOGS})")
+
+    def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
+        if seen.state == "RUNNING":
+            (Path(run_dir) / CANCEL).write_text("cancel\n")
+            _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
+        else:
+            _scancel(job)
+            record(run_dir, "end", job_id=job, executor=self.name, why="cancelled",
+                   reason=f"cancelled while {seen.state.lower()}" + (f" ({seen.reason})" if seen.reason else ""))
+
+
+def _scancel(*args: str) -> None:
+    try:
+        subprocess.run(["scancel", *args], check=True, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
+
+
+# ------------------------------------------------------------------------------------------------ submitit
+def sbatch_parameters(run: Run) -> dict:
+    """submitit SlurmExecutor parameters of a run (golden-tested against the generated sbatch script)."""
+    res = run.size.resources
+    params: dict = {
+        "job_name": job_name(run),
+        "nodes": res.nodes,
+        "ntasks_per_node": res.ranks_per_node,
+        "cpus_per_task": res.cpus_per_task,
+        "time": res.time_min,
+        "signal_delay_s": run.sweep.signal_delay_s,
+        "stderr_to_stdout": True,
+        "additional_parameters": {"requeue": True, **{k: v for k, v in res.extra_sbatch}},
+    }
+    if res.gpus_per_node:
+        params["gpus_per_node"] = res.gpus_per_node
+    if res.mem_gb:
+        params["mem"] = f"{res.mem_gb}GB"
+    for name in ("partition", "account", "qos", "constraint"):
+        if getattr(res, name):
+            params[name] = getattr(res, name)
+    return params
+
+
+def job_name(run: Run) -> str:
+    return f"{run.sweep.name}/{run.name}"
+
+
+def _executor(folder: Path, params: dict, max_num_timeout: int = 0, python: list[str] | None = None):
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=max_num_timeout,
+                                      python=shlex.join(python or [sys.executable]))
+    executor.update_parameters(**params)
+    return executor
+
+
+def submit_prep(sweep: Sweep) -> tuple[str, str]:
+    """Submit the data-prep job on a training node; returns its job id and log."""
+    from zbpscale.data.prepare import PrepConfig
+    from zbpscale.job import PrepJob
+    from zbpscale.sweep import data_path
+
+    res = sweep.sizes[0].resources
+    cfg = PrepConfig(source=sweep.data.source, out=data_path(sweep), tokens=sweep.data.tokens or None,
+                     workers=sweep.data.workers, config=sweep.data.config)
+    params = {"job_name": f"{sweep.name}/prep-data", "nodes": 1, "ntasks_per_node": 1,
+              "cpus_per_task": max(1, sweep.data.workers), "time": 24 * 60, "stderr_to_stdout": True}
+    for name in ("partition", "account", "qos"):
+        if getattr(res, name):
+            params[name] = getattr(res, name)
+    folder = (sweep.jobs_dir / "prep-data-logs").absolute()
+    job = _executor(folder, params).submit(PrepJob(cfg))
+    print(f"data not prepared at {cfg.out}: prep job {job.job_id} (logs in {folder})")
+    return str(job.job_id), str(folder / f"{job.job_id}_0_log.out")
+
+
+def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log: str = "") -> str:
+    """Write the run's resolved config and submit its job; returns the job id."""
+    from zbpscale import signals
+    from zbpscale.job import TrainJob
+    from zbpscale.submit import write_config
+
+    run_dir = write_config(run)
+    params = sbatch_parameters(run)
+    if depends_on:
+        params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
+    # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
+    executor = _executor(run_dir / LOGS, params, max_num_timeout=run.sweep.max_timeouts,
+                         python=signals.BLOCKED_PYTHON)
+    job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
+                                   max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s))
+    extra = {"prep_job": depends_on, "prep_log": prep_log} if depends_on else {}
+    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / LOGS), retry=retry,
+           name=job_name(run), grace_s=run.sweep.visible_within_s, **extra)
+    return str(job.job_id)
