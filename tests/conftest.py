@@ -56,6 +56,27 @@ def slurm_cluster():
             shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def two_node_cluster():
+    """(state folder, client env) of a fresh 2-node SLURM (node1, node2: two slurmd on this host), started for the
+    session beside the one-node cluster and stopped, by its recorded PIDs, after it."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    slurm_local = load_slurm_local()
+    ok, reason = slurm_local.available()
+    if not ok:
+        pytest.skip(reason)
+    folder = Path(tempfile.mkdtemp(prefix="zbpscale-slurm2-", dir="/tmp"))
+    env = {**os.environ, **slurm_local.start(folder, nodes=2), "OMP_NUM_THREADS": "1"}
+    yield folder, env
+    slurm_local.stop(folder)
+    left = [f"{r['name']} ({r['pid']})" for r in slurm_local.recorded(folder) if r["alive"]]
+    assert not left, f"daemons left running after stop: {left}"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def counter_plain(f, x, g, *, n, probe, scheme, eps, seed, mask=None):
     """The plain formula on the counter probes, materialised, queried in x's dtype: what the fused and
     closed-form kernels must compute (tests/test_fused.py, tests/test_closed_form.py)."""
@@ -140,7 +161,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
                 time_min: int = 30, signal_delay_s: int = 30, max_timeouts: int = 20, ckpt_every: int = 0,
-                max_crashes: int = 3) -> Path:
+                max_crashes: int = 3, nodes: int = 1, step_timeout_s: float = 1800.0) -> Path:
     """A sweep file of the nano model on CPU (batch 4 x 32 tokens: a fraction of a second per step), one size,
     the given arms, jobs under folder/jobs; returns its path."""
     arms_src = ", ".join(f"arm({a!r})" for a in arms)
@@ -148,13 +169,14 @@ def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("b
     path.write_text(textwrap.dedent(f"""\
         from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 
-        CPU = Resources(gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
+        CPU = Resources(nodes={nodes}, gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
         SWEEP = Sweep(
             name={name!r},
             sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=3e-3, resources=CPU),),
             arms=({arms_src},),
             data=Data(dir={str(data_dir)!r}, source="embedded"),
-            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
+            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0),
+                   ("step_timeout_s", {step_timeout_s})),
             root={str(folder / "jobs")!r},
             max_timeouts={max_timeouts},
             max_crashes={max_crashes},

@@ -1,7 +1,8 @@
 """`python -m zbpscale.submit` against a real SLURM (started by tools/slurm_local.py), training on CPU.
 
-Compared: sacct's final state and the run folders with what the sweep asked for; the per-step losses of a run
-that timed out and was requeued with those of an uninterrupted in-process run (bitwise); the attempts record
+Compared: sacct's final state and the run folders with what the sweep asked for; the per-step losses of runs
+that were preempted, requeued or killed with those of an uninterrupted run (bitwise; a real time-limit
+requeue is checked on two nodes, tests/test_many_nodes.py); the attempts record
 with the interruptions the scheduler caused (timeout / preempted); a second submit with the first.
 Skipped, with the reason, where no SLURM can run (`python tools/slurm_local.py install` as root).
 """
@@ -107,20 +108,6 @@ def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
     start = next(r for r in read_records(run) if r["kind"] == "start")
     assert start["world_size"] == 2 and start["derived"]["micro_batch"] == 2
     assert [s for s, _ in losses(run)] == list(range(4))
-
-
-def test_timeout_requeues_and_resumes_bitwise(tmp_path, slurm_env, data_dir):
-    """--time=1 with the warning signal 30 s before: the run checkpoints, requeues, and goes on. The warning
-    comes at most 30 s into an attempt (SLURM sends it early, never late): here after 220-240 of the 340 steps,
-    so a machine up to ~1.4x faster still cannot finish in the first attempt."""
-    sweep = write_sweep(tmp_path, "timeout", data_dir, steps=340, time_min=1)
-    submit(sweep, slurm_env)
-    run = tmp_path / "jobs" / "timeout" / "nano-bp"
-    (job,) = job_ids(run)
-    assert wait_final(slurm_env, job, timeout=900) == "COMPLETED"
-    ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
-    assert ends[-1] == "completed" and ends.count("timeout") >= 1, ends
-    assert losses(run) == straight_losses(run, tmp_path / "reference")  # every step once, as if never stopped
 
 
 def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_dir):

@@ -1,6 +1,8 @@
-"""A throwaway single-node SLURM on loopback, for the test suite and for trying the SLURM path on a laptop.
+"""A throwaway SLURM on loopback (one node, or several on one host), for the test suite and for trying the SLURM
+path on a laptop.
 
-Starts munged, MariaDB + slurmdbd (sacct needs accounting), slurmctld and slurmd with 4 fake GPUs and two
+Starts munged, MariaDB + slurmdbd (sacct needs accounting), slurmctld and one slurmd per node (`--nodes N`:
+node1..nodeN, each on its own port, their names in /etc/hosts while it runs), each with 4 fake GPUs, and two
 partitions for preemption (`low`, the default, preemptible with REQUEUE; `high`, which preempts it). Every
 config, log, spool, state, the munge key and the database live in one private folder; every daemon it starts
 is recorded in DIR/pids.json and `stop` ends exactly those, never a process found by name. Needs root
@@ -8,6 +10,7 @@ is recorded in DIR/pids.json and `stop` ends exactly those, never a process foun
 
   python tools/slurm_local.py install                 # apt-get the packages (no recommends) if missing
   eval "$(python tools/slurm_local.py start)"         # start, then `export SLURM_CONF=...` in this shell
+  python tools/slurm_local.py start --nodes 2 --dir /tmp/zbpscale-slurm2   # two nodes (node1, node2)
   python tools/slurm_local.py status                  # which recorded daemons are alive, and sinfo
   python tools/slurm_local.py stop                    # cancel the cluster's jobs, stop what start started
   export $(python tools/slurm_local.py env)           # SLURM_CONF of a running cluster
@@ -38,7 +41,7 @@ DEFAULT_DIR = "/tmp/zbpscale-slurm"
 DEFAULT_PORT = 6817  # slurmctld; slurmd takes +1 and slurmdbd +2, all on 127.0.0.1
 CLUSTER = "zbpscale"
 LOW_PARTITION, HIGH_PARTITION = "low", "high"
-NODE, CPUS, GPUS = "localhost", 8, 4
+NODE, CPUS, GPUS = "localhost", 8, 4  # the node of a one-node cluster; several are node1, node2, ...
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server"]
 _DAEMON_NAMES = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
 BINARIES = ["munged", "munge", "unmunge", "mariadbd", "mariadb-install-db", "mariadb-admin", "slurmdbd",
@@ -55,6 +58,21 @@ def _say(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # Paths and environment
+
+
+def node_names(nodes: int) -> list[str]:
+    """The cluster's node names: `localhost` alone, or node1..nodeN (each its own slurmd on this host)."""
+    return [NODE] if nodes == 1 else [f"node{i}" for i in range(1, nodes + 1)]
+
+
+def _cluster(d: Path) -> dict:
+    """What start() chose for the cluster in d: {"nodes": N, "port": P} (one node when not recorded)."""
+    f = d / "cluster.json"
+    return json.loads(f.read_text()) if f.exists() else {"nodes": 1}
+
+
+def _slurmd_name(node: str) -> str:
+    return "slurmd" if node == NODE else f"slurmd-{node}"
 
 
 def _paths(d: Path) -> dict[str, Path]:
@@ -151,10 +169,28 @@ def _loopback_only() -> str:
     return "# The hostname does not resolve to 127.0.0.1: daemons bind to all addresses (munge guards them).\n"
 
 
-def _slurm_conf(p: dict[str, Path], port: int) -> str:
+def _node_lines(port: int, nodes: int) -> str:
+    """NodeName and PartitionName lines: one node on SlurmdPort, or several on one host, each on its own port."""
+    names = node_names(nodes)
+    common = f"CPUs={CPUS} RealMemory={_real_memory_mib()} Gres=gpu:{GPUS} State=UNKNOWN"
+    if nodes == 1:
+        lines = [f"NodeName={NODE} NodeAddr=127.0.0.1 {common}"]
+    else:
+        lines = [f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port + 10 + i} {common}"
+                 for i, n in enumerate(names, 1)]
+    listed = ",".join(names)
+    lines += [f"PartitionName={LOW_PARTITION} Nodes={listed} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
+              "PreemptMode=REQUEUE GraceTime=20",
+              f"PartitionName={HIGH_PARTITION} Nodes={listed} MaxTime=INFINITE State=UP PriorityTier=10 "
+              "PreemptMode=OFF"]
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_conf(p: dict[str, Path], port: int, nodes: int = 1) -> str:
     auth = f"socket={p['munge_socket']},cred_expire=10"
+    per_node = "" if nodes == 1 else "-%n"
     return f"""\
-# Written by tools/slurm_local.py: a single-node cluster on loopback. See ../shared/SLURM.md.
+# Written by tools/slurm_local.py: a cluster of {nodes} node(s) on loopback. See ../shared/SLURM.md.
 ClusterName={CLUSTER}
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort={port}
@@ -166,11 +202,13 @@ CredType=cred/munge
 # A short credential lifetime: with the default 120 s a requeued job waits ~170 s before it may start again.
 AuthInfo={auth}
 StateSaveLocation={p['state']}
-SlurmdSpoolDir={p['spool']}/slurmd
+SlurmdSpoolDir={p['spool']}/slurmd{per_node}
 SlurmctldPidFile={p['run']}/slurmctld.pid
-SlurmdPidFile={p['run']}/slurmd.pid
+SlurmdPidFile={p['run']}/slurmd{per_node}.pid
 SlurmctldLogFile={p['log']}/slurmctld.log
-SlurmdLogFile={p['log']}/slurmd.log
+SlurmdLogFile={p['log']}/slurmd{per_node}.log
+# A node whose slurmd is silent this long is DOWN (a lost node), and its jobs end NODE_FAIL.
+SlurmdTimeout={300 if nodes == 1 else 15}
 SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups, no systemd.
@@ -205,10 +243,7 @@ MinJobAge=600
 KillWait=5
 InactiveLimit=0
 MailProg=/bin/true
-NodeName={NODE} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={_real_memory_mib()} Gres=gpu:{GPUS} State=UNKNOWN
-PartitionName={LOW_PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=20
-PartitionName={HIGH_PARTITION} Nodes={NODE} MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
-"""
+{_node_lines(port, nodes)}"""
 
 
 def _slurmdbd_conf(p: dict[str, Path], port: int) -> str:
@@ -231,8 +266,9 @@ StorageLoc=slurm_acct_db
 """
 
 
-def _gres_conf(p: dict[str, Path]) -> str:
-    return f"AutoDetect=off\nNodeName={NODE} Name=gpu File={p['dev']}/nvidia[0-{GPUS - 1}]\n"
+def _gres_conf(p: dict[str, Path], nodes: int = 1) -> str:
+    return "AutoDetect=off\n" + "".join(f"NodeName={n} Name=gpu File={p['dev']}/nvidia[0-{GPUS - 1}]\n"
+                                        for n in node_names(nodes))
 
 
 def _my_cnf(p: dict[str, Path]) -> str:
@@ -257,7 +293,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def _prepare(d: Path, p: dict[str, Path], port: int) -> None:
+def _prepare(d: Path, p: dict[str, Path], port: int, nodes: int = 1) -> None:
     """Create the folder tree, configs, munge key, fake GPU devices and (once) the MariaDB datadir."""
     if len(str(p["munge_socket"])) > 100 or len(str(p["db_socket"])) > 100:
         raise SlurmLocalError(f"{d} is too long a path for unix sockets (~100 characters): pick a shorter --dir")
@@ -269,16 +305,18 @@ def _prepare(d: Path, p: dict[str, Path], port: int) -> None:
                               f"pick a --dir outside it, e.g. under /tmp")
     for key in ("etc", "log", "run", "state", "spool", "dev"):
         p[key].mkdir(exist_ok=True)
-    (p["spool"] / "slurmd").mkdir(exist_ok=True)
+    for node in node_names(nodes):
+        (p["spool"] / ("slurmd" if nodes == 1 else f"slurmd-{node}")).mkdir(exist_ok=True)
     munge, mysql = pwd.getpwnam("munge"), pwd.getpwnam("mysql")
     for key, user in (("munge", munge), ("mariadb", mysql)):
         p[key].mkdir(exist_ok=True)
         os.chown(p[key], user.pw_uid, user.pw_gid)
         p[key].chmod(0o755)
 
-    _write(p["slurm_conf"], _slurm_conf(p, port))
+    _write(p["slurm_conf"], _slurm_conf(p, port, nodes))
+    _write(d / "cluster.json", json.dumps({"nodes": nodes, "port": port}) + "\n")
     _write(p["etc"] / "slurmdbd.conf", _slurmdbd_conf(p, port), 0o600)
-    _write(p["etc"] / "gres.conf", _gres_conf(p))
+    _write(p["etc"] / "gres.conf", _gres_conf(p, nodes))
     _write(p["my_cnf"], _my_cnf(p))
 
     if not p["munge_key"].exists():
@@ -408,7 +446,7 @@ def _port_free(port: int) -> bool:
 # start / stop / status
 
 
-def _daemons(d: Path, p: dict[str, Path], port: int) -> list[tuple]:
+def _daemons(d: Path, p: dict[str, Path], port: int, nodes: int = 1) -> list[tuple]:
     """In start order: (name, command, user, extra env, readiness check, what it checks, logs to read)."""
     sock, cnf, log = str(p["munge_socket"]), f"--defaults-file={p['my_cnf']}", p["log"]
 
@@ -425,10 +463,14 @@ def _daemons(d: Path, p: dict[str, Path], port: int) -> list[tuple]:
         rows = _run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster,controlport"], d).stdout.split()
         return f"{CLUSTER}|{port}" in rows, ""
 
-    def node_ok():
-        state = _run(["sinfo", "-h", "-N", "-n", NODE, "-o", "%T"], d).stdout.split()
-        up = bool(state) and state[0] in ("idle", "mixed", "allocated")  # a trailing * means not responding
-        return up, f": {state[0]}" if up else ""
+    def node_ok(node: str):
+        def check():
+            state = _run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], d).stdout.split()
+            up = bool(state) and state[0] in ("idle", "mixed", "allocated")  # a trailing * means not responding
+            return up, f": {node} {state[0]}" if up else ""
+        return check
+
+    per_node = nodes > 1
 
     return [
         ("munged", ["munged", "-F", f"--socket={sock}", f"--key-file={p['munge_key']}",
@@ -442,8 +484,9 @@ def _daemons(d: Path, p: dict[str, Path], port: int) -> list[tuple]:
          lambda: (ok(["sacctmgr", "-n", "list", "cluster"]), ""), "sacctmgr list cluster", [log / "slurmdbd.log"]),
         ("slurmctld", ["slurmctld", "-D", "-f", str(p["slurm_conf"])], None, None,
          ctld_ok, "scontrol ping: UP, cluster registered in slurmdbd", [log / "slurmctld.log"]),
-        ("slurmd", ["slurmd", "-D", "-N", NODE, "-f", str(p["slurm_conf"])], None, None,
-         node_ok, "sinfo", [log / "slurmd.log"]),
+        *[(_slurmd_name(node), ["slurmd", "-D", "-N", node, "-f", str(p["slurm_conf"])], None, None,
+           node_ok(node), "sinfo", [log / (f"slurmd-{node}.log" if per_node else "slurmd.log")])
+          for node in node_names(nodes)],
     ]
 
 
@@ -455,11 +498,14 @@ def recorded(dir: str | os.PathLike = DEFAULT_DIR) -> list[dict]:
 def is_running(dir: str | os.PathLike = DEFAULT_DIR) -> bool:
     """True when every daemon recorded in DIR/pids.json is alive."""
     daemons = _read_pids(Path(dir).resolve())
-    return [r["name"] for r in daemons] == list(_DAEMON_NAMES) and all(_alive(r) for r in daemons)
+    names = [*_DAEMON_NAMES[:-1], *map(_slurmd_name, node_names(_cluster(Path(dir).resolve())["nodes"]))]
+    return [r["name"] for r in daemons] == names and all(_alive(r) for r in daemons)
 
 
-def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout: float = 60) -> dict[str, str]:
-    """Start the cluster in DIR (or find it running) and return the env vars its clients need.
+def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout: float = 60, nodes: int = 1
+          ) -> dict[str, str]:
+    """Start the cluster in DIR (or find it running) and return the env vars its clients need; `nodes` > 1 runs
+    one slurmd per node (node1, node2, ...) on this host, and adds their names to /etc/hosts while it runs.
 
     port is slurmctld's (slurmd +1, slurmdbd +2); None takes the first of 6817, 16817, ... whose three
     ports are free on 127.0.0.1, so a test cluster can run beside a user's.
@@ -470,7 +516,7 @@ def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout
         raise SlurmLocalError(reason)
     p = _paths(d)
     old = _read_pids(d) if d.exists() else []
-    if old and is_running(d):
+    if old and is_running(d) and _cluster(d)["nodes"] == nodes:
         _say(f"already running in {d} (pids {', '.join(str(r['pid']) for r in old)})")
         return env(d)
     if any(_alive(r) for r in old):
@@ -478,18 +524,21 @@ def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout
         _say(f"partly running in {d} (dead: {', '.join(dead)}): stopping the rest, then starting again")
         stop(d)
     candidates = [port] if port is not None else [DEFAULT_PORT + 10000 * i for i in range(5)]
-    port = next((c for c in candidates if all(_port_free(c + i) for i in range(3))), None)
+    used = [0, 1, 2, *range(11, 11 + nodes)] if nodes > 1 else [0, 1, 2]
+    port = next((c for c in candidates if all(_port_free(c + i) for i in used)), None)
     if port is None:
         raise SlurmLocalError(f"ports {', '.join(f'{c}-{c + 2}' for c in candidates)} on 127.0.0.1 are in use: "
                               f"another SLURM? (`python tools/slurm_local.py status --dir ...`), or pass --port")
 
     t_start = time.monotonic()
     _say(f"state folder {d}, ports {port}-{port + 2} on 127.0.0.1")
-    _prepare(d, p, port)
+    _prepare(d, p, port, nodes)
     daemons: list[dict] = []
     _write_pids(d, daemons)
     try:
-        for name, cmd, user, extra_env, check, what, logs in _daemons(d, p, port):
+        if nodes > 1:
+            _hosts(d, node_names(nodes))
+        for name, cmd, user, extra_env, check, what, logs in _daemons(d, p, port, nodes):
             rec = _spawn(name, cmd, d, daemons, user, extra_env)
             _wait_ready(name, rec, check, timeout, what, [*logs, Path(rec["out"])])
     except BaseException:
@@ -497,8 +546,33 @@ def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout
         stop(d, quiet=True)
         raise
     _say(f"cluster {CLUSTER!r} up in {time.monotonic() - t_start:.1f} s: partitions {LOW_PARTITION} (default, "
-         f"preemptible) and {HIGH_PARTITION}, {CPUS} CPUs, gpu:{GPUS} on node {NODE}")
+         f"preemptible) and {HIGH_PARTITION}, {CPUS} CPUs, gpu:{GPUS} on node(s) {','.join(node_names(nodes))}")
     return env(d)
+
+
+HOSTS = Path("/etc/hosts")
+
+
+def _hosts(d: Path, names: list[str]) -> None:
+    """Make the node names resolve to 127.0.0.1 (submitit takes MASTER_ADDR from the first node's name): one
+    line in /etc/hosts, marked with this cluster's folder, removed by stop()."""
+    _hosts_remove(d)
+    try:
+        with open(HOSTS, "a") as fh:
+            fh.write(f"127.0.0.1 {' '.join(names)}  # zbpscale slurm_local {d}\n")
+    except OSError as err:
+        raise SlurmLocalError(f"cannot add the node names to {HOSTS} ({err.strerror}): several nodes need them to "
+                              "resolve to 127.0.0.1 (submitit takes MASTER_ADDR from the first node's name)") from None
+
+
+def _hosts_remove(d: Path) -> None:
+    if not HOSTS.exists():
+        return
+    mark = f"# zbpscale slurm_local {d}"
+    lines = HOSTS.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not line.rstrip().endswith(mark)]
+    if kept != lines:
+        HOSTS.write_text("".join(kept))  # in place: /etc/hosts may be a bind mount that cannot be replaced
 
 
 def _cancel_jobs(d: Path, quiet: bool) -> None:
@@ -534,6 +608,7 @@ def stop(dir: str | os.PathLike = DEFAULT_DIR, quiet: bool = False) -> None:
         _cancel_jobs(d, quiet)
     for rec in reversed(daemons):
         _stop_one(rec, quiet)
+    _hosts_remove(d)
     left = [f"{r['name']} ({r['pid']})" for r in daemons if _alive(r)]
     if left:
         raise SlurmLocalError(f"still alive after SIGKILL: {', '.join(left)}")
@@ -573,7 +648,8 @@ def restart_daemon(dir: str | os.PathLike, name: str, timeout: float = 60) -> No
     index = next(i for i, r in enumerate(daemons) if r["name"] == name)
     if _alive(daemons[index]):
         return
-    _, cmd, user, extra_env, check, what, logs = next(x for x in _daemons(d, p, port) if x[0] == name)
+    nodes = _cluster(d)["nodes"]
+    _, cmd, user, extra_env, check, what, logs = next(x for x in _daemons(d, p, port, nodes) if x[0] == name)
     rest = daemons[:index] + daemons[index + 1:]
     rec = _spawn(name, cmd, d, rest, user, extra_env)
     daemons = [*daemons[:index], rec, *daemons[index + 1:]]
@@ -607,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--dir", default=DEFAULT_DIR, help=f"state folder (default {DEFAULT_DIR})")
         if name == "start":
+            sp.add_argument("--nodes", type=int, default=1,
+                            help="nodes, each its own slurmd on this host (default 1; several: node1, node2, ...)")
             sp.add_argument("--port", type=int, default=None,
                             help=f"slurmctld port; slurmd +1, slurmdbd +2 (default: {DEFAULT_PORT}, or "
                                  f"{DEFAULT_PORT + 10000}, ... when taken)")
@@ -615,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install":
             install()
         elif args.command == "start":
-            for k, v in start(args.dir, port=args.port).items():
+            for k, v in start(args.dir, port=args.port, nodes=args.nodes).items():
                 print(f"export {k}={v}")
         elif args.command == "stop":
             stop(args.dir)

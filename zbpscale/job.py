@@ -45,9 +45,10 @@ def classify_interruption(left_s: float | None, signal_delay_s: int) -> str:
 class TrainJob:
     """The callable of a run's job (see the module docstring); thin on purpose."""
 
-    def __init__(self, run_dir: str, *, max_timeouts: int, max_preemptions: int, signal_delay_s: int):
+    def __init__(self, run_dir: str, *, max_timeouts: int, max_preemptions: int, signal_delay_s: int,
+                 max_crashes: int = 3):
         self.run_dir = str(run_dir)
-        self.max_timeouts, self.max_preemptions = max_timeouts, max_preemptions
+        self.max_timeouts, self.max_preemptions, self.max_crashes = max_timeouts, max_preemptions, max_crashes
         self.signal_delay_s = signal_delay_s
 
     def __call__(self) -> str:
@@ -64,10 +65,10 @@ class TrainJob:
         job_id, started = str(env.job_id), time.time()
         if main:
             record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
-                   ranks=env.num_tasks, pid=os.getpid())
+                   ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""))
         try:
             cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(run_dir / CONFIG))
-            status = train(cfg, run_dir)
+            status = train(cfg, run_dir, on_hang=lambda reason: self._hung(run_dir, job_id, reason))
         except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
             if main:
                 record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")
@@ -76,7 +77,8 @@ class TrainJob:
         except BaseException as err:
             if main:
                 last = (str(err).strip().splitlines() or [""])[-1]
-                record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {last}")
+                why = "crashed" if lost_peer(err) else "failed"  # a lost rank is no decision: a submit resumes
+                record(run_dir, "end", job_id=job_id, why=why, reason=f"{type(err).__name__}: {last}")
             raise
         # The trainer has put submitit's handlers back. A stop request from now on (a late time-limit warning, a
         # preemption while requeueing) has nothing left to stop, and submitit's handler would fail the job.
@@ -104,6 +106,15 @@ class TrainJob:
 
         return submitit.helpers.DelayedSubmission(self)
 
+    def _hung(self, run_dir: Path, job_id: str, reason: str) -> None:
+        """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it
+        and requeue the job from the last checkpoint, counted as a crash."""
+        retry = retry_decision(read_attempts(run_dir), "hung", {"crashed": self.max_crashes}, reason)
+        record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
+               reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")
+        if retry.ok:
+            _requeue(job_id)
+
     def _requeue_or_fail(self, run_dir: Path, job_id: str) -> None:
         why = classify_interruption(slurm.seconds_left(job_id), self.signal_delay_s)
         bounds = {"timeout": self.max_timeouts, "preempted": self.max_preemptions}
@@ -113,12 +124,23 @@ class TrainJob:
             raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
                             hint="submit again with --retry (after raising the sweep's bound or time limit)")
         record(run_dir, "end", job_id=job_id, why=why, reason=retry.reason)
-        try:
-            subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.SubprocessError) as err:
-            # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
-            print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
-                  file=sys.stderr, flush=True)
+        _requeue(job_id)
+
+
+def _requeue(job_id: str) -> None:
+    try:
+        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
+        print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
+              file=sys.stderr, flush=True)
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether an exception is a collective that lost a peer (a rank killed, a node lost), not the run's fault."""
+    text = str(err)
+    return type(err).__name__ in ("DistBackendError", "DistNetworkError", "DistStoreError") or any(
+        s in text for s in ("Connection closed by peer", "Connection reset by peer", "NCCL", "gloo"))
 
 
 def cancelled_by_scheduler(job_id: str) -> bool:

@@ -13,6 +13,7 @@ state a run is in is decided in runstate.py.
               checkpoints/     ckpt_<step>.pt, written atomically, the newest K kept
               logs/            the executor's own stdout/stderr files
               .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder
+              .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, watchdog.py)
               COMPLETE         the trainer finished every step
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
 
@@ -40,16 +41,18 @@ CHECKPOINTS = "checkpoints"
 LOGS = "logs"
 COMPLETE = "COMPLETE"
 TRAINER_LOCK = ".trainer.lock"
+RANKS = ".ranks"
 CANCEL = "CANCEL"
 
 # Exit codes of a training process (python -m zbpscale.train, a local-queue rank).
 EXIT_OK = 0
 EXIT_USAGE = 2  # a user's mistake (ZbpError): retrying cannot help
 EXIT_DIVERGED = 3  # non-finite loss or gradient norm: stopped before the optimizer update
+EXIT_HUNG = 4  # no step for step_timeout_s (watchdog.py): retried from the last checkpoint, as a crash
 EXIT_REQUEUE = 75  # checkpointed on request (a signal): run me again to continue
 
 # Why an attempt ended (`why` of an `end` event in attempts.jsonl).
-ENDS = ("completed", "timeout", "preempted", "crashed", "failed", "cancelled")
+ENDS = ("completed", "timeout", "preempted", "crashed", "hung", "failed", "cancelled")
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
@@ -194,8 +197,11 @@ class Retry:
 def retry_decision(attempts: list[dict], why: str, bounds: dict[str, int], how: str = "checkpointed") -> Retry:
     """May an attempt that ended for `why` (timeout | preempted | crashed) be requeued? Each kind is counted
     against its own bound, bounds = {"timeout": max_timeouts, "preempted": max_preemptions, "crashed":
-    max_crashes}; the attempt being decided is not in `attempts` yet. Both executors decide with this."""
-    used, bound = count_ends(attempts, why) + 1, bounds[why]
+    max_crashes}; a hang counts as a crash. The attempt being decided is not in `attempts` yet. Both executors
+    decide with this."""
+    kinds = ("crashed", "hung") if why in ("crashed", "hung") else (why,)
+    why = "crashed" if why == "hung" else why
+    used, bound = sum(count_ends(attempts, k) for k in kinds) + 1, bounds[why]
     if used > bound:
         return Retry(False, f"{why} {used} times, over max_{_plural(why)}={bound}")
     return Retry(True, f"{how}; requeue {used}/{bound}")

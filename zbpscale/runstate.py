@@ -70,6 +70,8 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
             return RunState("broken", str(err), next="fix")
     if job.state == UNKNOWN:
         return RunState("unknown", job.reason, next="wait")
+    if job.state == "COMPLETING":  # its processes are ending (on a lost node: until SLURM calls the node down)
+        return RunState("running", "its job is ending (COMPLETING)", next="wait")
     if job.state == "RUNNING":
         starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
         beat = read_json(folder.heartbeat).get("time")
@@ -91,7 +93,7 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
         return RunState("failed", end.get("reason", ""), log(), next="retry")
     if end.get("why") == "cancelled" and not job.words:
         return RunState("cancelled", end.get("reason", ""))
-    if end.get("why") == "crashed":  # killed and not requeued (on SLURM: found by reconcile())
+    if end.get("why") in ("crashed", "hung"):  # killed, lost a peer, or hung, and not requeued
         return RunState("failed", end.get("reason", ""), log())
     if job_id and (not end or job.words):  # gone without a record, and the scheduler cannot say why
         reason = job.words or f"job ended ({job.state or 'state unknown'}) without a record"

@@ -164,6 +164,9 @@ class TrainConfig:
     """... and whenever this many seconds passed since the last checkpoint (0 = never by time)."""
     keep_ckpts: int = 2
     """Checkpoints kept on disk (the newest)."""
+    step_timeout_s: float = 1800.0
+    """A rank that makes no step for this long (a hung collective, a stopped rank, a lost node) ends the
+    attempt: stacks to the log, a `hung` record, a requeue from the last checkpoint counted as a crash (0 = off)."""
     diag_every: int = 0
     """Diagnostics (branch gains, per-core NSR and c, ZBP/BP gradient cosine) every this many steps; 0 = off."""
     log_every: int = 1
@@ -186,6 +189,8 @@ class TrainConfig:
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, "
                               f"{self.min_lr_ratio}")
+        if not isinstance(self.step_timeout_s, (int, float)) or self.step_timeout_s < 0:
+            raise ConfigError(f"TrainConfig.step_timeout_s must be a number >= 0, got {self.step_timeout_s!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
 

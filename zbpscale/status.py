@@ -65,7 +65,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
     step = beat.get("step", (tail.get("train", {}).get("step", -1) + 1))
-    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "crashed", "failed")}
+    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "crashed", "hung", "failed")}
     starts = [a for a in attempts if a.get("event") == "start"]
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
@@ -80,10 +80,11 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
         "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
         "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
         "timeouts": counts["timeout"], "preemptions": counts["preempted"],
-        "failures": counts["crashed"] + counts["failed"],
+        "failures": counts["crashed"] + counts["hung"] + counts["failed"],
         "job": job, "executor": sub.get("executor", ""), "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
+        "nodes": starts[-1].get("nodes", "") if starts else "",
     }
 
 
@@ -266,7 +267,8 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
-            where = f"  (log: {r['log']})" if r["log"] else ""
+            where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
+                f"  (log: {r['log']})" if r["log"] else "")
             then = NEXT.get((r["state"], r["next"]), "")
             found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
     return found

@@ -25,6 +25,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -32,6 +33,7 @@ from zbpscale import checkpoint, dist, numerics, runfolder, signals
 from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError, report
 from zbpscale.metrics import MetricsLog, read_records
 from zbpscale.model import Transformer
+from zbpscale.watchdog import Watchdog
 from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
 from zbpscale.schema import TrainConfig, batch_plan, derived_numbers  # noqa: F401 - re-exported
 
@@ -100,15 +102,17 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
                           hint="resume with the same settings, or train in a new run folder")
 
 
-def train(cfg: TrainConfig, run_dir: str | Path) -> str:
-    """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'."""
+def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] | None = None) -> str:
+    """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'. A hang (no step for
+    cfg.step_timeout_s) ends the process with EXIT_HUNG after the trainer's end record and, on rank 0,
+    `on_hang(reason)` (the job layer's decision: requeue or fail)."""
     run_dir = Path(run_dir)
     signals.install()  # from the start: a stop request during set-up is honoured at the first step
     try:
         env = dist.init(cfg.device)
         try:
             with _one_writer(run_dir, env):
-                return _train(cfg, run_dir, env)
+                return _train(cfg, run_dir, env, on_hang)
         finally:
             dist.shutdown(env)
     finally:
@@ -151,15 +155,32 @@ class _Run:
     bf16: bool
 
 
-def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
+def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None) -> str:
     _check_config(run_dir, cfg)
     if (run_dir / COMPLETE).exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({COMPLETE} marker present); nothing to do")
         return "completed"
     r = _setup(cfg, run_dir, env)
+
+    def hung(reason: str) -> None:  # rank 0, from the watchdog's thread while the loop is blocked
+        r.log.write("end", step=dog.step - 1, status="hung", reason=reason)
+        r.log.close()
+        if on_hang is not None:
+            on_hang(reason)
+
+    dog = Watchdog(run_dir, env.rank, env.world_size, cfg.step_timeout_s, on_hang=hung).start()
+    try:
+        return _loop(r, dog)
+    finally:
+        dog.stop()
+
+
+def _loop(r: _Run, dog: Watchdog) -> str:
+    cfg, env = r.cfg, r.env
     tokens_per_step = r.numbers["tokens_per_step"]
     last_ckpt, last_print, done, stop = time.monotonic(), 0.0, r.start, None
+    dog.beat(done)
     for step in range(r.start, cfg.steps):
         t0 = time.perf_counter()
         time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
@@ -186,6 +207,7 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> str:
         if (periodic or time_votes or stop_votes) and done < cfg.steps:
             _save(r, done)
             last_ckpt = time.monotonic()
+        dog.beat(done)
         if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0)
             stop = signals.received()
             break

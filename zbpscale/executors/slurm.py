@@ -177,7 +177,8 @@ def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log:
     executor = _executor(run_dir / LOGS, params, max_num_timeout=run.sweep.max_timeouts,
                          python=signals.BLOCKED_PYTHON)
     job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
-                                   max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s))
+                                   max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s,
+                                   max_crashes=run.sweep.max_crashes))
     extra = {"prep_job": depends_on, "prep_log": prep_log} if depends_on else {}
     record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / LOGS), retry=retry,
            name=job_name(run), grace_s=run.sweep.visible_within_s, **extra)

@@ -7,6 +7,7 @@ One driver per queue (a kernel lock says which). Every tick it
        exit 75 after our time-limit SIGUSR2 (or killed at the limit) -> timeout, requeued within max_timeouts
        exit 75 otherwise (a dead driver's PDEATHSIG, an outside SIGTERM) -> preempted, within max_preemptions
        exit 2 (a user's mistake) or 3 (diverged)       -> failed: retrying cannot help
+       exit 4 (the hang watchdog: no step for step_timeout_s) -> hung, requeued like a crash
        anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
                                                           max_crashes, with the log's last line as the reason;
        (the retry rule is zbpscale.runfolder.retry_decision, shared with the SLURM job)
@@ -30,7 +31,7 @@ from zbpscale import signals
 from zbpscale.local.queue import LIVE, Entry, LocalQueue
 from zbpscale.runfolder import pid_alive, process_start_time
 from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
-from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
 
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
@@ -202,6 +203,8 @@ class Driver:
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
         elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
             self.finish(e, "failed", _failure(codes, log_file))  # the same attempt again would end the same way
+        elif EXIT_HUNG in codes:  # the watchdog ended it: no step for step_timeout_s
+            self.requeue(e, "hung", codes, how=_failure(codes, log_file))
         else:
             self.requeue(e, "crashed", codes, how=_failure(codes, log_file))
 

@@ -1,0 +1,177 @@
+"""Runs that span two nodes, and what only many nodes do: against a real 2-node SLURM (two slurmd on this host,
+conftest.two_node_cluster), CPU ranks over gloo, the nano model.
+
+Compared: per-step losses of a 2-node x 1-rank run with a 1-node x 2-rank run of the same config (bitwise: the
+same two ranks, the same all-reduce; only the placement differs), and of every interrupted 2-node run with an
+uninterrupted 2-node run; the attempts record with what happened (a timeout per attempt, not per node; a lost
+node; a hang); the time between the last step and the end of every rank's process with a few seconds. The hang
+watchdog is also checked on the local queue (two ranks on this node).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import load_slurm_local, write_sweep
+from zbpscale.metrics import read_records
+from zbpscale.runfolder import COMPLETE, read_attempts
+
+pytestmark = [pytest.mark.slurm]
+
+slurm_local = load_slurm_local()
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+STEPS = 300  # ~30-60 s on 2 shared cores: longer than the 30 s a time-limit warning may come before
+
+
+def submit(sweep: Path, env: dict, *args: str, executor: str = "slurm") -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", executor, *args],
+                         cwd=sweep.parent, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def job_ids(run: Path) -> list[str]:
+    return [a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"]
+
+
+def sacct(env: dict, job: str, field: str) -> str:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", field], env=env, capture_output=True,
+                         text=True, timeout=30)
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def final_state(env: dict, job: str, timeout: float = 900) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = sacct(env, job, "State").split(" ")[0]
+        if state in FINAL:
+            return state
+        time.sleep(1)
+    raise AssertionError(f"job {job} not finished after {timeout:.0f} s")
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
+
+
+def wait_until(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def rank_pid(run: Path, rank: int) -> int:
+    """The pid of a rank's trainer, from its watchdog's stamp (every rank writes one)."""
+    return json.loads((run / ".ranks" / f"{rank}.json").read_text())["pid"]
+
+
+def ends(run: Path) -> list[tuple[str, str]]:
+    return [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"]
+
+
+@pytest.fixture(scope="module")
+def straight(two_node_cluster, data_dir, tmp_path_factory):
+    """The references, trained at once: a 2-node x 1-rank run of STEPS steps never interrupted, and the same
+    config on 1 node x 2 ranks. Returns their run folders."""
+    _, env = two_node_cluster
+    folder = tmp_path_factory.mktemp("straight")
+    sweeps = [write_sweep(folder, "straight", data_dir, steps=STEPS, nodes=2),
+              write_sweep(folder, "onenode", data_dir, steps=STEPS, tasks=2)]
+    for sweep in sweeps:
+        submit(sweep, env)
+    runs = [folder / "jobs" / name / "nano-bp" for name in ("straight", "onenode")]
+    for run in runs:
+        (job,) = job_ids(run)
+        assert final_state(env, job) == "COMPLETED"
+    return runs
+
+
+def test_two_nodes_equal_one_node_with_two_ranks_and_every_rank_ends_with_the_job(two_node_cluster, straight):
+    _, env = two_node_cluster
+    run, other = straight
+    (job,), (other_job,) = job_ids(run), job_ids(other)
+    start = next(a for a in read_attempts(run) if a["event"] == "start")
+    assert start["ranks"] == 2 and start["nodes"] == "node[1-2]"
+    assert next(r for r in read_records(run) if r["kind"] == "start")["world_size"] == 2
+    assert sacct(env, other_job, "NNodes") == "1" and sacct(env, job, "NNodes") == "2"
+    assert losses(run) == losses(other) and len(losses(run)) == STEPS  # bitwise
+    # The job ends with its last step: no rank waits for the time limit.
+    last_step = read_records(run)[-1]["time"]
+    ended = time.mktime(time.strptime(sacct(env, job, "End"), "%Y-%m-%dT%H:%M:%S"))
+    assert ended - last_step < 10, ended - last_step
+
+
+def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cluster, straight, tmp_path,
+                                                                     data_dir):
+    _, env = two_node_cluster
+    sweep = write_sweep(tmp_path, "limit", data_dir, steps=STEPS, nodes=2, time_min=1)
+    submit(sweep, env)
+    run = tmp_path / "jobs" / "limit" / "nano-bp"
+    (job,) = job_ids(run)
+    assert final_state(env, job) == "COMPLETED"
+    whys = [why for why, _ in ends(run)]
+    starts = sum(a["event"] == "start" for a in read_attempts(run))
+    assert whys[-1] == "completed" and whys.count("timeout") == starts - 1 >= 1, whys
+    assert losses(run) == losses(straight[0])
+
+
+def test_a_hung_rank_then_a_lost_node_each_end_in_a_true_state_and_the_run_resumes_bitwise(
+        two_node_cluster, straight, tmp_path, data_dir):
+    """One 2-node run, two faults after checkpoints. (1) The rank on node2 is stopped (SIGSTOP): rank 0 blocks in
+    the all-reduce, its watchdog writes the stacks, records `hung` naming rank 1 and requeues the job (a crash).
+    (2) In the requeued attempt, node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
+    `crashed` (no decision), status says failed and names the nodes; once node2 is back a plain submit resumes
+    the run, which ends bit for bit like the run never interrupted."""
+    folder, env = two_node_cluster
+    sweep = write_sweep(tmp_path, "faults", data_dir, steps=STEPS, nodes=2, ckpt_every=10, step_timeout_s=8)
+    submit(sweep, env)
+    run = tmp_path / "jobs" / "faults" / "nano-bp"
+    (job,) = job_ids(run)
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    stopped = rank_pid(run, 1)
+    subprocess.run(["kill", "-STOP", str(stopped)], check=True)
+    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(run)) == 2, "the requeued attempt")
+    (why, reason), = ends(run)
+    assert why == "hung" and f"rank 1 (pid {stopped}" in reason and "requeue 1/3" in reason, reason
+    log = "".join(p.read_text(errors="replace") for p in (run / "logs").glob("*_log.out"))
+    assert "every thread's stack" in log and "File " in log  # faulthandler's dump
+
+    wait_until(lambda: rank_pid(run, 1) != stopped and len(losses(run)) >= 60, "the requeued attempt to train")
+    slurm_local.stop_daemon(folder, "slurmd-node2")
+    try:
+        subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
+        assert final_state(env, job) in ("FAILED", "NODE_FAIL")
+        assert [w for w, _ in ends(run)] == ["hung", "crashed"], ends(run)  # no decision: a submit resumes
+        wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=env,
+                                              capture_output=True, text=True).stdout.strip(),
+                   "the job to leave the queue (node2 called down)", timeout=120)
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(run.parent), "--json"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        (row,) = json.loads(out.stdout)["faults"]
+        assert out.returncode == 1 and row["state"] == "failed" and row["next"] == "resume", row
+        assert row["nodes"] == "node[1-2]" and row["failures"] == 2
+    finally:
+        slurm_local.restart_daemon(folder, "slurmd-node2")
+    wait_until(lambda: subprocess.run(["sinfo", "-h", "-n", "node2", "-o", "%T"], env=env, capture_output=True,
+                                      text=True).stdout.strip() in ("idle", "mixed"), "node2 back", timeout=120)
+    assert "nano-bp: resume -> job" in submit(sweep, env).stdout
+    assert final_state(env, job_ids(run)[-1]) == "COMPLETED"
+    assert losses(run) == losses(straight[0])
+
+
+def test_the_watchdog_on_the_local_queue(tmp_path, data_dir):
+    """The same hang on the local queue (two ranks on this node): `hung`, requeued, finished."""
+    sweep = write_sweep(tmp_path, "lhung", data_dir, steps=40, tasks=2, ckpt_every=10, step_timeout_s=5)
+    submit(sweep, dict(os.environ), executor="local")
+    run = tmp_path / "jobs" / "lhung" / "nano-bp"
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000010.pt").exists(), "a checkpoint at step 10")
+    subprocess.run(["kill", "-STOP", str(rank_pid(run, 1))], check=True)
+    wait_until(lambda: ends(run) and ends(run)[-1][0] == "completed", "the run to finish after the hang", timeout=300)
+    assert [w for w, _ in ends(run)] == ["hung", "completed"], ends(run)
+    assert (run / COMPLETE).exists() and [s for s, _ in losses(run)] == list(range(40))

@@ -1,0 +1,95 @@
+"""The hang watchdog: a rank that makes no step for `step_timeout_s` ends the attempt, saying who stopped.
+
+A hung collective (a rank stopped, a peer on a lost node, a deadlock) holds a job until its time limit. Every
+rank runs a `Watchdog` thread beside its training loop. The loop calls `beat(step)` after each step (and
+after an evaluation or a checkpoint); the thread stamps `<run_dir>/.ranks/<rank>.json` with the rank's last
+step and a liveness time every second or so. When no step came for `timeout_s`, the thread of every rank that
+can still run:
+  1. writes every thread's Python stack to stderr (the job's log), with faulthandler;
+  2. names the hang: the ranks whose liveness stamp went stale (stopped or gone), else "every rank alive but
+     blocked" (a collective that never completes), and the step they stopped after;
+  3. on rank 0, calls `on_hang(reason)` (the trainer's end record; the job's requeue decision);
+  4. prints one last line and leaves with EXIT_HUNG (the process is blocked in C++: nothing else can end it).
+The job layer counts a hang as a crash (max_crashes) and requeues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from zbpscale.runfolder import EXIT_HUNG, RANKS
+
+STAMP_S = 1.0  # liveness stamp period; a stamp older than STALE_STAMPS periods is a rank that stopped
+STALE_STAMPS = 5
+
+
+class Watchdog:
+    """One rank's watchdog (start it once the loop is about to begin; `stop()` when training ends)."""
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int, timeout_s: float,
+                 on_hang: Callable[[str], None] | None = None):
+        self.folder, self.rank, self.world = Path(run_dir) / RANKS, rank, world_size
+        self.timeout_s, self.on_hang = timeout_s, on_hang
+        self.step, self.last = -1, time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="zbpscale-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        if self.timeout_s > 0:
+            self.folder.mkdir(exist_ok=True)
+            self._stamp()
+            self._thread.start()
+        return self
+
+    def beat(self, step: int) -> None:
+        """The loop made progress: `step` steps are done."""
+        self.step, self.last = step, time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _stamp(self) -> None:
+        """Rewrite this rank's stamp (a rename: readers see a whole one; no fsync: it only matters while we run)."""
+        path = self.folder / f"{self.rank}.json"
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"step": self.step, "alive": time.time(), "pid": os.getpid()}))
+        os.replace(tmp, path)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(STAMP_S):
+            self._stamp()
+            if time.monotonic() - self.last > self.timeout_s:
+                self._fire()
+
+    def who(self) -> str:
+        """Which ranks stopped reporting, from their stamps, in words."""
+        now, stale = time.time(), []
+        for rank in range(self.world):
+            try:
+                stamp = json.loads((self.folder / f"{rank}.json").read_text())
+            except (OSError, ValueError):
+                stale.append(f"rank {rank} (never reported)")
+                continue
+            if now - stamp["alive"] > STALE_STAMPS * STAMP_S:
+                stale.append(f"rank {rank} (pid {stamp['pid']}, silent for {now - stamp['alive']:.0f} s)")
+        return (f"{', '.join(stale)} stopped reporting" if stale else
+                "every rank is alive but blocked (a collective that never completes)")
+
+    def _fire(self) -> None:
+        reason = f"no step for {self.timeout_s:g} s after step {self.step}: {self.who()}"
+        print(f"watchdog (rank {self.rank}): {reason}; every thread's stack:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        if self.rank == 0 and self.on_hang is not None:
+            try:
+                self.on_hang(reason)
+            except BaseException as err:  # the process ends next whatever happens here: say what went wrong
+                print(f"watchdog: recording the hang failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"hung: {reason}", file=sys.stderr, flush=True)
+        os._exit(EXIT_HUNG)
