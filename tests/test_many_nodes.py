@@ -3,9 +3,9 @@ conftest.two_node_cluster), CPU ranks over gloo, the nano model.
 
 Compared: per-step losses of a 2-node x 1-rank run with a 1-node x 2-rank run of the same config (bitwise: the
 same two ranks, the same all-reduce; only the placement differs), and of every interrupted 2-node run with an
-uninterrupted 2-node run; the attempts record with what happened (a timeout per attempt, not per node; a lost
-node; a hang); the time between the last step and the end of every rank's process with a few seconds. The hang
-watchdog is also checked on the local queue (two ranks on this node).
+uninterrupted 2-node run; the attempts record with what happened (a timeout per attempt, not per node; USR2 to
+one rank; a hang; a lost node); the time between the last step and the end of every rank's process with a few
+seconds. The hang watchdog is also checked on the local queue (two ranks on this node).
 """
 
 import json
@@ -121,11 +121,12 @@ def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cl
     assert losses(run) == losses(straight[0])
 
 
-def test_a_hung_rank_then_a_lost_node_each_end_in_a_true_state_and_the_run_resumes_bitwise(
+def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes_bitwise(
         two_node_cluster, straight, tmp_path, data_dir):
-    """One 2-node run, two faults after checkpoints. (1) The rank on node2 is stopped (SIGSTOP): rank 0 blocks in
-    the all-reduce, its watchdog writes the stacks, records `hung` naming rank 1 and requeues the job (a crash).
-    (2) In the requeued attempt, node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
+    """One 2-node run, three faults, each after a checkpoint. (1) USR2 to the rank on node2 only: the ranks vote
+    to stop, every rank stops at the same step, the job requeues (`preempted`). (2) The rank on node2 is stopped
+    (SIGSTOP): rank 0 blocks in the all-reduce, its watchdog writes the stacks, records `hung` naming rank 1 and
+    requeues the job (a crash). (3) node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
     `crashed` (no decision), status says failed and names the nodes; once node2 is back a plain submit resumes
     the run, which ends bit for bit like the run never interrupted."""
     folder, env = two_node_cluster
@@ -133,21 +134,32 @@ def test_a_hung_rank_then_a_lost_node_each_end_in_a_true_state_and_the_run_resum
     submit(sweep, env)
     run = tmp_path / "jobs" / "faults" / "nano-bp"
     (job,) = job_ids(run)
+    starts = lambda: sum(a["event"] == "start" for a in read_attempts(run))  # noqa: E731
+
     wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    subprocess.run(["kill", "-USR2", str(rank_pid(run, 1))], check=True)
+    wait_until(lambda: starts() == 2, "the requeue after USR2 to rank 1")
+    (why, _), = ends(run)
+    end = [r for r in read_records(run) if r["kind"] == "end"][-1]
+    assert why == "preempted" and end["status"] == "checkpointed"
+    assert (run / "checkpoints" / f"ckpt_{end['step'] + 1:08d}.pt").exists()  # the step every rank stopped at
+
+    wait_until(lambda: starts() == 2 and len(losses(run)) >= end["step"] + 15, "the second attempt to train")
     stopped = rank_pid(run, 1)
     subprocess.run(["kill", "-STOP", str(stopped)], check=True)
-    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(run)) == 2, "the requeued attempt")
-    (why, reason), = ends(run)
+    wait_until(lambda: starts() == 3, "the requeue after the hang")
+    why, reason = ends(run)[-1]
     assert why == "hung" and f"rank 1 (pid {stopped}" in reason and "requeue 1/3" in reason, reason
     log = "".join(p.read_text(errors="replace") for p in (run / "logs").glob("*_log.out"))
     assert "every thread's stack" in log and "File " in log  # faulthandler's dump
 
-    wait_until(lambda: rank_pid(run, 1) != stopped and len(losses(run)) >= 60, "the requeued attempt to train")
+    resumed = [r for r in read_records(run) if r["kind"] == "resume"][-1]["from_step"]
+    wait_until(lambda: rank_pid(run, 1) != stopped and len(losses(run)) >= resumed + 15, "the third attempt")
     slurm_local.stop_daemon(folder, "slurmd-node2")
     try:
         subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
         assert final_state(env, job) in ("FAILED", "NODE_FAIL")
-        assert [w for w, _ in ends(run)] == ["hung", "crashed"], ends(run)  # no decision: a submit resumes
+        assert [w for w, _ in ends(run)] == ["preempted", "hung", "crashed"], ends(run)
         wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=env,
                                               capture_output=True, text=True).stdout.strip(),
                    "the job to leave the queue (node2 called down)", timeout=120)
@@ -155,7 +167,7 @@ def test_a_hung_rank_then_a_lost_node_each_end_in_a_true_state_and_the_run_resum
                              capture_output=True, text=True, timeout=60)
         (row,) = json.loads(out.stdout)["faults"]
         assert out.returncode == 1 and row["state"] == "failed" and row["next"] == "resume", row
-        assert row["nodes"] == "node[1-2]" and row["failures"] == 2
+        assert row["nodes"] == "node[1-2]" and (row["preemptions"], row["failures"]) == (1, 2)
     finally:
         slurm_local.restart_daemon(folder, "slurmd-node2")
     wait_until(lambda: subprocess.run(["sinfo", "-h", "-n", "node2", "-o", "%T"], env=env, capture_output=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, write_sweep
+from conftest import load_slurm_local, straight_losses, write_sweep
 from zbpscale.metrics import read_records
 from zbpscale.runfolder import COMPLETE, read_attempts
 
@@ -98,6 +98,10 @@ def queued_names(env: dict) -> list[str]:
     return out.stdout.split()
 
 
+def losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
+
+
 def ends(run: Path) -> list[str]:
     return [a["why"] for a in read_attempts(run) if a["event"] == "end"]
 
@@ -159,12 +163,14 @@ def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_di
     assert code == 0 and [r["state"] for r in rows] == ["complete", "complete"]
 
 
-def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption(tmp_path, slurm, data_dir):
-    """`scancel` of a running job whose accounting does not answer (inside the job too): the controller's word
-    decides, so the run checkpoints and ends cancelled, and is not requeued as a preemption."""
+def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_resumes(tmp_path, slurm, data_dir):
+    """Fault: `scancel <job>` on a running job whose accounting does not answer (inside the job too). SLURM sends
+    SIGTERM, which is also what a preemption sends where preempt_send_user_signal is off; the controller calls the
+    job CANCELLED at once, so the run checkpoints and ends cancelled, not requeued as a preemption. Status says
+    cancelled; the next submit resumes it, bit for bit."""
     _, real_env = slurm
     env = with_sacct(real_env, tmp_path, "down")
-    sweep = write_sweep(tmp_path, "cancelled", data_dir, steps=400)
+    sweep = write_sweep(tmp_path, "cancelled", data_dir, steps=200)
     assert submit(sweep, env).returncode == 0
     run = tmp_path / "jobs" / "cancelled" / "nano-bp"
     (job,) = job_ids(run)
@@ -181,8 +187,13 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption(tmp_path, slu
         time.sleep(0.5)
     assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
         ("cancelled", "scancel; checkpointed")]
+    assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not (run / COMPLETE).exists()
     code, (row,) = status(run.parent, env)
     assert code == 3 and row["state"] == "cancelled" and row["preemptions"] == 0
+    out = submit(sweep, env)
+    assert "nano-bp: resume -> job" in out.stdout, out.stdout + out.stderr
+    assert final_state(real_env, job_ids(run)[-1]) == "COMPLETED"
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
 
 
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm

@@ -209,30 +209,3 @@ def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_pat
     assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["cancelled"]
     assert not (run / COMPLETE).exists() and 3 <= len(losses(run)) < 400
     assert "resume" in submit(sweep, slurm_env, "--dry-run").stdout  # a later submit continues it
-
-
-def test_fault_scancel_stops_the_run_without_a_requeue_and_resubmit_resumes(tmp_path, slurm_env, data_dir):
-    """Fault: `scancel <job>` on a running job. SLURM sends SIGTERM, which is also what a preemption sends
-    where preempt_send_user_signal is off; SLURM already calls the job CANCELLED, so it checkpoints and ends
-    without requeueing and without using a preemption. Status says cancelled; the next submit resumes it."""
-    sweep = write_sweep(tmp_path, "scancel", data_dir, steps=400)
-    submit(sweep, slurm_env)
-    run = tmp_path / "jobs" / "scancel" / "nano-bp"
-    (job,) = job_ids(run)
-    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps")
-    subprocess.run(["scancel", job], env=slurm_env, check=True, timeout=30)
-    assert wait_final(slurm_env, job) == "CANCELLED"  # at once: SIGTERM reaches the job's tasks after that
-    deadline = time.time() + 120
-    while subprocess.run(["squeue", "-h", "-j", job], env=slurm_env, capture_output=True, text=True,
-                         timeout=30).stdout.strip():
-        assert time.time() < deadline, "the cancelled job never left the queue"
-        time.sleep(0.5)
-    ends = [a for a in read_attempts(run) if a["event"] == "end"]  # a requeue would have recorded 'preempted'
-    assert [(a["why"], a["reason"]) for a in ends] == [("cancelled", "scancel; checkpointed")]
-    assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not (run / COMPLETE).exists()
-    (row,) = status(run.parent, slurm_env, code=3)
-    assert row["state"] == "cancelled" and row["preemptions"] == 0
-    out = submit(sweep, slurm_env)
-    assert "nano-bp: resume -> job" in out.stdout
-    assert wait_final(slurm_env, job_ids(run)[-1], timeout=600) == "COMPLETED"
-    assert losses(run) == straight_losses(run, tmp_path / "reference")

@@ -10,7 +10,7 @@ Schema of metrics.jsonl, one object per line, each with `kind` and `time` (Unix 
   diag   step, blocks: [{layer, branch, fwd_gain, bwd_gain}],
          cores: [{layer, core, d_mean, n, nsr, c, c_median, c_mean, floor_frac}] (diagnostics.core_stats),
          grad_cosine (ZBP vs BP parameter gradients on the same batch)
-  end    step, status (completed | checkpointed | diverged | failed), reason
+  end    step, status (completed | checkpointed | diverged | hung | failed), reason
 `step` in train/eval/diag records is the 0-based step just taken; a run of S steps logs steps 0..S-1.
 """
 
