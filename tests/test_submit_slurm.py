@@ -168,7 +168,7 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     """Fault: kill -9 of the trainer in a requeued attempt. The killed attempt writes no end record, and the
     one before it says 'preempted': status must reconcile attempts.jsonl with sacct (failed, signal 9, the log to
     read), not report the earlier attempt's reason; the next submit resumes that run only."""
-    sweep = write_sweep(tmp_path, "killed", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=10)
+    sweep = write_sweep(tmp_path, "killed", data_dir, steps=120, arms=("bp", "zbp_n4"), ckpt_every=10)
     submit(sweep, slurm_env)
     runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
     victim = runs["nano-bp"]
