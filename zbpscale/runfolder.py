@@ -222,10 +222,11 @@ def log_path(run_dir: Path, submitted: dict, job: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- processes
-def lock_run_folder(run_dir: Path):
-    """Take the run folder's trainer lock: (the open, locked file, "") or (None, who holds it: "pid N on
-    HOST"). The kernel releases it when the holder dies, however it dies; close the file to release it."""
-    path = Path(run_dir) / TRAINER_LOCK
+def try_lock(path: Path):
+    """Take an exclusive kernel lock on `path` without waiting: (the open, locked file, "") or (None, who holds it:
+    "pid N on HOST", as its holder wrote). The kernel releases it when the holder dies, however it dies; close
+    the file to release it."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "a+")
     try:
@@ -242,6 +243,11 @@ def lock_run_folder(run_dir: Path):
     return fh, ""
 
 
+def lock_run_folder(run_dir: Path):
+    """The run folder's trainer lock (try_lock): one trainer per run folder."""
+    return try_lock(Path(run_dir) / TRAINER_LOCK)
+
+
 def pid_alive(pid: int, start_time: int) -> bool:
     """Whether the process `pid` that started at kernel tick `start_time` still runs (not a reused pid)."""
     return process_start_time(pid) == start_time
@@ -255,7 +261,6 @@ def process_start_time(pid: int) -> int | None:
         return None
     fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
     return None if fields[0] in ("Z", "X") else int(fields[19])
-
 
 
 def age(seconds: float) -> str:

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import fnmatch
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -33,7 +31,7 @@ from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.executors import Executor, View
 from zbpscale.runfolder import (
     CANCEL, CONFIG, HEARTBEAT, PLAN, RunFolder, atomic_write, last_submitted, list_checkpoints, read_attempts,
-    read_json,
+    read_json, try_lock,
 )
 from zbpscale.runstate import RunState, check_config
 from zbpscale import runstate
@@ -171,33 +169,24 @@ def look(sweep: Sweep, runs: list[Run]) -> View:
 def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
     """One submit at a time plans and submits a sweep (two terminals, a cron job and a person): the others wait,
     then see its jobs. A kernel lock on <sweep folder>/.submit.lock, released when its holder dies."""
-    sweep.jobs_dir.mkdir(parents=True, exist_ok=True)
     path = sweep.jobs_dir / ".submit.lock"
-    with open(path, "a+") as fh:
-        deadline, said = time.time() + wait_s, False
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = path.read_text().strip() or "another process"
-                if time.time() > deadline:
-                    raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after "
-                                      f"{wait_s:.0f} s", hint="let it finish, or stop it, then submit again") from None
-                if not said:
-                    print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it", flush=True)
-                    said = True
-                time.sleep(poll_s)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
-        fh.flush()
-        try:
-            yield
-        finally:
-            fh.seek(0)
-            fh.truncate()
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    deadline, said = time.time() + wait_s, False
+    while True:
+        fh, holder = try_lock(path)
+        if fh is not None:
+            break
+        if time.time() > deadline:
+            raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after "
+                              f"{wait_s:.0f} s", hint="let it finish, or stop it, then submit again")
+        if not said:
+            print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it", flush=True)
+            said = True
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        fh.truncate(0)
+        fh.close()
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",

@@ -54,7 +54,7 @@ def view_all(root: Path, attempts_by_run: dict[str, list[dict]], *, now: float |
     for attempts in attempts_by_run.values():
         sub = last_submitted(attempts)
         if sub.get("job_id"):
-            by_kind.setdefault(sub.get("executor") or "slurm", []).append(sub)
+            by_kind.setdefault(sub.get("executor", ""), []).append(sub)
     view = View()
     for kind, submitted in by_kind.items():
         view.update(get(kind, root).view(submitted, now=now))

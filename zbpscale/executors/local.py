@@ -36,10 +36,11 @@ class LocalExecutor(Executor):
         alive = self.queue.driver_alive()
         for e in self.queue.entries():
             if e.job_id in wanted:
-                state = SCHEDULER_STATE.get(e.state, e.state.upper())
-                view.jobs[e.job_id] = JobView(DRIVER_DOWN if e.state in LIVE and not alive else state, source="queue",
-                                              reason="" if alive or e.state not in LIVE else
-                                              "the local queue's driver is not running")
+                if e.state in LIVE and not alive:
+                    view.jobs[e.job_id] = JobView(DRIVER_DOWN, source="queue",
+                                                  reason="the local queue's driver is not running")
+                else:
+                    view.jobs[e.job_id] = JobView(SCHEDULER_STATE.get(e.state, e.state.upper()), source="queue")
         return view
 
     def check(self, runs: list[Run], *, quick: bool = False) -> None:
