@@ -112,7 +112,10 @@ def test_cli_prints_one_screen_and_exits_1_on_a_blocking_problem(tmp_path, monke
 
 
 def test_gpu_rows_from_what_torch_reports(monkeypatch):
-    """The GPU branch on a CPU machine: torch's answers replaced by those of a 2 x H200 node."""
+    """The GPU branch on a CPU machine: torch's answers replaced by those of a 2 x H200 node whose driver is
+    CUDA 12.4 (one GPU partly taken by another process); Triton's own ptxas is asked for real."""
+    import contextlib
+
     import torch
 
     props = SimpleNamespace(name="NVIDIA H200", total_memory=141 * 2**30)
@@ -121,6 +124,62 @@ def test_gpu_rows_from_what_torch_reports(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
-    rows = {c.name: c for c in doctor.check_torch()}
+    monkeypatch.setattr(torch.cuda, "device", lambda i: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: props.name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: ((139 - 100 * i) * 2**30, 141 * 2**30))
+    monkeypatch.setattr(doctor, "driver_cuda", lambda: (12, 4))
+    checks = doctor.check_torch()
+    rows = {c.name: c for c in checks}
     assert rows["GPUs"].level == "ok" and rows["GPUs"].detail == "2 x NVIDIA H200 (141 GiB)"
     assert rows["NCCL"].level == "ok" and rows["NCCL"].detail == "2.21.5"
+    (gpu,) = [c for c in checks if c.name == "GPU"]  # one line per kind of GPU, its least free memory
+    assert gpu.level == "warn" and gpu.detail == "NVIDIA H200: sm_90, bf16 yes, 39 of 141 GiB free"
+    if doctor.triton_ptxas(90) is not None:
+        (major, minor), _, env = doctor.triton_ptxas(90)
+        assert rows["Triton ptxas"].level == ("fail" if major > 12 else "warn" if minor > 4 else "ok")
+        assert rows["Triton ptxas"].detail.startswith(f"ptxas CUDA {major}.{minor}, driver CUDA 12.4")
+
+
+# ---- on a GPU node: what can break the ZBP kernels before a run (the checks are pure; the GPU only feeds them)
+
+PTXAS_TABLE = [  # (driver CUDA, ptxas CUDA, level): a newer major release cannot load; a newer minor may not JIT
+    ((12, 4), (13, 4), "fail"),
+    ((12, 4), (12, 9), "warn"),
+    ((13, 0), (12, 9), "ok"),
+    ((13, 4), (13, 4), "ok"),
+]
+
+
+@pytest.mark.parametrize("driver, ptxas, level", PTXAS_TABLE)
+def test_the_driver_must_load_what_tritons_ptxas_writes(driver, ptxas, level):
+    check = doctor.check_ptxas(driver, (ptxas, "/site/triton/bin/ptxas-blackwell", "TRITON_PTXAS_BLACKWELL_PATH"),
+                               older="/site/triton/bin/ptxas")
+    assert check.level == level
+    assert f"ptxas CUDA {ptxas[0]}.{ptxas[1]}, driver CUDA {driver[0]}.{driver[1]}" in check.detail
+    if level != "ok":  # the hint names the variable that points Triton at the wheel's older ptxas
+        assert check.hint.startswith("export TRITON_PTXAS_BLACKWELL_PATH=/site/triton/bin/ptxas,")
+    assert doctor.check_ptxas(None, None).level == "warn"  # no triton: the plain path, said so
+
+
+def test_this_tritons_ptxas_is_found_per_architecture():
+    pytest.importorskip("triton")
+    for arch in (80, 90):
+        (major, minor), path, env = doctor.triton_ptxas(arch)
+        assert Path(path).is_file() and major >= 11 and env.startswith("TRITON_PTXAS")
+
+
+GPU_TABLE = [  # (capability, bf16, free GiB of 141, level)
+    ((9, 0), True, 139, "ok"),
+    ((9, 0), True, 60, "warn"),  # another process holds most of it
+    ((7, 0), False, 30, "warn"),  # V100: no bf16, kernels not checked for it
+]
+
+
+@pytest.mark.parametrize("capability, bf16, free, level", GPU_TABLE)
+def test_each_kind_of_gpu_gets_one_line(capability, bf16, free, level):
+    check = doctor.check_gpu("NVIDIA H200", capability, bf16, free * 2**30, 141 * 2**30)
+    assert check.level == level
+    assert check.detail == (f"NVIDIA H200: sm_{capability[0]}{capability[1]}, bf16 {'yes' if bf16 else 'no'}, "
+                            f"{free} of 141 GiB free")

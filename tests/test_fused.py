@@ -11,13 +11,14 @@ The CPU graphs compile once per test session (dynamic shapes), so the shapes her
 
 import functools
 import importlib.util
-import warnings
+import signal
 
 import pytest
 import torch
 
 from conftest import counter_plain, run_in_triton_interpreter
 from zbpscale.errors import ConfigError
+from zbpscale.zbp.fused_cpu import CompileFailed
 from zbpscale.zbp import (
     ZBPConfig, causal_mask, causal_softmax, counter, estimate_vjp, fused, fused_cpu, masked_softmax, row_softmax,
     swiglu, zbp_apply,
@@ -146,22 +147,57 @@ def test_auto_is_plain_where_fused_does_not_apply():
                        estimate_vjp(f, x, g, n=many, probe="gaussian", seed=1, impl="fused"))
 
 
-def test_a_failing_compiler_falls_back_to_plain_with_one_warning(monkeypatch):
-    def broken(name):
-        raise RuntimeError("no C++ compiler")
+def test_a_failing_compiler_falls_back_closed_fused_plain_with_one_line_each(monkeypatch, capsys):
+    """Auto falls back in order, once per process: the closed form's own graphs failing leaves the direct
+    queries (the same estimate as impl='fused'); every graph failing leaves the plain path. One warning line
+    per failed path, naming it, the compiler's first line and the next path's cost; insisting impls raise."""
+    real = fused_cpu._compiled
 
-    monkeypatch.setattr(fused_cpu, "_compiled", broken)
-    monkeypatch.setattr(fused_cpu, "broken", [])
+    def closed_broken(name):
+        if name.startswith("closed"):
+            raise RuntimeError("no C++ compiler\n(long Inductor trace)")
+        return real(name)
+
+    monkeypatch.setattr(fused, "failed", {})
+    monkeypatch.setattr(fused, "used", {})
+    monkeypatch.setattr(fused_cpu, "_compiled", closed_broken)
     f, x, g, _ = case("swiglu")
     n = fused.CPU_MIN_N  # where auto would take the compiled graphs
+    direct = estimate_vjp(f, x, g, n=n, seed=1, impl="fused")
+    assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), direct)
+    assert fused.used == {"swiglu": "fused"} and list(fused.failed) == [("cpu", "closed")]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: zbpscale: the closed ZBP estimator failed on cpu "
+                                               "(RuntimeError: no C++ compiler); the fused path from now on")
+    assert fused.COST["fused"] in err[0]
+    with pytest.raises(ConfigError, match="impl='closed' cannot run here: the closed path failed"):
+        estimate_vjp(f, x, g, n=n, seed=1, impl="closed")
+
+    monkeypatch.setattr(fused_cpu, "_compiled", lambda name: (_ for _ in ()).throw(RuntimeError("no compiler")))
     plain = estimate_vjp(f, x, g, n=n, seed=1)
-    with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler"):
-        assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per process
-        assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
+    assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
+    assert fused.used == {"swiglu": "plain"} and fused.paths_used() == {"ffn": "plain"}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "the fused ZBP estimator failed on cpu (RuntimeError: no compiler); the plain path" in err[0]
+    assert torch.equal(estimate_vjp(f, x, g, n=n, seed=1, impl="auto"), plain)
+    assert capsys.readouterr().err == ""  # once per process
     with pytest.raises(ConfigError, match="impl='fused' cannot run here"):
         estimate_vjp(f, x, g, n=n, seed=1, impl="fused")
+
+
+def test_a_stop_during_compile_is_not_a_compiler_failure(monkeypatch):
+    """Ctrl-C reaches Inductor's workers too, and the compile fails: with a stop requested that failure
+    propagates (the trainer stops) instead of marking the path failed for the process."""
+    from zbpscale import signals
+
+    monkeypatch.setattr(fused, "failed", {})
+    monkeypatch.setattr(fused_cpu, "_compiled", lambda name: (_ for _ in ()).throw(RuntimeError("worker died")))
+    monkeypatch.setattr(signals, "_received", signal.SIGINT)
+    f, x, g, _ = case("swiglu")
+    with pytest.raises(CompileFailed):
+        estimate_vjp(f, x, g, n=fused.CPU_MIN_N, seed=1, impl="auto")
+    assert fused.failed == {}
 
 
 def test_block_backward_is_the_fused_estimate_under_bf16_autocast():

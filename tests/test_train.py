@@ -308,6 +308,51 @@ def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, m
     assert read_records(tmp_path / "run")[-1]["status"] == "diverged"
 
 
+# ---------------------------------------------------------------- a failing fast estimator
+
+def test_a_failing_fast_path_trains_to_the_end_on_the_fallback(tmp_path, data_dir, monkeypatch, capsys):
+    """Every compiled graph fails (a broken compiler, as an old driver breaks the Triton kernels on CUDA): the
+    auto run falls back closed -> fused -> plain in its warm-up, trains to the end and equals, step for step,
+    the same run configured impl='plain'. One warning line per failed path; the start record, every diag
+    record, the heartbeat, status and collect say which path each core ran and why."""
+    import dataclasses
+
+    from zbpscale import status
+    from zbpscale.collect import summarize
+    from zbpscale.zbp import fused, fused_cpu
+
+    monkeypatch.setattr(fused, "failed", {})
+    monkeypatch.setattr(fused, "used", {})
+    monkeypatch.setattr(fused_cpu, "_compiled",
+                        lambda name: (_ for _ in ()).throw(RuntimeError("no C++ compiler found")))
+    model = dataclasses.replace(SMALL, zbp=ZBPConfig(n=fused.CPU_MIN_N))  # auto: the closed form, compiled
+    run = tmp_path / "try" / "nano-zbp_n16"
+    assert train(small_cfg(data_dir, model=model, diag_every=3), run) == "completed"
+    out = capsys.readouterr()
+    warnings = [line for line in out.err.splitlines() if line.startswith("warning: zbpscale:")]
+    assert [w.split(" ZBP estimator failed")[0] for w in warnings] == ["warning: zbpscale: the closed",
+                                                                       "warning: zbpscale: the fused"]
+    assert all("(CompileFailed: torch.compile of the" not in w and "RuntimeError: no C++ compiler found" in w
+               for w in warnings)
+    assert "compiling the ZBP estimator's kernels" in out.out and "ZBP estimator: attn plain, ffn plain" in out.out
+
+    plain = dataclasses.replace(SMALL, zbp=ZBPConfig(n=fused.CPU_MIN_N, impl="plain"))
+    train(small_cfg(data_dir, model=plain, diag_every=3), tmp_path / "plain")
+    assert train_losses(run) == train_losses(tmp_path / "plain") and len(train_losses(run)) == 6
+
+    records = read_records(run)
+    start, diags = records[0], [r for r in records if r["kind"] == "diag"]
+    assert start["impl_used"] == {"attn": "plain", "ffn": "plain"}
+    assert len(diags) == 2 and all(d["impl_used"] == {"attn": "plain", "ffn": "plain"} for d in diags)
+    row = next(r for r in status.collect_rows(run.parent) if r["run"] == run.name)
+    assert row["impl_used"] == {"attn": "plain", "ffn": "plain"}
+    (line, _), = [n for n in status.notes([row]) if "ZBP estimator" in n[0]]
+    assert line.startswith("nano-zbp_n16: ZBP estimator fell back (attn plain, ffn plain): closed failed on cpu: "
+                           "RuntimeError: no C++ compiler found; fused failed on cpu:")
+    summary = summarize(run, name=run.name, size="nano", arm="zbp_n16", seed=0, state=("complete", None))
+    assert summary.impl_used == "attn=plain ffn=plain"
+
+
 # ---------------------------------------------------------------- diagnostics
 
 def test_diagnostics_c_of_the_swiglu_core_is_near_one(data_dir):

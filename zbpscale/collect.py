@@ -93,6 +93,9 @@ class RunSummary:
     """NSR constant c = NSR * n / d of the attention core, mean over layers, from the latest diag record."""
     c_ffn: float | None
     """The same for the SwiGLU core."""
+    impl_used: str = ""
+    """The ZBP estimator's path per core in the latest attempt, e.g. 'attn=closed ffn=closed' (a slower path than
+    asked means a fast one failed: the run's log and heartbeat.json say why); '' for bp."""
     diag_step: int | None
     """Step of that diag record."""
     diag_every: int | None
@@ -145,6 +148,10 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
     if not derived and config:
         derived = _planned_numbers(config)
     cores = diags[-1].get("cores", []) if diags else []
+    impl = {}
+    for r in records:  # the latest attempt's: its start record, then its diag records
+        if r.get("kind") == "start" or (r.get("kind") == "diag" and "impl_used" in r):
+            impl = r.get("impl_used", {})
     wall, gpu_h = _attempt_cost(records)
     return RunSummary(
         run=name, size=size, arm=arm, seed=seed, params=derived.get("params"),
@@ -156,7 +163,8 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
         final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(wall, 3),
         gpu_hours=None if gpu_h is None else round(gpu_h, 6), attempts=len(starts),
-        timeouts=count_ends(attempts, "timeout"), preemptions=count_ends(attempts, "preempted"),
+        timeouts=count_ends(attempts, "timeout"), impl_used=" ".join(f"{c}={p}" for c, p in impl.items()),
+        preemptions=count_ends(attempts, "preempted"),
         c_attn=_mean([c["c"] for c in cores if c.get("core") == "attn"]),
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),

@@ -69,6 +69,98 @@ def check_torch() -> list[Check]:
     checks.append(Check(name="NCCL", level="ok" if nccl else "warn",
                         detail=nccl if nccl else "not available (multi-GPU runs need it)",
                         hint=None if nccl else "install a torch build with NCCL"))
+    return checks + check_gpu_kernels()
+
+
+# ---------------------------------------------------------------------------------------------- GPU kernels
+MIN_CAPABILITY = (8, 0)  # bf16 autocast; the Triton kernels are compiled and checked offline for sm_80 and sm_90
+
+
+def driver_cuda() -> tuple[int, int] | None:
+    """The CUDA version the installed driver supports (cuDriverGetVersion), or None without a driver."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return version.value // 1000, version.value % 1000 // 10
+
+
+def triton_ptxas(arch: int) -> tuple[tuple[int, int], str, str] | None:
+    """((major, minor) CUDA release, path, environment variable that overrides it) of the ptxas this Triton
+    uses for compute capability `arch` (x10), or None without triton. Triton >= 3.5 uses a newer ptxas
+    ('ptxas-blackwell') from sm_90 on, beside the older one; TRITON_PTXAS_BLACKWELL_PATH / TRITON_PTXAS_PATH
+    point it at another."""
+    import re
+
+    try:
+        from triton.backends.nvidia import compiler
+    except ImportError:
+        return None
+    try:
+        tool = compiler.get_ptxas(arch)
+        env = "TRITON_PTXAS_BLACKWELL_PATH" if arch >= 90 and "blackwell" in tool.path else "TRITON_PTXAS_PATH"
+    except TypeError:  # older Triton: one ptxas for every architecture
+        tool, env = compiler.get_ptxas(), "TRITON_PTXAS_PATH"
+    ok, out = _run([tool.path, "--version"], TIMEOUT_S)
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    return ((int(match.group(1)), int(match.group(2))) if ok and match else (0, 0)), tool.path, env
+
+
+def check_ptxas(driver: tuple[int, int] | None, ptxas: tuple[tuple[int, int], str, str] | None, *,
+                older: str | None = None) -> Check:
+    """The driver must load what this ptxas writes: a cubin of a newer CUDA major release is refused ('device
+    kernel image is invalid'), a newer minor one works except where PTX must be JIT-compiled. `older`: another
+    ptxas on this machine (the wheel's older one) to suggest."""
+    if ptxas is None:
+        return Check(name="Triton ptxas", level="warn", detail="triton is not installed: ZBP runs the plain path",
+                     hint="pip install triton (a CUDA build of torch brings its own)")
+    (major, minor), path, env = ptxas
+    if driver is None:
+        return Check(name="Triton ptxas", level="warn", detail=f"CUDA {major}.{minor} ({path}); driver version unknown")
+    detail = f"ptxas CUDA {major}.{minor}, driver CUDA {driver[0]}.{driver[1]}"
+    hint = f"export {env}=" + (older or "<a ptxas of CUDA <= the driver's>") + ", or update the driver"
+    if major > driver[0]:
+        return Check(name="Triton ptxas", level="fail", detail=f"{detail}: the driver cannot load its kernels",
+                     hint=hint + " (else ZBP falls back to slower paths)")
+    if (major, minor) > driver:
+        return Check(name="Triton ptxas", level="warn", detail=f"{detail}: newer than the driver (minor)", hint=hint)
+    return Check(name="Triton ptxas", level="ok", detail=detail)
+
+
+def check_gpu(name: str, capability: tuple[int, int], bf16: bool, free: int, total: int) -> Check:
+    """One GPU: compute capability, bf16, and how much of its memory is free (another process may hold it)."""
+    detail = f"{name}: sm_{capability[0]}{capability[1]}, bf16 {'yes' if bf16 else 'no'}, " \
+             f"{free / 2**30:.0f} of {total / 2**30:.0f} GiB free"
+    if capability < MIN_CAPABILITY or not bf16:
+        return Check(name="GPU", level="warn", detail=detail,
+                     hint="bf16 autocast and the ZBP kernels need sm_80 or newer: set bf16=False; ZBP may fall back")
+    if free < 0.9 * total:
+        return Check(name="GPU", level="warn", detail=detail, hint="another process holds this GPU's memory")
+    return Check(name="GPU", level="ok", detail=detail)
+
+
+def check_gpu_kernels() -> list[Check]:
+    """Per kind of GPU (the least free memory of its devices): check_gpu; then per architecture whether the
+    driver loads what Triton's ptxas writes for it."""
+    import torch
+
+    kinds: dict[tuple, tuple[int, int]] = {}
+    for i in range(torch.cuda.device_count()):
+        with torch.cuda.device(i):
+            key = (torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i), torch.cuda.is_bf16_supported())
+            free, total = torch.cuda.mem_get_info(i)
+        kinds[key] = min(kinds.get(key, (free, total)), (free, total))
+    checks = [check_gpu(name, capability, bf16, *mem) for (name, capability, bf16), mem in kinds.items()]
+    driver = driver_cuda()
+    for arch in sorted({c[0] * 10 + c[1] for _, c, _ in kinds}):
+        ptxas = triton_ptxas(arch)
+        older = triton_ptxas(80)[1] if ptxas is not None and ptxas[2] == "TRITON_PTXAS_BLACKWELL_PATH" else None
+        checks.append(check_ptxas(driver, ptxas, older=older))
     return checks
 
 

@@ -2,14 +2,16 @@
 
 Schema of metrics.jsonl, one object per line, each with `kind` and `time` (Unix seconds):
   start  attempt, step (where this attempt starts), world_size, config, derived, numerics (numerics.fingerprint:
-         torch, cpu, cpu_capability, threads, gpu), git, versions, host
+         torch, cpu, cpu_capability, threads, gpu), impl_used ({core: closed | fused | plain}, what each ZBP core
+         runs after the warm-up; {} for bp), git, versions, host
   resume from_step, dropped (records past the checkpoint removed so that no step appears twice), kept and
          differs (numerics.adopt: what this attempt kept of the checkpoint's numerics, what differs)
   train  step, tokens, loss, lr, grad_norm, step_time, tokens_per_s
   eval   step, tokens, val_loss
   diag   step, blocks: [{layer, branch, fwd_gain, bwd_gain}],
          cores: [{layer, core, d_mean, n, nsr, c, c_median, c_mean, floor_frac}] (diagnostics.core_stats),
-         grad_cosine (ZBP vs BP parameter gradients on the same batch)
+         grad_cosine (ZBP vs BP parameter gradients on the same batch), impl_used (ZBP runs: as in start, as
+         of this step)
   end    step, status (completed | checkpointed | diverged | hung | failed), reason
 `step` in train/eval/diag records is the 0-based step just taken; a run of S steps logs steps 0..S-1.
 """
@@ -78,13 +80,15 @@ class MetricsLog:
         self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
         self._fh.flush()
 
-    def heartbeat(self, step: int, tokens: int, *, force: bool = False) -> None:
+    def heartbeat(self, step: int, tokens: int, *, force: bool = False, **extra) -> None:
+        """Rewrite heartbeat.json (at most every heartbeat_s unless forced); `extra`: more fields, e.g. the
+        estimator's impl_used and fallbacks (train.estimator_state)."""
         now = time.time()
         if not self.enabled or (not force and now - self._last_beat < self.heartbeat_s):
             return
         self._last_beat = now
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
-                "pid_start": self._pid_start}
+                "pid_start": self._pid_start, **extra}
         atomic_write(self.run_dir / HEARTBEAT, json.dumps(beat) + "\n")
 
     def close(self) -> None:

@@ -85,6 +85,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
         "nodes": starts[-1].get("nodes", "") if starts else "",
+        "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
     }
 
 
@@ -263,7 +264,8 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
-    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped."""
+    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, and a ZBP
+    estimator that fell back to a slower path."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
@@ -271,6 +273,9 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
                 f"  (log: {r['log']})" if r["log"] else "")
             then = NEXT.get((r["state"], r["next"]), "")
             found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
+        if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
+            cores = ", ".join(f"{core} {path}" for core, path in r["impl_used"].items())
+            found.append((f"{r['run']}: ZBP estimator fell back ({cores}): {'; '.join(r['fallbacks'])}", "stopped"))
     return found
 
 

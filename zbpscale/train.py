@@ -197,8 +197,9 @@ def _loop(r: _Run, dog: Watchdog) -> str:
         if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
             from zbpscale.diagnostics import diagnose
 
-            r.log.write("diag", step=step, **diagnose(r.model, r.val[0], cfg.model.zbp, diag_seed=step))
-        r.log.heartbeat(done, done * tokens_per_step)
+            stats = diagnose(r.model, r.val[0], cfg.model.zbp, diag_seed=step)
+            r.log.write("diag", step=step, **stats, **{k: v for k, v in estimator_state().items() if k == "impl_used"})
+        r.log.heartbeat(done, done * tokens_per_step, **estimator_state())
         if env.is_main and (time.monotonic() - last_print >= PRINT_EVERY_S or val_loss is not None):
             _print_progress(r, done, loss, val_loss, step_time)
             last_print = time.monotonic()
@@ -228,6 +229,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     optimizer = build_optimizer(model, cfg)
     start, saved_numerics = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
     kept, differs = numerics.adopt(saved_numerics, env.device)  # compute as the checkpoint's attempt did
+    impl_used = _warm_up(cfg, env, bf16)
     ddp = DistributedDataParallel(model) if env.distributed else model
     loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
                          rank=env.rank, world_size=env.world_size)
@@ -252,11 +254,43 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
             print(f"note: the validation split holds fewer than {cfg.global_batch} windows of {cfg.seq_len + 1} "
                   f"tokens: evaluating on one batch of {numbers['val_batch']}", flush=True)
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
-                  derived=numbers, numerics=numerics.fingerprint(env.device), git=_git_revision(),
+                  derived=numbers, numerics=numerics.fingerprint(env.device), impl_used=impl_used, git=_git_revision(),
                   host=os.uname().nodename,
                   versions={"torch": torch.__version__, "python": sys.version.split()[0]})
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
                 val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16)
+
+
+def _warm_up(cfg: TrainConfig, env: dist.DistEnv, bf16: bool) -> dict[str, str]:
+    """Compile the ZBP estimator's fast paths before the first step (a failing one falls back here), so that the
+    start record says which path each core takes and no step time counts the compile. {core: path}."""
+    zbp = cfg.model.zbp
+    if zbp is None:
+        return {}
+    from zbpscale.zbp import fused
+
+    t0 = time.perf_counter()
+    dtype = torch.bfloat16 if bf16 and env.device.type == "cuda" else torch.float32  # what backward hands the cores
+    announce = (lambda: print("compiling the ZBP estimator's kernels (once per process, before the first step)",
+                              flush=True)) if env.is_main else None
+    used = fused.warm_up(zbp, seq_len=cfg.seq_len, hidden=cfg.model.hidden, device=env.device, dtype=dtype,
+                         announce=announce)
+    if env.is_main and used:
+        print(f"ZBP estimator: {', '.join(f'{core} {path}' for core, path in used.items())} "
+              f"(ready in {time.perf_counter() - t0:.1f} s)", flush=True)
+    return used
+
+
+def estimator_state() -> dict:
+    """What the heartbeat says of the ZBP estimator in this process: the path each core ran, and every fast
+    path that failed (one line each); empty before any core ran."""
+    from zbpscale.zbp import fused
+
+    used = fused.paths_used()
+    if not used:
+        return {}
+    return {"impl_used": used, "fallbacks": [f"{path} failed on {device}: {why}"
+                                             for (device, path), why in fused.failed.items()]}
 
 
 def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, float, float]:
@@ -330,7 +364,7 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
         r.log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop_signal}: requeue me")
         if env.is_main:
             print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
-    r.log.heartbeat(done, done * r.numbers["tokens_per_step"], force=True)
+    r.log.heartbeat(done, done * r.numbers["tokens_per_step"], force=True, **estimator_state())
     r.log.close()
     dist.barrier(env)
     return "completed" if stop_signal is None else "checkpointed"

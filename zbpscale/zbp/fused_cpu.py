@@ -14,24 +14,20 @@ to whole 8-wide vectors), so the queries touch ~T^2/2 entries and never a masked
 Graphs are compiled once per process, dtype and thread count, with dynamic shapes: any batch, length, width
 and n reuse them, provided no input has a dimension of size 1 and no two inputs alias (both would force a
 recompile; the inputs are built to avoid them). A first compile costs ~10 s per graph on 2 cores, and
-Inductor's disk cache makes later processes fast. If Inductor fails, the first failure warns once and raises
-`CompileFailed`; `estimate_vjp` then runs the plain path ('auto') or re-raises ('fused').
+Inductor's disk cache makes later processes fast. If Inductor fails, `CompileFailed` is raised; `fused.fast_vjp`
+then falls back ('auto', with one warning line) or re-raises ('fused', 'closed').
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
 
 from zbpscale.zbp import counter
 from zbpscale.zbp.boxes import causal_mask, swiglu
-
-broken: list[str] = []  # why torch.compile failed in this process, once it has
-
 
 # ---- layouts -------------------------------------------------------------------------------------------
 
@@ -165,19 +161,15 @@ def _compiled(name: str):
 
 
 class CompileFailed(RuntimeError):
-    """Raised out of the CPU path when Inductor failed; `estimate_vjp` then runs the plain path."""
+    """Raised out of the CPU path when Inductor failed (the compiler's error is its cause)."""
 
 
 def _run(name: str, *args):
-    """A compiled graph; if compilation fails, record why, warn once, and raise `CompileFailed`."""
+    """A compiled graph; `CompileFailed` if compiling it failed."""
     try:
         return _compiled(name)(*args)
-    except Exception as err:  # noqa: BLE001 - whatever broke inside the compiler, the plain path remains
-        if not broken:
-            broken.append(f"{type(err).__name__}: {err}".splitlines()[0])
-            warnings.warn(f"zbpscale: torch.compile failed ({broken[0]}); the ZBP estimator falls back to the "
-                          "plain path (slower, materialises probes) for the rest of this process", stacklevel=3)
-        raise CompileFailed(broken[0]) from err
+    except Exception as err:  # noqa: BLE001 - whatever broke inside the compiler, the caller falls back
+        raise CompileFailed(f"torch.compile of the {name!r} graph failed") from err
 
 
 def _ratio(a, z):
