@@ -216,3 +216,45 @@ def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
     plan = zbpscale("submit", "sweeps/ladder.py", "--dry-run", "--executor", "local", cwd=home, env=env)
     assert plan.returncode == 0 and "warning: the local queue could not run this: s60-bp needs 8 GPUs" in plan.stdout
     assert "'?': CPU runs" in zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=home).stdout.replace("\n", " ")
+
+
+# ------------------------------------------------------------------------ a new user's second hour (#24)
+import shutil  # noqa: E402
+
+
+def test_python_m_works_from_the_folder_that_holds_the_clone(tmp_path):
+    """A clone named zbpscale with a data/ folder, an editable install in a fresh venv, the user's own sweep
+    file beside the clone: from that parent folder, with the clone folder first on sys.path (python -m puts the
+    current folder there), `zbpscale` must still be the installed package and `zbpscale.data` its data package,
+    not the clone's data/ folder (which made `python -m zbpscale.submit` crash before the src layout)."""
+    clone = tmp_path / "zbpscale"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    clone.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, clone / name)
+    for name in ("src", "sweeps"):
+        shutil.copytree(REPO / name, clone / name, ignore=ignore)
+    (clone / "data" / "embedded").mkdir(parents=True)  # what the README's main job leaves behind
+    (clone / "jobs").mkdir()
+    shutil.copy(REPO / "sweeps" / "smoke.py", tmp_path / "mytiny.py")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)  # pip and setuptools: those of the interpreter running the tests
+    python = venv / "bin" / "python"
+    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                          "--no-index", "-e", str(clone)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def user(*args):
+        return subprocess.run([str(python), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env=env)
+
+    where = user("-c", "import zbpscale, zbpscale.data; print(zbpscale.__file__); print(zbpscale.data.__file__)")
+    assert where.stdout.split() == [str(clone / "src" / "zbpscale" / "__init__.py"),
+                                    str(clone / "src" / "zbpscale" / "data" / "__init__.py")], where.stderr
+    plan = user("-m", "zbpscale.submit", "mytiny.py", "--executor", "local", "--dry-run")
+    assert plan.returncode == 0 and "Traceback" not in plan.stderr, plan.stderr[-2000:]
+    assert "tiny-zbp_n4" in plan.stdout and "runs in" in plan.stdout
+    status = user("-m", "zbpscale.status", "mytiny.py")
+    assert status.returncode in (0, 3) and "Traceback" not in status.stderr, status.stderr[-2000:]

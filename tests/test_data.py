@@ -40,7 +40,7 @@ EOT = tokenizer.EOT
 
 def run_cli(*args, env=None, timeout=120):
     """`zbpscale prepare-data ARGS` in a fresh process; returns the CompletedProcess."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
     return subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, args)], cwd=REPO,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
 
@@ -112,7 +112,7 @@ def test_tiktoken_cache_route_equals_files_route(tmp_path, enc, words):
         "print(json.dumps({'route': route, 'hello': enc.encode_ordinary('Hello world'),"
         " 'the': enc.encode_ordinary(' the'), 'eot': enc.eot_token, 'n_vocab': enc.n_vocab,"
         " 'words': enc.encode_ordinary(text)}))\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TIKTOKEN_CACHE_DIR": str(cache)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TIKTOKEN_CACHE_DIR": str(cache)}
     proc = subprocess.run([sys.executable, "-c", script, tmp_path / "words.txt"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -267,7 +267,7 @@ def shard_bytes(out: Path) -> dict[str, str]:
                          ids=["SIGKILL-2-workers", "SIGTERM-1-worker"])
 def test_killed_prep_resumes_to_identical_shards(tmp_path, resume_source, uninterrupted, sig, workers):
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, prep_args(resume_source, out, workers))]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -100,7 +100,7 @@ def test_exit_code_follows_the_blocking_rows(tmp_path, monkeypatch, capsys):
 
 def test_cli_prints_one_screen_and_exits_1_on_a_blocking_problem(tmp_path, monkeypatch):
     fake_slurm(tmp_path, monkeypatch, SINFO_FAIL)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "SLURM_CONF": "/etc/nowhere/slurm.conf",
            "PYTHONPATH": os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "doctor", "--dir", str(tmp_path / "jobs")],

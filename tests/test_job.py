@@ -63,7 +63,7 @@ def test_attempts_record_round_trip_and_counts(tmp_path):
 
 @pytest.mark.parametrize("launcher, survives", [(BLOCKED_PYTHON, True), ([sys.executable], False)])
 def test_a_stop_signal_during_start_up_waits_for_the_handler(launcher, survives):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     child = subprocess.Popen([*launcher, "-c", EARLY_SIGNAL_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, env=env)
     assert child.stdout.readline().strip() == "started"

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "src"))
 
 from zbpscale.metrics import read_records  # noqa: E402
 
@@ -79,7 +79,7 @@ class PartFailed(Exception):
 
 def _env(device: str, **extra) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
