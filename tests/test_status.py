@@ -315,3 +315,19 @@ def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
     words = [progress(SimpleNamespace(run_dir=r, size=SimpleNamespace(steps=100)), jobs)
              for r in (queued, running, cancelled)]
     assert words == ["queued", "step 12/100", "cancelled (zbpscale cancel; checkpointed)"]
+
+
+def test_a_run_trained_by_hand_is_told_how_to_continue_by_hand(tmp_path):
+    """A stopped run that no job ran (python -m zbpscale.train, then Ctrl-C) has no sweep to submit: the note
+    says to run the trainer again on its folder (#24)."""
+    from zbpscale.status import collect_rows, notes
+
+    run = make_run(tmp_path / "try", "tiny-bp", done=12)
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"kind": "end", "time": time.time(), "step": 11, "status": "checkpointed",
+                             "reason": "signal 2: requeue me"}) + "\n")
+    (run / "attempts.jsonl").unlink()
+    (row,) = collect_rows(tmp_path / "try")
+    assert (row["state"], row["executor"]) == ("stopped", "")
+    (line, _), = notes([row])
+    assert line.endswith(f"; continue it with python -m zbpscale.train --run-dir {run}") and "submit" not in line

@@ -9,6 +9,7 @@ error contract (file, line, hint; no traceback).
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,20 @@ def test_seeds_and_duplicates():
         Sweep(name="x", sizes=sizes, arms=(arm("bp"), arm("bp")), data=Data(dir="d"))
 
 
+MULTILINE = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+CPU = Resources(gpus_per_node=0, cpus_per_task=2, time_min=30)
+SWEEP = Sweep(
+    name="t",
+    sizes=(Size(name="tiny", global_batch=8, tokens=8 * 128 * 20, lr=3e-3,
+                seq_len=128, warmup_frac=0.1, resources=CPU),),
+    arms=(arm("bp"), arm("zbp_n4")),
+    data=Data(dir="data/embedded", source='embedded',
+              tokens=0, workers=1),
+    train=(('eval_every', 10), ('eval_batches', 2)),
+    max_timeouts=3,
+)
+"""
 BAD_SWEEPS = [
     ("no_sweep.py", "X = 1\n", "defines no SWEEP"),
     ("wrong_type.py", "SWEEP = {'name': 'x'}\n", "SWEEP is a dict, not a zbpscale.sweep.Sweep"),
@@ -92,22 +107,44 @@ BAD_SWEEPS = [
     ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error"),
     ("unknown_field.py", "from zbpscale.sweep import *\nSWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",
-     "unknown_field.py:2: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
+     "unknown_field.py:3: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
     # Faults: values sbatch would reject after the run folders were written, or that make no sense: refused at load
     ("negative_signal_delay.py", "from zbpscale.sweep import *\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp'),), data=Data(dir='d'), signal_delay_s=-10)\n",
-     "negative_signal_delay.py:2: Sweep.signal_delay_s must be an integer >= 0, got -10"),
+     "negative_signal_delay.py:3: Sweep.signal_delay_s must be an integer >= 0, got -10"),
     ("zero_cpus.py", "from zbpscale.sweep import *\nR = Resources(cpus_per_task=0)\n",
      "zero_cpus.py:2: Resources.cpus_per_task must be an integer >= 1, got 0"),
     ("negative_timeouts.py", "from zbpscale.sweep import *\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp'),), data=Data(dir='d'), max_timeouts=-1)\n",
-     "negative_timeouts.py:2: Sweep.max_timeouts must be an integer >= 0, got -1"),
+     "negative_timeouts.py:3: Sweep.max_timeouts must be an integer >= 0, got -1"),
     ("signal_after_limit.py", "from zbpscale.sweep import *\nR = Resources(time_min=2)\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8, resources=R),),\n"
      "    arms=(arm('bp'),), data=Data(dir='d'), signal_delay_s=120)\n",
      "signal_after_limit.py:3: Sweep 'x': size tiny has time_min=2, not longer than signal_delay_s=120"),
+    # A new user's mistakes (#24): the line of the field itself, a did-you-mean, every value checked at load
+    *[(name, MULTILINE.replace(good, bad), message) for name, good, bad, message in (
+        ("typo_sweep_field.py", "max_timeouts=3", "max_timeout=3",
+         "typo_sweep_field.py:12: Sweep has no field 'max_timeout' (hint: did you mean max_timeouts?)"),
+        ("typo_size_field.py", "warmup_frac=0.1", "warmup_fraction=0.1",
+         "typo_size_field.py:7: Size has no field 'warmup_fraction' (hint: did you mean warmup_frac?)"),
+        ("negative_workers.py", "workers=1", "workers=-2",
+         "negative_workers.py:10: Data.workers must be an integer >= 1, got -2"),
+        ("negative_data_tokens.py", "tokens=0,", "tokens=-5,",
+         "negative_data_tokens.py:10: Data.tokens must be an integer >= 0 (0: the whole source), got -5"),
+        ("unknown_source.py", "source='embedded'", "source='embeded'",
+         "unknown_source.py:9: unknown Data.source 'embeded' (hint: did you mean 'embedded'?)"),
+        ("negative_lr.py", "lr=3e-3", "lr=-3e-3", "negative_lr.py:6: Size tiny: lr must be a number > 0, got -0.003"),
+        ("negative_warmup.py", "warmup_frac=0.1", "warmup_frac=-0.1",
+         "negative_warmup.py:7: Size tiny: warmup_frac must be a number in [0, 1), got -0.1"),
+        ("negative_seq_len.py", "seq_len=128", "seq_len=-3",
+         "negative_seq_len.py:7: Size tiny: seq_len must be an integer >= 0 (0: the preset's), got -3"),
+        ("typo_train_field.py", "('eval_every', 10)", "('eval_evry', 10)",
+         "typo_train_field.py:11: Sweep 't': unknown TrainConfig field(s) eval_evry (hint: did you mean eval_every"),
+        ("bad_train_value.py", "('eval_batches', 2)", "('eval_batches', -2)",
+         "bad_train_value.py:11: run tiny-bp: TrainConfig.eval_batches must be an integer >= 1, got -2"),
+    )],
 ]
 
 
@@ -115,7 +152,7 @@ BAD_SWEEPS = [
 def test_bad_sweep_files_are_one_line_errors(tmp_path, name, text, message):
     path = tmp_path / name
     path.write_text(text)
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_sweep(path)
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run"], capture_output=True,
                          text=True, timeout=120)

@@ -276,6 +276,29 @@ def test_finished_run_is_not_retrained(tmp_path, data_dir):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
 
 
+def test_extending_a_finished_run_says_what_can_change(tmp_path, data_dir):
+    """`python -m zbpscale.train --run-dir RUN --steps 60` on a complete run of 2 steps: not 'missing --size' (it
+    is no new run) but one line saying the run's config fixes its settings and how to go on; the same steps, or
+    no flag at all, continue it as it is."""
+    cfg = small_cfg(data_dir, steps=2)
+    run = tmp_path / "run"
+    assert train(cfg, run) == "completed"
+
+    def cli(*flags):
+        return subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run), *flags],
+                              capture_output=True, text=True, timeout=120)
+
+    for flags in (["--steps", "60"], ["--set", "lr=0.1"], ["--size", "tiny", "--data", str(data_dir), "--steps", "2"]):
+        out = cli(*flags)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stderr.startswith(f"error: {run} is an existing run (complete after 2 steps): its config.json "
+                                     f"fixes every setting, so {' '.join(flags[:2])}")
+        assert f"continue it as it is with --run-dir {run} alone" in out.stderr and "missing" not in out.stderr
+    for flags in ([], ["--steps", "2"]):
+        out = cli(*flags)
+        assert out.returncode == 0 and "already complete" in out.stdout, out.stderr
+
+
 def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
     train(small_cfg(data_dir, steps=2), tmp_path / "run")
     with pytest.raises(ConfigError, match="fields differ: lr"):
@@ -351,6 +374,47 @@ def test_a_failing_fast_path_trains_to_the_end_on_the_fallback(tmp_path, data_di
                            "RuntimeError: no C++ compiler found; fused failed on cpu:")
     summary = summarize(run, name=run.name, size="nano", arm="zbp_n16", seed=0, state=("complete", None))
     assert summary.impl_used == "attn=plain ffn=plain"
+
+
+def test_a_stop_while_compiling_is_a_stop_not_a_compiler_failure(tmp_path, data_dir, monkeypatch, capsys):
+    """Ctrl-C in a terminal reaches Inductor's compile workers too, so the compile fails while the stop flag is
+    set: the attempt stops before its start record (nothing to checkpoint), no path is marked failed, no
+    fallback is announced; run again, it trains from the start."""
+    import dataclasses
+
+    from zbpscale import signals
+    from zbpscale.zbp import fused, fused_cpu
+
+    def interrupted(name):
+        signals._received = signal.SIGINT  # the handler's doing, as the compile's workers die
+        raise RuntimeError("BackendCompilerFailed: backend='inductor' raised:")
+
+    monkeypatch.setattr(fused, "failed", {})
+    monkeypatch.setattr(fused_cpu, "_compiled", interrupted)
+    model = dataclasses.replace(SMALL, zbp=ZBPConfig(n=fused.CPU_MIN_N))
+    run = tmp_path / "run"
+    assert train(small_cfg(data_dir, model=model), run) == "checkpointed"
+    out = capsys.readouterr()
+    assert "stopped on signal 2 while compiling, before the first step" in out.out
+    assert "warning" not in out.err and fused.failed == {} and read_records(run) == []
+    monkeypatch.undo()  # the compiler works again
+    assert train(small_cfg(data_dir, model=dataclasses.replace(SMALL, zbp=ZBPConfig(n=4))), run) == "completed"
+    assert [s for s, _ in train_losses(run)] == list(range(6))
+
+
+def test_progress_lines_leave_the_first_step_out_of_the_eta(tmp_path, data_dir, capsys):
+    """The first step of an attempt pays first-use costs: no ETA is printed from it; a later line's ETA is the
+    steps left times the median of the step times since (the train records' step_time)."""
+    import statistics
+
+    from zbpscale.runfolder import age
+
+    train(small_cfg(data_dir, steps=6, eval_every=3), tmp_path / "run")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    times = {r["step"]: r["step_time"] for r in read_records(tmp_path / "run") if r["kind"] == "train"}
+    assert lines[0].startswith("step 1/6 ") and "eta" not in lines[0]
+    typical = statistics.median([times[1], times[2]])
+    assert lines[1].startswith("step 3/6 ") and lines[1].endswith(f" eta {age(3 * typical)}")
 
 
 # ---------------------------------------------------------------- diagnostics

@@ -49,7 +49,10 @@ exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a 
   zbpscale plot results/smoke                table.md and figures/ (loss curves, gap vs scale, c, rho_k)"""),
     "upload": ("zbpscale.upload", "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
                """example:
-  HF_TOKEN=... zbpscale upload results/smoke --repo you/zbpscale-results"""),
+  hf auth login                                        once: the token is stored, never typed on a command line
+  zbpscale upload results/smoke --repo you/zbpscale-results
+
+The token comes from `hf auth login` or an HF_TOKEN already in the environment (a batch job's secret)."""),
     "prepare-data": ("zbpscale.data.prepare_cli",
                      "tokenize a corpus into GPT-2 BPE uint16 shards (submit does it when a sweep needs it)",
                      """examples:
@@ -80,7 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv:  # `zbpscale` alone: the list of commands, not only argparse's complaint
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
     except ZbpError as err:

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import time
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -297,9 +298,17 @@ def read_summary(bundle: Path) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ collect
+def default_out(folder: Path) -> Path:
+    """Where a sweep's bundle goes by default: results/<sweep> beside the jobs folder that holds its runs
+    (`folder`: jobs/<sweep>), so that the project folder's jobs/ and results/ sit side by side wherever collect is
+    run from, as the runs do."""
+    folder = Path(folder).absolute()
+    return folder.parent.parent / "results" / folder.name
+
+
 def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool | str = False,
             log=print) -> list[dict]:
-    """Collect (or update) the bundle at `out` (default results/<sweep name>); returns the summary rows.
+    """Collect (or update) the bundle at `out` (default: `default_out`); returns the summary rows.
     with_ckpt: also copy the latest checkpoint of every run (True) or of the runs matching comma-separated
     name patterns ('s1b-*,*-bp'), as `zbpscale upload --with-ckpt` takes them."""
     import fnmatch
@@ -307,7 +316,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     from zbpscale.status import collect_rows
 
     name, sources = find_runs(sweep)
-    out = Path(out) if out else Path("results") / name
+    out = Path(out) if out else default_out(sources[0].run_dir.parent)
     patterns = ["*"] if with_ckpt is True else [p.strip() for p in (with_ckpt or "").split(",") if p.strip()]
     folder = sources[0].run_dir.parent
     states = {r["run"]: (r["state"], r["reason"] or None) for r in collect_rows(folder)} if folder.is_dir() else {}
@@ -351,7 +360,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", help="a sweep file (sweeps/smoke.py) or a sweep folder (jobs/smoke)")
-    p.add_argument("--out", metavar="DIR", help="the bundle folder (default: results/<sweep name>)")
+    p.add_argument("--out", metavar="DIR", help="the bundle folder (default: results/<sweep name> beside the jobs "
+                                                "folder of its runs, in the project folder)")
     p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
                    help="also copy the latest checkpoint of every run, or of the runs matching these comma-separated "
                         "patterns (e.g. 's1b-*')")
@@ -359,3 +369,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     collect(args.sweep, args.out, with_ckpt=args.with_ckpt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.collect ...`, the same as `zbpscale collect ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("collect", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import ZbpError
+from zbpscale.tables import terminal_width
 
 TIMEOUT_S = 5.0  # for sinfo / sacct
 MIN_FREE_GB, LOW_FREE_GB = 1.0, 20.0
@@ -300,11 +301,11 @@ def print_checks(checks: list[Check]) -> None:
 
     marks = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}
     table = Table(title="zbpscale doctor", title_justify="left")
-    for col in ("check", "", "found", "hint"):
+    for col in ("check", "", "found", "hint"):  # text columns: they fold to the terminal's width (`tables`)
         table.add_column(col, overflow="fold")
     for c in checks:
         table.add_row(Text(c.name), marks[c.level], Text(c.detail), Text(c.hint or ""))
-    console = Console(width=max(120, shutil.get_terminal_size().columns))
+    console = Console(width=terminal_width() or 160)
     console.print(table)
     fails = sum(c.level == "fail" for c in checks)
     console.print("[red]" + f"{fails} problem(s) block running[/]" if fails else "[green]nothing blocks running[/]")
@@ -319,3 +320,14 @@ def run(args: argparse.Namespace) -> int:
     checks = run_checks(sweep=args.sweep, folder=args.dir)
     print_checks(checks)
     return 1 if any(c.level == "fail" for c in checks) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.doctor ...`, the same as `zbpscale doctor ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("doctor", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

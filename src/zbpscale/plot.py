@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import textwrap
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +66,7 @@ class GapPoint:
     size: str
     """Model size."""
     params: int
-    """Parameters of the size."""
+    """Parameters of the size: non-embedding, or total (`plot`'s params)."""
     gap: float
     """Val loss of the arm minus that of bp, at `tokens`."""
     tokens: int
@@ -105,6 +106,12 @@ class Figures:
     """Labels of the loss curves per size (a run not complete carries its status: 'zbp_n16 (running)')."""
     notes: tuple[str, ...]
     """What was left out of the figures, and why."""
+
+
+PARAMS = {"non-embedding": ("params_non_embedding", "non-embedding parameters N", "non-embedding params"),
+          "total": ("params", "parameters N (embeddings included)", "params")}
+"""What N is on the scale axes: (summary field, axis label, word after a count). Non-embedding by default, as
+scaling-law fits take it (Kaplan et al. 2020): at these sizes the 50k-token embedding tables dominate the total."""
 
 
 def fit_power_law(params, gaps) -> PowerLaw:
@@ -153,17 +160,22 @@ def _style(row: dict, color: str, *, line: bool = True) -> dict:
 
 
 def _save(fig, folder: Path, name: str) -> list[Path]:
-    """Write the figure as PNG and PDF, stamped with what made it: the sweep, the runs' folder and the bundle."""
+    """Write the figure as PNG and PDF, stamped with what made it (the sweep, the runs' folder, the bundle) in a
+    strip below the figure, so that the stamp never covers an axis label, and saved with a tight box, so that it
+    is never cut."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         made = json.loads((folder.parent / "manifest.json").read_text())
-        fig.text(0.005, 0.005, f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
-                 f"zbpscale plot {folder.parent}", fontsize=6, color="gray", ha="left", va="bottom")
+        words = (f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
+                 f"zbpscale plot {folder.parent}")
+        width = max(40, int(fig.get_figwidth() * 72 / (6 * 0.6)))  # characters of 6 pt that fit the width
+        fig.text(0.005, 0.0, textwrap.fill(words, width), fontsize=6, color="gray", ha="left", va="top",
+                 gid="stamp")
     except (OSError, ValueError, KeyError):
         pass  # not a collected bundle (a notebook's own folder): no stamp
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=150, metadata={"Software": None})
-    fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None})
+    fig.savefig(paths[0], dpi=150, metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None}, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -235,7 +247,8 @@ def equal_tokens_gap(runs: list[dict], bp: list[dict], curves: dict) -> Gap | No
     return Gap(value=mean(runs) - mean(bp), tokens=tokens, step=curves[runs[0]["run"]][tokens][0], full=full)
 
 
-def gap_points(rows: list[dict], curves: dict) -> tuple[list[GapPoint], list[str]]:
+def gap_points(rows: list[dict], curves: dict, field: str = "params_non_embedding"
+               ) -> tuple[list[GapPoint], list[str]]:
     """(points, left out): ZBP - BP val loss per ZBP arm and size (seeds averaged) at equal tokens, where both
     have an eval record; and the '{arm} at {size}' pairs left out because they share no eval point with bp."""
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -251,7 +264,7 @@ def gap_points(rows: list[dict], curves: dict) -> tuple[list[GapPoint], list[str
         if gap is None:
             apart.append(f"{arm} at {size}")
             continue
-        points.append(GapPoint(arm=arm, size=size, params=runs[0]["params"], gap=gap.value, tokens=gap.tokens,
+        points.append(GapPoint(arm=arm, size=size, params=runs[0][field], gap=gap.value, tokens=gap.tokens,
                                final=gap.full))
     return sorted(points, key=lambda p: (arm_order(p.arm), p.params)), apart
 
@@ -274,7 +287,8 @@ def fit_gaps(points: list[GapPoint]) -> tuple[dict[str, PowerLaw], dict[str, str
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def plot_loss_curves(curves: dict, rows: list[dict], out: Path) -> tuple[list[Path], dict[str, list[str]]]:
+def plot_loss_curves(curves: dict, rows: list[dict], out: Path, field: str = "params_non_embedding"
+                     ) -> tuple[list[Path], dict[str, list[str]]]:
     """Val loss vs tokens per size; returns (files, {size: [line labels]})."""
     from matplotlib.ticker import FuncFormatter
 
@@ -291,7 +305,7 @@ def plot_loss_curves(curves: dict, rows: list[dict], out: Path) -> tuple[list[Pa
             ax.plot(x, y, label=label, color=style["color"], linestyle=style["linestyle"])
             ax.plot(x[-1:], y[-1:], marker="o", linestyle="none", **_style(row, style["color"], line=False))
             drawn.setdefault(size, []).append(label)
-        ax.set_title(f"{size} ({fmt_count(runs[0]['params'])} parameters)")
+        ax.set_title(f"{size} ({fmt_count(runs[0][field])} {_measure(field)[2]})")
         ax.set_xlabel("training tokens")
         ax.set_ylabel("validation loss")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_count(v)))
@@ -301,7 +315,7 @@ def plot_loss_curves(curves: dict, rows: list[dict], out: Path) -> tuple[list[Pa
 
 
 def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[str, str], out: Path,
-             colors: dict[str, str]) -> list[Path]:
+             colors: dict[str, str], field: str = "params_non_embedding") -> list[Path]:
     """The gap figure: full-budget points filled (and fitted), the others hollow; why an arm has no fit is
     written on the figure."""
     import numpy as np
@@ -342,7 +356,7 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[st
         _log_axis(ax, "y")
     else:
         ax.axhline(0, color="gray", linewidth=0.8)
-    ax.set_xlabel("parameters N")
+    ax.set_xlabel(_measure(field)[1])
     ax.set_ylabel("val loss gap (ZBP − BP) at equal tokens")
     ax.set_title("Gap to backprop against scale")
     ax.grid(alpha=0.3, which="both")
@@ -350,9 +364,10 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[st
     return _save(fig, out, "gap_vs_scale")
 
 
-def plot_nsr_c(rows: list[dict], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[tuple]]:
+def plot_nsr_c(rows: list[dict], out: Path, colors: dict[str, str], field: str = "params_non_embedding"
+               ) -> tuple[list[Path], list[tuple]]:
     """c per core against parameters; returns (files, [(core, run, params, c)])."""
-    drawn = [(core, r["run"], r["params"], r[f"c_{core}"]) for core in ("attn", "ffn") for r in rows
+    drawn = [(core, r["run"], r[field], r[f"c_{core}"]) for core in ("attn", "ffn") for r in rows
              if r[f"c_{core}"] is not None]
     if not drawn:
         return [], []
@@ -360,15 +375,15 @@ def plot_nsr_c(rows: list[dict], out: Path, colors: dict[str, str]) -> tuple[lis
     for ax, core in zip(axes[0], ("attn", "ffn")):
         runs = [r for r in rows if r[f"c_{core}"] is not None]
         for arm in sorted({r["arm"] for r in runs}, key=arm_order):
-            mine = sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["params"])
-            ax.plot([r["params"] for r in mine], [r[f"c_{core}"] for r in mine], color=colors[arm], alpha=0.4)
+            mine = sorted((r for r in runs if r["arm"] == arm), key=lambda r: r[field])
+            ax.plot([r[field] for r in mine], [r[f"c_{core}"] for r in mine], color=colors[arm], alpha=0.4)
             for r in mine:
-                ax.plot([r["params"]], [r[f"c_{core}"]], marker="o", linestyle="none",
+                ax.plot([r[field]], [r[f"c_{core}"]], marker="o", linestyle="none",
                         **_style(r, colors[arm], line=False))
             ax.plot([], [], marker="o", color=colors[arm], label=arm)
         ax.axhline(1.0, color="gray", linestyle=":", label="theory, d ≫ 1: c ≈ 1")
         _log_axis(ax, "x", fmt_count)
-        ax.set_xlabel("parameters N")
+        ax.set_xlabel(_measure(field)[1])
         ax.set_ylabel("c = NSR · n / d")
         ax.set_title({"attn": "attention core (score softmax)", "ffn": "SwiGLU core"}[core])
         ax.grid(alpha=0.3, which="both")
@@ -432,8 +447,8 @@ def table_markdown(rows: list[dict], curves: dict, notes: list[str], figures: li
     """The per-run table as markdown, with the gap of each ZBP run to bp of the same size and seed (at equal
     tokens, `equal_tokens_gap`)."""
     bp = {(r["size"], r["seed"]): r for r in rows if r["arm"] == "bp"}
-    head = ["run", "size", "params", "arm", "status", "steps", "tokens", "final val", "best val", "gap vs bp",
-            "wall", "GPU-h", "c attn", "c ffn"]
+    head = ["run", "size", "params", "non-emb.", "arm", "status", "steps", "tokens", "final val", "best val",
+            "gap vs bp", "wall", "GPU-h", "c attn", "c ffn"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     num = lambda v, f="{:.4f}": "" if v is None else f.format(v)  # noqa: E731
     partial = apart = False
@@ -445,7 +460,8 @@ def table_markdown(rows: list[dict], curves: dict, notes: list[str], figures: li
             partial |= compared is not None and not compared.full
             apart |= compared is None
         lines.append("| " + " | ".join([
-            r["run"], r["size"], fmt_count(r["params"]), r["arm"], _status_words(r),
+            r["run"], r["size"], fmt_count(r["params"]), fmt_count(r.get("params_non_embedding")), r["arm"],
+            _status_words(r),
             f"{r['steps']:,}" + (f" / {r['steps_total']:,}" if r["steps_total"] else ""), fmt_count(r["tokens"]),
             num(r["final_val_loss"]), num(r["best_val_loss"]), gap, _fmt_seconds(r["wall_time_s"]),
             "?" if r["gpu_hours"] is None else f"{r['gpu_hours']:.2f}", num(r["c_attn"], "{:.3f}"),
@@ -489,30 +505,39 @@ def _nothing_drawn(rows: list[dict]) -> str:
     return f"no run has an eval or diag record yet ({len(rows)} runs: {states}){off}"
 
 
-def plot(bundle: str | Path, *, log=print) -> Figures:
-    """Write table.md and the figures of `bundle`; returns what was drawn."""
+def _measure(field: str) -> tuple[str, str, str]:
+    return next(v for v in PARAMS.values() if v[0] == field)
+
+
+def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Figures:
+    """Write table.md and the figures of `bundle`; returns what was drawn. params: what N is on the scale axes
+    and in the fit, 'non-embedding' or 'total' (`PARAMS`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     bundle = Path(bundle)
     rows = read_summary(bundle)
     out, notes = bundle / "figures", []
+    field = PARAMS[params][0]
+    if any(r.get(field) is None for r in rows):  # a bundle collected before the field existed
+        field = "params"
+        notes.append("N is the total parameter count: this bundle's summary has no non-embedding count")
     colors = _colors(r["arm"] for r in rows)
     curves = val_curves(bundle, rows)
     skipped = [r for r in rows if not curves[r["run"]]]
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r['run']} ({r['status']})" for r in skipped))
-    curve_files, labels = plot_loss_curves(curves, rows, out)
-    points, apart = gap_points(rows, curves)
+    curve_files, labels = plot_loss_curves(curves, rows, out, field)
+    points, apart = gap_points(rows, curves, field)
     fits, why_not = fit_gaps(points)
-    gap_files = plot_gap(points, fits, why_not, out, colors)
+    gap_files = plot_gap(points, fits, why_not, out, colors, field)
     notes += list(why_not.values())
     if apart:
         notes.append("not in the gap figure, no validation at the same number of tokens as bp: " + ", ".join(apart))
     if not points:
         notes.append("no gap figure: no size has both bp and a ZBP arm with a validation loss")
-    c_files, _ = plot_nsr_c(rows, out, colors)
+    c_files, _ = plot_nsr_c(rows, out, colors, field)
     rho_files, _ = plot_rho_k(bundle, rows, out, colors)
     if not c_files:
         zbp = [r for r in rows if r["arm"] != "bp"]
@@ -537,7 +562,21 @@ def plot(bundle: str | Path, *, log=print) -> Figures:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", help="a collected results folder, e.g. results/smoke")
+    p.add_argument("--params", choices=tuple(PARAMS), default="non-embedding",
+                   help="N on the scale axes and in the gap fit: non-embedding parameters (default, as scaling-law "
+                        "fits take it) or the total with the embedding tables")
 
 
 def run(args: argparse.Namespace) -> None:
-    plot(args.bundle)
+    plot(args.bundle, params=args.params)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.plot ...`, the same as `zbpscale plot ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("plot", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,6 +34,7 @@ from zbpscale.runfolder import (
     parse_run_name, tail_records,
 )
 from zbpscale.runstate import STATES, reconcile, run_state
+from zbpscale.tables import fit_columns, plural, terminal_width
 
 # ---------------------------------------------------------------------------------------------- reading
 def first_record(path: Path) -> dict:
@@ -86,6 +87,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
         "nodes": starts[-1].get("nodes", "") if starts else "",
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
+        "dir": str(run_dir),
     }
 
 
@@ -219,22 +221,12 @@ def cells(r: dict) -> dict[str, str]:
             "beat": "" if beat is None else age(beat)}
 
 
-def fit_columns(rows: list[dict[str, str]], width: int | None) -> list[str]:
-    """The columns to show: all of them, or as many as fit `width` characters (a boxed table spends 3 per
-    column and 1 more), given up in KEEP's order from its end."""
-    need = {c: max([len(c)] + [len(r[c]) for r in rows]) + 3 for c in COLUMNS}
-    kept = list(KEEP)
-    while width is not None and len(kept) > 3 and sum(need[c] for c in kept) + 1 > width:
-        kept.pop()
-    return [c for c in COLUMNS if c in kept]
-
-
 def table(name: str, rows: list[dict], width: int | None):
     from rich.table import Table
 
     shown = [cells(r) for r in rows]
-    columns = fit_columns(shown, width)
-    t = Table(title=f"sweep {name}: {len(rows)} runs", title_justify="left")
+    columns = fit_columns(COLUMNS, KEEP, shown, width)
+    t = Table(title=f"sweep {name}: {plural(len(rows), 'run')}", title_justify="left")
     for col in columns:
         t.add_column(col, justify="left" if col in LEFT else "right", no_wrap=True)
     for r, c in zip(rows, shown):
@@ -248,15 +240,20 @@ def plain_table(name: str, rows: list[dict]) -> list[str]:
     width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in COLUMNS}
     line = lambda d: "  ".join(d[c].ljust(width[c]) if c in LEFT else d[c].rjust(width[c])  # noqa: E731
                                for c in COLUMNS).rstrip()
-    return [f"sweep {name}: {len(rows)} runs", line({c: c for c in COLUMNS}), *(line(d) for d in shown)]
+    return [f"sweep {name}: {plural(len(rows), 'run')}", line({c: c for c in COLUMNS}), *(line(d) for d in shown)]
 
 
 def footer(rows: list[dict]) -> str:
+    """The count per state, and GPU-hours used / planned where any run asks for GPUs ('+?': a run without a
+    plan, e.g. one trained by hand)."""
     counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
+    states = "  ".join(f"{s} {n}" for s, n in counts.items() if n)
     used = sum(r["gpu_hours"] for r in rows)
     planned = [r["gpu_hours_planned"] for r in rows]
+    if not used and not any(planned):  # CPU runs, or none planned: no GPU-hours to speak of
+        return states
     plan = f"{sum(p for p in planned if p):,.1f}" + ("" if all(p is not None for p in planned) else "+?")
-    return "  ".join(f"{s} {n}" for s, n in counts.items() if n) + f"   GPU-hours used {used:,.1f} / planned {plan}"
+    return states + f"   GPU-hours used {used:,.1f} / planned {plan}"
 
 
 NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry"): "; fix it, then submit --retry",
@@ -272,6 +269,8 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
             where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
                 f"  (log: {r['log']})" if r["log"] else "")
             then = NEXT.get((r["state"], r["next"]), "")
+            if then and not r["executor"]:  # trained by hand, without a sweep to submit
+                then = f"; continue it with python -m zbpscale.train --run-dir {r['dir']}"
             found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
             cores = ", ".join(f"{core} {path}" for core, path in r["impl_used"].items())
@@ -299,12 +298,12 @@ def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
 
 def show(data: list[tuple[str, list[dict]]]) -> None:
     """The tables: fitted to the terminal, or plain lines when stdout is not one."""
-    if not sys.stdout.isatty():
+    width = terminal_width()
+    if width is None:
         print(plain(data), flush=True)
         return
     from rich.console import Console
 
-    width = shutil.get_terminal_size().columns
     Console(width=width).print(render(data, width))
 
 

@@ -21,7 +21,6 @@ import contextlib
 import fnmatch
 import json
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,13 +29,14 @@ from zbpscale import executors
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.executors import Executor, View
 from zbpscale.runfolder import (
-    CANCEL, CONFIG, HEARTBEAT, PLAN, RunFolder, atomic_write, last_submitted, list_checkpoints, read_attempts,
-    read_json, try_lock,
+    CANCEL, CONFIG, HEARTBEAT, PLAN, RunFolder, atomic_write, count_ends, last_submitted, list_checkpoints,
+    read_attempts, read_json, try_lock,
 )
 from zbpscale.runstate import RunState, check_config
 from zbpscale import runstate
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.schema import batch_plan
+from zbpscale.tables import fit_columns, plural, terminal_width
 
 
 TODO = ("new", "resume", "retry")  # the actions that submit a job
@@ -77,7 +77,9 @@ def broken_notes(runs: list[Run], actions: dict[str, str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ plan
-def plan_rows(runs: list[Run], actions: dict[str, str]) -> list[dict]:
+def plan_rows(runs: list[Run], actions: dict[str, str], view: View | None = None) -> list[dict]:
+    """One row per run; a run whose job is live (or may be) is shown as left alone, with its state (queued,
+    running, unknown), so the action column never calls a queued run running."""
     rows = []
     for run in runs:
         cfg, res = run.train_config(), run.size.resources
@@ -87,7 +89,9 @@ def plan_rows(runs: list[Run], actions: dict[str, str]) -> list[dict]:
             "run": run.name, "params": run.size.params, "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
-            "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan, "action": actions[run.name],
+            "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan,
+            "action": f"leave ({decide(run, view).state})" if actions[run.name] == "running" and view else
+            actions[run.name],
         })
     return rows
 
@@ -119,33 +123,47 @@ def data_notes(sweep: Sweep, runs: list[Run]) -> list[str]:
     return notes
 
 
-def print_plan(sweep: Sweep, rows: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+PLAN_COLUMNS = ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
+                "GPU-h", "action")
+PLAN_KEEP = ("run", "action", "params", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
+             "micro x accum x world")
+"""The plan's columns in the order they are given up on a narrow terminal (the last first; `tables`)."""
 
-    table = Table(title=f"sweep {sweep.name}: {len(rows)} runs", title_justify="left")
-    for col in ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
-                "GPU-h", "action"):
-        table.add_column(col, justify="left" if col in ("run", "action") else "right")
 
+def plan_cells(r: dict) -> dict[str, str]:
     def fmt_tokens(n: int) -> str:
         return f"{n / 1e9:,.2f}B" if n >= 1e8 else f"{n / 1e6:,.2f}M" if n >= 1e5 else f"{n:,}"
 
     def fmt_h(h: float) -> str:
         return "?" if math.isnan(h) else f"{h:,.1f}"
 
-    for r in rows:
-        table.add_row(r["run"], f"{r['params'] / 1e6:,.1f}M", fmt_tokens(r["tokens"]), f"{r['steps']:,}",
-                      str(r["global_batch"]), f"{r['micro']} x {r['accum']} x {r['world']}",
-                      f"{r['gpus']} x {r['nodes']}", fmt_h(r["hours"]), fmt_h(r["gpu_hours"]), r["action"])
-    console = Console(width=max(120, shutil.get_terminal_size().columns))
+    return {"run": r["run"], "params": f"{r['params'] / 1e6:,.1f}M", "tokens": fmt_tokens(r["tokens"]),
+            "steps": f"{r['steps']:,}", "batch": str(r["global_batch"]),
+            "micro x accum x world": f"{r['micro']} x {r['accum']} x {r['world']}",
+            "GPUs x nodes": f"{r['gpus']} x {r['nodes']}", "est. h": fmt_h(r["hours"]), "GPU-h": fmt_h(r["gpu_hours"]),
+            "action": r["action"]}
+
+
+def print_plan(sweep: Sweep, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    width = terminal_width()
+    shown = [plan_cells(r) for r in rows]
+    columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
+    table = Table(title=f"sweep {sweep.name}: {plural(len(rows), 'run')}", title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
+    for cells in shown:
+        table.add_row(*(cells[c] for c in columns))
+    console = Console(width=width or 1000)
     console.print(table)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in TODO)
     console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
                   f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio)"
                   + ("; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows)
-                     else ""))
+                     else ""), soft_wrap=width is None)
     console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
 
 
@@ -202,7 +220,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         actions = {r.name: run_action(r, view, retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in TODO]
         notes = data_notes(sweep, todo) + broken_notes(runs, actions) + view.notes
-        print_plan(sweep, plan_rows(runs, actions))
+        print_plan(sweep, plan_rows(runs, actions, view))
         for note in notes:
             print(f"note: {note}")
         if dry_run:  # what the real submit would refuse, said now (without importing torch)
@@ -212,6 +230,12 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
                 print(f"warning: {back.label} could not run this: {err}")
             return sweep, runs, back, actions
         back.check(todo)
+        for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
+            attempts = read_attempts(run.run_dir)
+            counts = [count_ends(attempts, "timeout"), count_ends(attempts, "preempted"),
+                      sum(count_ends(attempts, why) for why in ("crashed", "hung", "failed"))]
+            print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "
+                  f"were {'/'.join(map(str, counts))}; attempts.jsonl keeps every attempt)")
         replace_stuck(sweep, todo, view)
         back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
                     (data_path(sweep) / "manifest.json").exists(), max_parallel=max_parallel)
@@ -283,8 +307,38 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, poll_s: float = 2
             print(said, flush=True)
         time.sleep(poll_s)
     bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
-    print(f"all {len(runs)} runs complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
+    print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
     return not bad
+
+
+def results_table(sweep: Sweep, runs: list[Run], path: str) -> list[str]:
+    """What the runs reached (final validation loss, tokens, wall time in training), then the next commands
+    (`path`: the sweep file as given)."""
+    from zbpscale.collect import default_out, summarize
+    from zbpscale.runfolder import age
+    from zbpscale.status import _fmt_tokens
+
+    rows = [("run", "val loss", "tokens", "wall time")]
+    for r in runs:
+        s = summarize(r.run_dir, name=r.name, size=r.size.name, arm=r.arm.name, seed=r.seed, state=("", None))
+        rows.append((r.name, "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}", _fmt_tokens(s.tokens),
+                     age(s.wall_time_s)))
+    width = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join([row[0].ljust(width[0])] + [c.rjust(w) for c, w in zip(row[1:], width[1:])]) for row in rows]
+    out = default_out(sweep.jobs_dir)
+    commands = [f"zbpscale collect {path}", f"zbpscale plot {_shown(out)}"]
+    pad = max(map(len, commands)) + 3
+    return lines + [f"next: {commands[0]:<{pad}}# results bundle in {_shown(out)}",
+                    f"      {commands[1]:<{pad}}# its figures and table.md"]
+
+
+def _shown(path) -> str:
+    """A path as the user would type it: relative to the current folder where it lies below it."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -307,10 +361,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait or args.dry_run:
         return 0
     try:
-        return 0 if wait_for(sweep, runs, back) else 1
+        complete = wait_for(sweep, runs, back)
     except KeyboardInterrupt:
         print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
         return 130
+    print("\n".join(results_table(sweep, runs, args.sweep)), flush=True)
+    return 0 if complete else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,11 @@ folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.subm
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import math
+import re
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,27 @@ from typing import Mapping
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
+
+
+def field_error(owner: str, name: str, message: str, hint: str | None = None) -> ConfigError:
+    """A ConfigError about the keyword `name` of an `owner(...)` call in a sweep file: load_sweep points at the
+    line of that keyword."""
+    err = ConfigError(message, hint=hint)
+    err.field = (owner, name)
+    return err
+
+
+def _need(owner: str, label: str, name: str, value, ok: bool, want: str) -> None:
+    if isinstance(value, bool) or not ok:
+        raise field_error(owner, name, f"{label}{name} must be {want}, got {value!r}")
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,11 +75,10 @@ class Resources:
         for name, low in (("nodes", 1), ("time_min", 1), ("cpus_per_task", 1), ("gpus_per_node", 0),
                           ("tasks_per_node", 0), ("mem_gb", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"Resources.{name} must be an integer >= {low}, got {value!r}")
+            _need("Resources", "Resources.", name, value, _int(value) and value >= low, f"an integer >= {low}")
         if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
-            raise ConfigError(f"Resources.tasks_per_node={self.tasks_per_node} must equal gpus_per_node="
-                              f"{self.gpus_per_node} (one rank per GPU), or be 0")
+            raise field_error("Resources", "tasks_per_node", f"Resources.tasks_per_node={self.tasks_per_node} must "
+                              f"equal gpus_per_node={self.gpus_per_node} (one rank per GPU), or be 0")
 
     @property
     def ranks_per_node(self) -> int:
@@ -96,9 +118,24 @@ class Size:
 
     def __post_init__(self) -> None:
         if self.name not in SIZES:
-            raise ConfigError(f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}")
-        if self.global_batch < 1 or self.tokens < 0 or self.tokens_per_param <= 0:
-            raise ConfigError(f"Size {self.name}: need global_batch >= 1, tokens >= 0, tokens_per_param > 0")
+            close = difflib.get_close_matches(str(self.name), SIZES, n=1)
+            raise field_error("Size", "name", f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}",
+                              hint=f"did you mean {close[0]!r}?" if close else "zbpscale sizes lists them")
+        label = f"Size {self.name}: "
+        for name, ok, want in (("global_batch", _int(self.global_batch) and self.global_batch >= 1,
+                                "an integer >= 1"),
+                               ("micro_batch", _int(self.micro_batch) and self.micro_batch >= 0,
+                                "an integer >= 0 (0: no accumulation)"),
+                               ("tokens", _int(self.tokens) and self.tokens >= 0,
+                                "an integer >= 0 (0: the budget rule)"),
+                               ("tokens_per_param", _number(self.tokens_per_param) and self.tokens_per_param > 0,
+                                "a number > 0"),
+                               ("lr", _number(self.lr) and self.lr > 0, "a number > 0"),
+                               ("warmup_frac", _number(self.warmup_frac) and 0 <= self.warmup_frac < 1,
+                                "a number in [0, 1)"),
+                               ("seq_len", _int(self.seq_len) and self.seq_len >= 0,
+                                "an integer >= 0 (0: the preset's)")):
+            _need("Size", label, name, getattr(self, name), ok, want)
 
     def model(self, zbp: ZBPConfig | None = None) -> ModelConfig:
         overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
@@ -167,6 +204,21 @@ class Data:
     workers: int = 8
     """prepare-data --workers."""
 
+    def __post_init__(self) -> None:
+        from zbpscale.data.sources import _SOURCES_HELP, EMBEDDED, HUB
+
+        _need("Data", "Data.", "dir", self.dir, isinstance(self.dir, str) and bool(self.dir), "a folder name")
+        if not isinstance(self.source, str) or not (self.source in HUB or self.source in EMBEDDED
+                                                    or self.source.startswith("local:")):
+            close = difflib.get_close_matches(str(self.source), [*HUB, *EMBEDDED], n=1)
+            raise field_error("Data", "source", f"unknown Data.source {self.source!r}",
+                              hint=f"did you mean {close[0]!r}?" if close else _SOURCES_HELP)
+        _need("Data", "Data.", "tokens", self.tokens, _int(self.tokens) and self.tokens >= 0,
+              "an integer >= 0 (0: the whole source)")
+        _need("Data", "Data.", "workers", self.workers, _int(self.workers) and self.workers >= 1, "an integer >= 1")
+        _need("Data", "Data.", "config", self.config, self.config is None or isinstance(self.config, str),
+              "None or a hub config name")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Sweep:
@@ -221,11 +273,11 @@ class Sweep:
     def __post_init__(self) -> None:
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"Sweep.{name} must be an integer >= 0, got {value!r}")
-        if not self.gpu_peak_tflops > 0 or not 0 < self.assumed_mfu <= 1:
-            raise ConfigError(f"Sweep: need gpu_peak_tflops > 0 and 0 < assumed_mfu <= 1, got "
-                              f"{self.gpu_peak_tflops!r}, {self.assumed_mfu!r}")
+            _need("Sweep", "Sweep.", name, value, _int(value) and value >= 0, "an integer >= 0")
+        _need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,
+              _number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
+        _need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
+              _number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
         known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
@@ -234,7 +286,8 @@ class Sweep:
             unknown = sorted(given - known)
             close = {u: difflib.get_close_matches(u, known, n=1) for u in unknown}
             guess = ", ".join(f"{c[0]} (not {u})" for u, c in close.items() if c)
-            raise ConfigError(f"Sweep {self.name!r}: unknown TrainConfig field(s) {', '.join(unknown)}",
+            raise field_error("arm", unknown[0], f"Sweep {self.name!r}: unknown TrainConfig field(s) "
+                              f"{', '.join(unknown)}",
                               hint=f"did you mean {guess}?" if guess else f"fields: {', '.join(sorted(known))}")
         for size in self.sizes:
             if size.resources.time_min * 60 <= self.signal_delay_s:
@@ -249,6 +302,12 @@ class Sweep:
         if duplicates:
             raise ConfigError(f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
                               hint="each size and arm may appear once; use seeds for repeats")
+        for run in expand(self):  # every value the trainer will check, checked now
+            try:
+                run.train_config()
+            except ConfigError as err:
+                field = str(err.args[0]).split(" ")[0].rpartition(".")[2].split("=")[0]
+                raise field_error("", field, f"run {run.name}: {err.args[0]}", hint=err.hint) from None
 
 
 @dataclass(frozen=True)
@@ -300,6 +359,10 @@ def project_folder(sweep_file: Path) -> Path:
     return folder.parent if folder.name == "sweeps" else folder
 
 
+_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources}
+"""The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
+
+
 def expand(sweep: Sweep) -> list[Run]:
     """Every run of the sweep, sizes outermost, then arms, then seeds."""
     return [Run(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
@@ -311,22 +374,56 @@ def not_found(path: str | Path) -> ConfigError:
                        hint="give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
 
 
+def _field_line(source: str, line: int, owner: str, name: str) -> int | None:
+    """The line of the keyword `name` of an `owner(...)` call (any call where owner is ''), or of a string
+    `name` (a `train=((name, value),)` pair), searched in the calls around `line`, innermost first."""
+    tree = ast.parse(source)
+
+    def called(node) -> str:
+        func = node.func
+        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+    around = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= n.end_lineno]
+    for call in sorted(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno):
+        for node in ast.walk(call):
+            if isinstance(node, ast.Call) and (not owner or called(node) == owner):
+                for kw in node.keywords:
+                    if kw.arg == name:
+                        return kw.value.lineno
+            if isinstance(node, ast.Constant) and node.value == name:
+                return node.lineno
+    return None
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise not_found(path)
     namespace: dict = {"__name__": f"zbpscale_sweep_{path.stem}", "__file__": str(path)}
+    source = path.read_text()
     try:
-        code = compile(path.read_text(), str(path), "exec")
+        code = compile(source, str(path), "exec")
         exec(code, namespace)  # noqa: S102 - a sweep file is the user's own Python
     except SyntaxError as err:
         raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
     except Exception as err:
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
-        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        line = frames[-1].lineno if frames else None
+        unknown = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(err))
+        if isinstance(err, TypeError) and unknown and unknown.group(1) in _FIELDS_OF:
+            owner, name = unknown.groups()
+            fields = [f.name for f in dataclasses.fields(_FIELDS_OF[owner]) if f.name != "home"]
+            close = difflib.get_close_matches(name, fields, n=1)
+            where = f"{path}:{_field_line(source, line, owner, name) or line}"
+            hint = f"did you mean {close[0]}?" if close else f"its fields: {', '.join(fields)}"
+            raise ConfigError(f"{where}: {owner} has no field {name!r}", hint=hint) from None
         if isinstance(err, ZbpError):  # zbpscale's own word on the mistake, with its own hint
+            field = getattr(err, "field", None)
+            at = (_field_line(source, line, *field) if field and line else None) or line
+            where = f"{path}:{at}" if at else str(path)
             raise ConfigError(f"{where}: {err.args[0]}", hint=err.hint) from None
+        where = f"{path}:{line}" if line else str(path)
         raise ConfigError(f"{where}: {type(err).__name__}: {err}", hint="fix the sweep file") from None
     sweep = namespace.get("SWEEP")
     if sweep is None:

@@ -20,6 +20,7 @@ import difflib
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -42,6 +43,11 @@ PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluat
 
 class TrainingDiverged(ZbpError):
     """The loss or the gradient norm stopped being finite."""
+
+
+class StoppedBeforeFirstStep(Exception):
+    """A stop signal came while the ranks compiled the ZBP estimator (a Ctrl-C also kills the compiler's
+    workers): the attempt ends before its start record, with nothing new to checkpoint."""
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -161,7 +167,13 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         if env.is_main:
             print(f"{run_dir}: already complete ({COMPLETE} marker present); nothing to do")
         return "completed"
-    r = _setup(cfg, run_dir, env)
+    try:
+        r = _setup(cfg, run_dir, env)
+    except StoppedBeforeFirstStep:
+        if env.is_main:
+            print(f"stopped on signal {signals.received()} while compiling, before the first step: nothing new to "
+                  "checkpoint; run again to continue", flush=True)
+        return "checkpointed"
 
     def hung(reason: str) -> None:  # rank 0, from the watchdog's thread while the loop is blocked
         r.log.write("end", step=dog.step - 1, status="hung", reason=reason)
@@ -180,12 +192,15 @@ def _loop(r: _Run, dog: Watchdog) -> str:
     cfg, env = r.cfg, r.env
     tokens_per_step = r.numbers["tokens_per_step"]
     last_ckpt, last_print, done, stop = time.monotonic(), 0.0, r.start, None
+    times: list[float] = []  # this attempt's step times after its first (which pays first-use costs): the ETA
     dog.beat(done)
     for step in range(r.start, cfg.steps):
         t0 = time.perf_counter()
         time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
         loss, grad_norm, lr, stop_votes, time_votes = _step(r, step, time_due)
         done, step_time = step + 1, time.perf_counter() - t0
+        if step > r.start:
+            times = (times + [step_time])[-50:]
         if step % cfg.log_every == 0 or done == cfg.steps:
             r.log.write("train", step=step, tokens=done * tokens_per_step, loss=loss, lr=lr, grad_norm=grad_norm,
                         step_time=step_time, tokens_per_s=tokens_per_step / step_time)
@@ -201,7 +216,7 @@ def _loop(r: _Run, dog: Watchdog) -> str:
             r.log.write("diag", step=step, **stats, **{k: v for k, v in estimator_state().items() if k == "impl_used"})
         r.log.heartbeat(done, done * tokens_per_step, **estimator_state())
         if env.is_main and (time.monotonic() - last_print >= PRINT_EVERY_S or val_loss is not None):
-            _print_progress(r, done, loss, val_loss, step_time)
+            _print_progress(r, done, loss, val_loss, step_time, statistics.median(times) if times else None)
             last_print = time.monotonic()
         # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
         periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
@@ -229,7 +244,9 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     optimizer = build_optimizer(model, cfg)
     start, saved_numerics = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
     kept, differs = numerics.adopt(saved_numerics, env.device)  # compute as the checkpoint's attempt did
-    impl_used = _warm_up(cfg, env, bf16)
+    impl_used, interrupted = _warm_up(cfg, env, bf16)
+    if dist.all_reduce_sum([float(interrupted)], env)[0]:  # every rank stops, whichever was interrupted
+        raise StoppedBeforeFirstStep()
     ddp = DistributedDataParallel(model) if env.distributed else model
     loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
                          rank=env.rank, world_size=env.world_size)
@@ -261,24 +278,31 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
                 val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16)
 
 
-def _warm_up(cfg: TrainConfig, env: dist.DistEnv, bf16: bool) -> dict[str, str]:
+def _warm_up(cfg: TrainConfig, env: dist.DistEnv, bf16: bool) -> tuple[dict[str, str], bool]:
     """Compile the ZBP estimator's fast paths before the first step (a failing one falls back here), so that the
-    start record says which path each core takes and no step time counts the compile. {core: path}."""
-    zbp = cfg.model.zbp
-    if zbp is None:
-        return {}
+    start record says which path each core takes and no step time counts the compile. ({core: path}, whether a
+    stop signal broke the compile)."""
     from zbpscale.zbp import fused
 
+    fused.used.clear()  # what this run's cores ran (a process may train several runs: tests, notebooks)
+    zbp = cfg.model.zbp
+    if zbp is None:
+        return {}, False
     t0 = time.perf_counter()
     dtype = torch.bfloat16 if bf16 and env.device.type == "cuda" else torch.float32  # what backward hands the cores
     announce = (lambda: print("compiling the ZBP estimator's kernels (once per process, before the first step)",
                               flush=True)) if env.is_main else None
-    used = fused.warm_up(zbp, seq_len=cfg.seq_len, hidden=cfg.model.hidden, device=env.device, dtype=dtype,
-                         announce=announce)
+    try:
+        used = fused.warm_up(zbp, seq_len=cfg.seq_len, hidden=cfg.model.hidden, device=env.device, dtype=dtype,
+                             announce=announce)
+    except Exception:  # noqa: BLE001 - with a stop requested the compile's failure is the stop (fused._recoverable)
+        if not signals.received():
+            raise
+        return {}, True
     if env.is_main and used:
         print(f"ZBP estimator: {', '.join(f'{core} {path}' for core, path in used.items())} "
               f"(ready in {time.perf_counter() - t0:.1f} s)", flush=True)
-    return used
+    return used, False
 
 
 def estimator_state() -> dict:
@@ -341,13 +365,15 @@ def _state(r: _Run) -> dict:
             "numerics": numerics.fingerprint(r.env.device)}
 
 
-def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, step_time: float) -> None:
-    """One line for a person watching the run (every PRINT_EVERY_S seconds, and at each evaluation)."""
-    left = (r.cfg.steps - done) * step_time
-    eta = f"{left / 60:.0f}m" if left < 5400 else f"{left / 3600:.1f}h"
+def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, step_time: float,
+                    typical: float | None) -> None:
+    """One line for a person watching the run (every PRINT_EVERY_S seconds, and at each evaluation); the ETA
+    from `typical` (the median step time after the attempt's first step), none before it is known."""
+    left = None if typical is None else (r.cfg.steps - done) * typical
+    eta = "" if left is None else f" eta {runfolder.age(left)}"
     val = f" val {val_loss:.4f}" if val_loss is not None else ""
-    print(f"step {done}/{r.cfg.steps} loss {loss:.4f}{val} {r.numbers['tokens_per_step'] / step_time:,.0f} tok/s "
-          f"eta {eta}", flush=True)
+    print(f"step {done}/{r.cfg.steps} loss {loss:.4f}{val} {r.numbers['tokens_per_step'] / step_time:,.0f} tok/s"
+          f"{eta}", flush=True)
 
 
 def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
@@ -373,7 +399,17 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
 def _parse(argv: list[str] | None):
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m zbpscale.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m zbpscale.train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train one run in its folder, or continue it from its last checkpoint. Sweeps are submitted "
+                    "with `zbpscale submit`; this is one run by hand.",
+        epilog="""examples:
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp          continue it (its config.json fixes every setting)
+  torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp --size s60 --data data/fineweb --steps 4600
+
+Ctrl-C (or SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
+exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged""")
     p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
     p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
     p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
@@ -390,12 +426,21 @@ def config_from_args(args) -> TrainConfig:
     from zbpscale.zbp import arm_zbp_config
 
     folder = RunFolder(args.run_dir)
-    if args.size is None and args.data is None and args.steps is None and not args.set:
-        saved = folder.read_config()
-        if saved is None:
-            raise ConfigError(f"{folder.config} does not exist",
-                              hint="give --size, --arm, --data and --steps for a new run")
-        return TrainConfig.from_dict(saved, source=str(folder.config))
+    given = [f"--{k} {getattr(args, k)}" for k in ("size", "data", "steps") if getattr(args, k) is not None]
+    given += [f"--set {item}" for item in args.set]
+    saved = folder.read_config()
+    if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
+        cfg = TrainConfig.from_dict(saved, source=str(folder.config))
+        if given and given != [f"--steps {cfg.steps}"]:
+            state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
+            raise ConfigError(f"{args.run_dir} is an existing run ({state}): its config.json fixes every setting, "
+                              f"so {', '.join(given)} cannot change it",
+                              hint=f"continue it as it is with --run-dir {args.run_dir} alone; to train longer or "
+                              "differently, start a new run folder with --size, --arm, --data and --steps")
+        return cfg
+    if not given:
+        raise ConfigError(f"{folder.config} does not exist",
+                          hint="give --size, --arm, --data and --steps for a new run")
     missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,3 +138,14 @@ def run(args: argparse.Namespace) -> None:
     from huggingface_hub import HfApi
 
     upload_bundle(HfApi(token=token), args.bundle, repo_id=args.repo, with_ckpt=args.with_ckpt, token=token)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.upload ...`, the same as `zbpscale upload ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("upload", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

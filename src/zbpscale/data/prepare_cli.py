@@ -69,3 +69,14 @@ def run(args: argparse.Namespace) -> None:
         print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.data}",
               file=sys.stderr)
         raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zbpscale.data.prepare_cli ...`, the same as `zbpscale prepare-data ...`."""
+    from zbpscale.cli import module_main
+
+    return module_main("prepare-data", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

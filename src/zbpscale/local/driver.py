@@ -31,7 +31,7 @@ from zbpscale import signals
 from zbpscale.local.queue import LIVE, Entry, LocalQueue
 from zbpscale.runfolder import pid_alive, process_start_time
 from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
-from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE, METRICS, tail_records
 
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
@@ -202,11 +202,11 @@ class Driver:
         elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
         elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
-            self.finish(e, "failed", _failure(codes, log_file))  # the same attempt again would end the same way
+            self.finish(e, "failed", _failure(codes, log_file, run_dir))  # the same attempt would end the same way
         elif EXIT_HUNG in codes:  # the watchdog ended it: no step for step_timeout_s
-            self.requeue(e, "hung", codes, how=_failure(codes, log_file))
+            self.requeue(e, "hung", codes, how=_failure(codes, log_file, run_dir))
         else:
-            self.requeue(e, "crashed", codes, how=_failure(codes, log_file))
+            self.requeue(e, "crashed", codes, how=_failure(codes, log_file, run_dir))
 
     def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
         from zbpscale.runfolder import read_attempts, retry_decision
@@ -236,8 +236,11 @@ class Driver:
                log=str(log_file or Path(e.log_dir) / f"{e.job_id}_0.log"))
 
 
-def _failure(codes: list[int | None], log_file: Path) -> str:
-    """One line: the failing rank's exit, and the last line of its log (a Python exception's message)."""
+def _failure(codes: list[int | None], log_file: Path, run_dir: Path | None = None) -> str:
+    """One line: the failing rank's exit, and the last line of its log (a Python exception's message), or, where
+    that line is only the trainer's progress (a killed rank says nothing), the last step the run logged."""
+    import re
+
     bad = next((c for c in codes if c not in (None, 0, EXIT_REQUEUE)), None)
     how = "exit status unknown" if bad is None else (
         f"killed by {signal.Signals(-bad).name}" if bad < 0 else f"exit status {bad}")
@@ -246,7 +249,10 @@ def _failure(codes: list[int | None], log_file: Path) -> str:
     except OSError:
         lines = []
     last = lines[-1].strip() if lines and not lines[-1].startswith("===") else ""
-    return f"{how}: {last}" if last else how
+    if re.match(r"step \d+/\d+ ", last) or not last:  # progress, printed minutes before the end: no reason
+        train = tail_records(run_dir / METRICS, ("train",)).get("train", {}) if run_dir is not None else {}
+        return how + (f" after step {train['step'] + 1}" if "step" in train else "")
+    return f"{how}: {last}"
 
 
 def _free_port() -> int:
