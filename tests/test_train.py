@@ -288,13 +288,14 @@ def test_extending_a_finished_run_says_what_can_change(tmp_path, data_dir):
         return subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run), *flags],
                               capture_output=True, text=True, timeout=120)
 
-    for flags in (["--steps", "60"], ["--set", "lr=0.1"], ["--size", "tiny", "--data", str(data_dir), "--steps", "2"]):
+    for flags, changed in ((["--steps", "60"], "steps"), (["--set", "lr=0.1"], "lr"),
+                           (["--size", "tiny", "--data", str(data_dir), "--steps", "2"], "model")):
         out = cli(*flags)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert out.stderr.startswith(f"error: {run} is an existing run (complete after 2 steps): its config.json "
-                                     f"fixes every setting, so {' '.join(flags[:2])}")
+                                     f"fixes every setting, and {' '.join(flags)} would change {changed} (hint:")
         assert f"continue it as it is with --run-dir {run} alone" in out.stderr and "missing" not in out.stderr
-    for flags in ([], ["--steps", "2"]):
+    for flags in ([], ["--steps", "2"], ["--set", "lr=0.003", "--data", str(data_dir)]):  # what it has: go on
         out = cli(*flags)
         assert out.returncode == 0 and "already complete" in out.stdout, out.stderr
 

@@ -421,29 +421,39 @@ exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3
 
 
 def config_from_args(args) -> TrainConfig:
-    """A TrainConfig from the command line, or the run folder's config.json when only --run-dir is given."""
-    from zbpscale.model import model_config
-    from zbpscale.zbp import arm_zbp_config
-
+    """A TrainConfig from the command line, or the run folder's config.json for an existing run (whose settings
+    flags may repeat, never change)."""
     folder = RunFolder(args.run_dir)
     given = [f"--{k} {getattr(args, k)}" for k in ("size", "data", "steps") if getattr(args, k) is not None]
     given += [f"--set {item}" for item in args.set]
     saved = folder.read_config()
     if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
         cfg = TrainConfig.from_dict(saved, source=str(folder.config))
-        if given and given != [f"--steps {cfg.steps}"]:
-            state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
-            raise ConfigError(f"{args.run_dir} is an existing run ({state}): its config.json fixes every setting, "
-                              f"so {', '.join(given)} cannot change it",
-                              hint=f"continue it as it is with --run-dir {args.run_dir} alone; to train longer or "
-                              "differently, start a new run folder with --size, --arm, --data and --steps")
-        return cfg
+        if not given:
+            return cfg
+        have, want = cfg.to_dict(), _asked(args, cfg).to_dict()
+        if want == have:  # the command that made it, run again: continue
+            return cfg
+        state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
+        changed = sorted(k for k in have if have[k] != want.get(k))
+        raise ConfigError(f"{args.run_dir} is an existing run ({state}): its config.json fixes every setting, and "
+                          f"{' '.join(given)} would change {', '.join(changed)}",
+                          hint=f"continue it as it is with --run-dir {args.run_dir} alone (or the command that "
+                          "made it); to train longer or differently, start a new run folder")
     if not given:
         raise ConfigError(f"{folder.config} does not exist",
                           hint="give --size, --arm, --data and --steps for a new run")
     missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run")
+    return _asked(args, None)
+
+
+def _asked(args, base: TrainConfig | None) -> TrainConfig:
+    """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new."""
+    from zbpscale.model import model_config
+    from zbpscale.zbp import arm_zbp_config
+
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     overrides = {}
     for item in args.set:
@@ -454,8 +464,11 @@ def config_from_args(args) -> TrainConfig:
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
                               hint=f"did you mean --set {close[0]}={value}?" if sep and close else None)
         overrides[key] = parse_field_value(key, value, fields[key].type)
-    model = model_config(args.size, zbp=arm_zbp_config(args.arm))
-    return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+    model = model_config(args.size, zbp=arm_zbp_config(args.arm)) if args.size else base.model
+    if base is None:
+        return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+    return dataclasses.replace(base, model=model, data_dir=args.data or base.data_dir, steps=args.steps or base.steps,
+                               **overrides)
 
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
