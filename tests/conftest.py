@@ -19,16 +19,23 @@ def _torch_defaults():
     yield
 
 
-def load_slurm_local():
-    """tools/slurm_local.py, imported by path (tools/ is not a package)."""
+def load_tool(name: str):
+    """tools/<name>.py, imported by path (tools/ is not a package); registered in sys.modules, where its
+    dataclasses look their module up."""
     import importlib.util
+    import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "tools" / "slurm_local.py"
-    spec = importlib.util.spec_from_file_location("slurm_local", path)
+    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_slurm_local():
+    return load_tool("slurm_local")
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ Compared: each part's verdict with the facts it claims (the interrupted runs wer
 the summary says every part passed); and, so that the comparisons can fail, the bitwise check on two runs
 that differ (bp against zbp_n4)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def load_gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "tools" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -32,7 +26,7 @@ def test_gpu_check_passes_on_cpu_and_its_comparisons_can_fail(tmp_path, data_dir
     parts = summary["parts"]
     assert list(parts) == ["resume", "ranks", "sweep", "diag"]  # kernels and bench need CUDA: left out
     assert all(p["ok"] for p in parts.values())
-    prof = load_gpu_check().PROFILES["cpu"]
+    prof = load_tool("gpu_check").PROFILES["cpu"]
     for arm in prof["arms"]:
         r = parts["resume"][arm]
         assert prof["usr2_at"] <= r["usr2_after_step"] < r["killed_after_step"] < prof["steps"] - 1
@@ -40,7 +34,7 @@ def test_gpu_check_passes_on_cpu_and_its_comparisons_can_fail(tmp_path, data_dir
     assert prof["usr2_at"] <= parts["ranks"]["usr2_to_rank1_after_step"] < prof["steps"] - 1
     assert set(parts["diag"]["runs"]) == {"nano-zbp_n4"}
 
-    gpu_check = load_gpu_check()
+    gpu_check = load_tool("gpu_check")
     with pytest.raises(gpu_check.PartFailed, match="train losses differ"):
         gpu_check._compare_bitwise(tmp_path / "resume" / "bp-straight", tmp_path / "resume" / "zbp_n4-straight",
                                    prof["steps"])

@@ -17,20 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_tool
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed"),
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="TRITON_INTERPRET=1: nothing compiles"),
 ]
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("compile_kernels", REPO / "tools" / "compile_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -45,7 +39,7 @@ def test_every_kernel_variant_compiles_for_sm90_and_sm80(tmp_path, capsys):
     rows = result["rows"]
     assert result["ok"] and not result["problems"]
     assert all(r["error"] is None and r["spills"] == 0 and 0 < r["registers"] <= 200 for r in rows)
-    tool = load_tool()
+    tool = load_tool("compile_kernels")
     seen = {(r["kernel"], r["arch"], *r["variant"].split()[:4]) for r in rows}
     expected = {(kernel, arch, dtype, f"n{n}", scheme, probe)
                 for kernel, arch, dtype, n, scheme, probe in itertools.product(
@@ -65,7 +59,7 @@ def test_a_planted_kernel_error_or_spill_fails_the_check(monkeypatch, capsys):
 
     from zbpscale.zbp import closed_triton
 
-    tool = load_tool()
+    tool = load_tool("compile_kernels")
 
     @triton.jit
     def planted(x_ptr, g_ptr, out_ptr, w_ptr, h, ce, se, one_minus_ce, n, eps, CENTRAL: tl.constexpr,

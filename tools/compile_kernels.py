@@ -257,8 +257,9 @@ def compile_all(launches: list[tuple[Launch, str]], archs: tuple[int, ...], *, g
             if progress:
                 progress(i, len(jobs), row)
     if gpu:
+        major, minor = torch.cuda.get_device_capability()
         for (launch, arch, _), row in zip(jobs, rows):
-            if arch == torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1]:
+            if arch == major * 10 + minor:
                 compile_on_gpu(launch, row)
     return sorted(rows, key=lambda r: (r.kernel, r.arch, r.variant))
 

@@ -186,6 +186,13 @@ def count_ends(attempts: list[dict], why: str) -> int:
     return sum(1 for a in attempts if a.get("event") == "end" and a.get("why") == why and a.get("time", 0) >= since)
 
 
+def requeue_counts(attempts: list[dict]) -> tuple[int, int, int]:
+    """(timeouts, preemptions, failures) since the last --retry, as status's T/P/F column shows them: failures
+    are the attempts that crashed, hung or failed."""
+    return (count_ends(attempts, "timeout"), count_ends(attempts, "preempted"),
+            sum(count_ends(attempts, why) for why in ("crashed", "hung", "failed")))
+
+
 @dataclass(frozen=True)
 class Retry:
     """The retry decision for an interrupted attempt: `ok` to requeue; `reason` for the attempts record."""

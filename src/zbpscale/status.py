@@ -30,11 +30,11 @@ from zbpscale import executors
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.executors import JobView
 from zbpscale.runfolder import (
-    ATTEMPTS, CONFIG, HEARTBEAT, METRICS, PLAN, RunFolder, read_json, age, count_ends, last_submitted, log_path,
+    ATTEMPTS, CONFIG, HEARTBEAT, METRICS, PLAN, RunFolder, read_json, age, last_submitted, requeue_counts, log_path,
     parse_run_name, tail_records,
 )
 from zbpscale.runstate import STATES, reconcile, run_state
-from zbpscale.tables import fit_columns, plural, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, plural, terminal_width
 
 # ---------------------------------------------------------------------------------------------- reading
 def first_record(path: Path) -> dict:
@@ -66,7 +66,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
     step = beat.get("step", (tail.get("train", {}).get("step", -1) + 1))
-    counts = {k: count_ends(attempts, k) for k in ("timeout", "preempted", "crashed", "hung", "failed")}
+    timeouts, preemptions, failures = requeue_counts(attempts)
     starts = [a for a in attempts if a.get("event") == "start"]
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
@@ -80,8 +80,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
         "tokens": max(step, 0) * tokens_per_step, "pct": 100.0 * max(step, 0) / steps if steps else 0.0,
         "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
         "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
-        "timeouts": counts["timeout"], "preemptions": counts["preempted"],
-        "failures": counts["crashed"] + counts["hung"] + counts["failed"],
+        "timeouts": timeouts, "preemptions": preemptions, "failures": failures,
         "job": job, "executor": sub.get("executor", ""), "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
@@ -199,10 +198,6 @@ STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "b
          "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red", "unknown": "yellow"}
 
 
-def _fmt_tokens(n: float) -> str:
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-
-
 COLUMNS = ("size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job", "beat")
 KEEP = ("size", "arm", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
 """The columns in the order they are given up when the terminal is narrow (the last first)."""
@@ -214,7 +209,7 @@ def cells(r: dict) -> dict[str, str]:
     loss = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     beat = r["heartbeat_age_s"] if r["state"] in ("running", "stalled") else None
     return {"size": r["size"], "arm": r["arm"], "state": r["state"],
-            "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": _fmt_tokens(r["tokens"]),
+            "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": fmt_tokens(r["tokens"]),
             "train": loss(r["train_loss"]), "val": loss(r["val_loss"]),
             "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}", "ETA": "" if r["eta_s"] is None else age(r["eta_s"]),
             "T/P/F": f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", "job": r["job"],

@@ -29,14 +29,14 @@ from zbpscale import executors
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.executors import Executor, View
 from zbpscale.runfolder import (
-    CANCEL, CONFIG, HEARTBEAT, PLAN, RunFolder, atomic_write, count_ends, last_submitted, list_checkpoints,
-    read_attempts, read_json, try_lock,
+    CANCEL, CONFIG, HEARTBEAT, PLAN, RunFolder, atomic_write, last_submitted, list_checkpoints, read_attempts,
+    read_json, requeue_counts, try_lock,
 )
 from zbpscale.runstate import RunState, check_config
 from zbpscale import runstate
 from zbpscale.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.schema import batch_plan
-from zbpscale.tables import fit_columns, plural, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, plural, terminal_width
 
 
 TODO = ("new", "resume", "retry")  # the actions that submit a job
@@ -232,8 +232,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         back.check(todo)
         for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
             attempts = read_attempts(run.run_dir)
-            counts = [count_ends(attempts, "timeout"), count_ends(attempts, "preempted"),
-                      sum(count_ends(attempts, why) for why in ("crashed", "hung", "failed"))]
+            counts = requeue_counts(attempts)
             print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "
                   f"were {'/'.join(map(str, counts))}; attempts.jsonl keeps every attempt)")
         replace_stuck(sweep, todo, view)
@@ -316,12 +315,11 @@ def results_table(sweep: Sweep, runs: list[Run], path: str) -> list[str]:
     (`path`: the sweep file as given)."""
     from zbpscale.collect import default_out, summarize
     from zbpscale.runfolder import age
-    from zbpscale.status import _fmt_tokens
 
     rows = [("run", "val loss", "tokens", "wall time")]
     for r in runs:
         s = summarize(r.run_dir, name=r.name, size=r.size.name, arm=r.arm.name, seed=r.seed, state=("", None))
-        rows.append((r.name, "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}", _fmt_tokens(s.tokens),
+        rows.append((r.name, "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}", fmt_tokens(s.tokens),
                      age(s.wall_time_s)))
     width = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join([row[0].ljust(width[0])] + [c.rjust(w) for c, w in zip(row[1:], width[1:])]) for row in rows]

@@ -30,3 +30,8 @@ def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict
 def plural(n: int, word: str) -> str:
     """'1 run', '2 runs'."""
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def fmt_tokens(n: float) -> str:
+    """A token count in a table cell: 20k, 1.2M, 3.05B."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"

@@ -116,9 +116,7 @@ def choose(box, x: torch.Tensor, cfg: ZBPConfig) -> tuple[str | None, str]:
     if cfg.impl == "plain":
         return None, ""
     if cfg.impl == "auto":
-        path = "closed" if cfg.probe in CLOSED_PROBES else "fused"
-        while (x.device.type, path) in failed:
-            path = NEXT[path]
+        path = _working(x.device.type, "closed" if cfg.probe in CLOSED_PROBES else "fused")
         if path == "plain":
             return None, ""
     else:
@@ -164,6 +162,13 @@ def fast_vjp(box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed: int, *
     return None
 
 
+def _working(device: str, path: str) -> str:
+    """`path`, or the first after it in the fallback order (NEXT) that has not failed on `device`."""
+    while (device, path) in failed:
+        path = NEXT[path]
+    return path
+
+
 def _recoverable(err: Exception, x: torch.Tensor) -> bool:
     """Whether a fast path's failure is one to fall back from: on CPU the compiler's (`CompileFailed`), on CUDA
     any but running out of memory; never while a stop was requested."""
@@ -180,9 +185,7 @@ def _fall_back(path: str, device: str, err: Exception) -> None:
     """Record the failure and say it, in one line on stderr (once per path and device: later calls skip it)."""
     why = error_line(err.__cause__ if isinstance(err, CompileFailed) and err.__cause__ else err)
     failed[device, path] = why
-    nxt = NEXT[path]
-    while (device, nxt) in failed:
-        nxt = NEXT[nxt]
+    nxt = _working(device, path)
     print(f"warning: zbpscale: the {path} ZBP estimator failed on {device} ({why}); the {nxt} path from now "
           f"on in this process ({COST[nxt]})", file=sys.stderr, flush=True)
 
