@@ -120,7 +120,7 @@ def config_json(size: str = "nano", **fields) -> str:
     stand-in run folder must hold a real config: status calls one the trainer would refuse broken)."""
     import json
 
-    from zbpscale.schema import TrainConfig, model_config
+    from zbpscale.train.schema import TrainConfig, model_config
 
     fields = {"data_dir": "data", "steps": 100, **fields}
     return json.dumps(TrainConfig(model=model_config(size), **fields).to_dict())
@@ -138,12 +138,12 @@ def trainer_env(threads: int | None, **extra: str) -> dict:
 def straight_losses(run_dir: Path, dest: Path) -> list[tuple[int, float]]:
     """The reference of every resume test: the per-step losses of the run's config trained once, without a stop,
     in a fresh process at the thread count the run's first attempt recorded (a CPU's results may depend on its
-    thread count, never on whether the process resumed: zbpscale/numerics.py)."""
+    thread count, never on whether the process resumed: zbpscale/train/numerics.py)."""
     import json
     import subprocess
     import sys
 
-    from zbpscale.metrics import read_records
+    from zbpscale.train.metrics import read_records
 
     first = next(r for r in read_records(run_dir) if r["kind"] == "start")
     dest.mkdir(parents=True)
@@ -174,7 +174,7 @@ def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("b
     arms_src = ", ".join(f"arm({a!r})" for a in arms)
     path = folder / f"{name}.py"
     path.write_text(textwrap.dedent(f"""\
-        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+        from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm
 
         CPU = Resources(nodes={nodes}, gpus_per_node=0, tasks_per_node={tasks}, cpus_per_task=1, time_min={time_min})
         SWEEP = Sweep(
@@ -194,7 +194,7 @@ def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("b
 
 
 RESULTS_SWEEP = '''
-from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm
 
 CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
 SWEEP = Sweep(
@@ -215,9 +215,9 @@ def results_sweep(tmp_path_factory, data_dir):
     trained for real by zbpscale.train, and whose zbp_n8_fwd runs were never started (pending). Built once."""
     import json
 
-    from zbpscale.sweep import expand, load_sweep
-    from zbpscale.runfolder import CONFIG
-    from zbpscale.train import train
+    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.jobs.sweep import expand, load_sweep
+    from zbpscale.train.loop import train
 
     base = tmp_path_factory.mktemp("results_sweep")
     path = base / "results.py"
@@ -226,6 +226,6 @@ def results_sweep(tmp_path_factory, data_dir):
         if run.arm.name != "zbp_n8_fwd":
             cfg = run.train_config()
             run.run_dir.mkdir(parents=True)
-            (run.run_dir / CONFIG).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+            (RunFolder(run.run_dir).config).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
             train(cfg, run.run_dir)
     return path

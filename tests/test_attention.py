@@ -15,9 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import zbpscale.model
+import zbpscale.train.model
 import zbpscale.zbp.attention
-from zbpscale.model import Attention, ModelConfig, Transformer
+from zbpscale.train.model import Attention, Transformer
+from zbpscale.train.schema import ModelConfig
 from zbpscale.zbp import ZBPClock, ZBPConfig, call_seed, causal_softmax, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 
@@ -101,7 +102,7 @@ def test_arms_without_a_physical_score_core_never_call_it(zbp, monkeypatch):
         calls.append(args)
         return zbp_attention(*args)
 
-    monkeypatch.setattr(zbpscale.model, "zbp_attention", counted)
+    monkeypatch.setattr(zbpscale.train.model, "zbp_attention", counted)
     cfg = ModelConfig(n_layer=2, n_head=2, d_model=16, max_seq_len=8, vocab_size=64, zbp=zbp)
     idx = torch.randint(0, 64, (2, 8))
     Transformer(cfg)(idx, idx)[1].backward()

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from zbpscale import checkpoint
-from zbpscale.model import ModelConfig, Transformer
-from zbpscale.train import TrainConfig, build_optimizer
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.train import checkpoint
+from zbpscale.train.loop import build_optimizer
+from zbpscale.train.model import Transformer
+from zbpscale.train.schema import ModelConfig, TrainConfig
 
 SMALL = ModelConfig(n_layer=1, n_head=2, d_model=16, max_seq_len=8, vocab_size=64)
 
@@ -72,7 +74,7 @@ def test_restore_onto_another_device_keeps_rng_states_on_the_cpu(tmp_path, monke
 
 def test_control_rng_states_mapped_to_the_training_device_are_refused(tmp_path):
     _trained_checkpoint(tmp_path)
-    (_, path), = checkpoint.list_checkpoints(tmp_path)
+    (_, path), = RunFolder(tmp_path).list_checkpoints()
     state = torch.load(path, map_location="meta", weights_only=True)  # the old load path, device = meta
     with pytest.raises(ValueError, match="must be loaded onto the CPU"):
         checkpoint.set_rng_state(state["rng"])
@@ -85,11 +87,14 @@ def test_rng_states_are_cpu_byte_tensors_when_saved(tmp_path):
     assert "cuda" not in state["rng"] or state["rng"]["cuda"].device.type == "cpu"
 
 
-def test_a_full_disk_leaves_no_temp_file_and_the_previous_checkpoint_intact(tmp_path):
+def test_a_full_disk_leaves_no_temp_file_and_the_previous_checkpoint_intact(tmp_path, monkeypatch):
     """Fault: a checkpoint written on a full disk. The temp file is a link to /dev/full, whose writes fail with
     the kernel's ENOSPC: one CheckpointError line, the temp file gone, the older checkpoint still loads."""
+    from zbpscale import files
+
     _trained_checkpoint(tmp_path)
-    tmp = checkpoint.checkpoint_dir(tmp_path) / ".ckpt_00000002.pt.tmp"
+    tmp = tmp_path / "to-dev-full"  # where the temp file is written (out of reach of save's stale-temp cleanup)
+    monkeypatch.setattr(files, "temp_path", lambda path: tmp)
     tmp.symlink_to("/dev/full")
     model = Transformer(SMALL)
     with pytest.raises(checkpoint.CheckpointError) as err:
@@ -98,5 +103,5 @@ def test_a_full_disk_leaves_no_temp_file_and_the_previous_checkpoint_intact(tmp_
     assert "no space left on device at" in message and "ckpt_00000001.pt, is intact" in message
     assert len(message.splitlines()) == 1 and err.value.__cause__ is None
     assert not tmp.exists() and not tmp.is_symlink()
-    assert [s for s, _ in checkpoint.list_checkpoints(tmp_path)] == [1]
+    assert [s for s, _ in RunFolder(tmp_path).list_checkpoints()] == [1]
     assert checkpoint.load_latest(tmp_path)["step"] == 1

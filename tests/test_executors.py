@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from conftest import config_json, write_sweep
-from zbpscale import executors
-from zbpscale.executors import Executor, JobView, View
-from zbpscale.runfolder import read_attempts
-from zbpscale.status import collect_rows
-from zbpscale.submit import run_action
+from zbpscale.jobs import executors
+from zbpscale.jobs.attempts import read_attempts
+from zbpscale.jobs.executors import Executor, JobView, View
+from zbpscale.jobs.status import collect_rows
+from zbpscale.jobs.submit import run_action
 
 ISO = "%Y-%m-%dT%H:%M:%S"
 
@@ -91,8 +91,8 @@ def test_a_job_squeue_lists_is_live_whatever_accounting_says(tmp_path, clients):
     for sacct in (None, [], stale):  # accounting down, lagging (not listed yet), a reused id's old record
         clients(squeue=live, sacct=sacct)
         row = state_of(sweep)
-        assert (row["state"], row["next"]) == ("running", "wait"), sacct
-        assert action(run) == "running"
+        assert (row["state"], row["next"]) == ("running", "leave"), sacct
+        assert action(run) == "leave"
         assert row["scheduler_notes"] == []  # accounting is not asked about a job squeue calls live
     assert not [a for a in read_attempts(run) if a["event"] == "end"]  # nothing was reconciled into an end
 
@@ -104,7 +104,7 @@ def test_a_job_nobody_lists_yet_is_queued_within_its_grace_window_then_gone(tmp_
     clients(squeue=[], sacct=[])
     row = state_of(sweep, "nano-bp")
     assert (row["state"], row["reason"]) == ("queued", "submitted, not yet visible to the scheduler")
-    assert action(fresh) == "running"  # left alone
+    assert action(fresh) == "leave"
     row = state_of(sweep, "nano-zbp_n4")
     assert (row["state"], row["next"]) == ("failed", "resume") and "without a record" in row["reason"]
     assert action(old) == "new"
@@ -126,7 +126,7 @@ def test_an_ended_job_is_judged_by_its_own_accounting_record_not_a_reused_ids(tm
     assert (end["why"], end["source"]) == ("crashed", "sacct")
     other = submitted_run(tmp_path / "jobs" / "sw", "nano-zbp_n4", job="9", age_s=10)
     clients(squeue=[], sacct=[f"9|COMPLETED|0:0|0:0|{iso(now - 86400)}|sw/nano-zbp_n4"])  # only the old job
-    assert state_of(sweep, "nano-zbp_n4")["state"] == "queued" and action(other) == "running"
+    assert state_of(sweep, "nano-zbp_n4")["state"] == "queued" and action(other) == "leave"
 
 
 def test_squeue_not_answering_leaves_every_run_alone(tmp_path, clients):
@@ -134,7 +134,7 @@ def test_squeue_not_answering_leaves_every_run_alone(tmp_path, clients):
     run = submitted_run(sweep, age_s=3000, started=True)
     clients(squeue=None, sacct=None)
     row = state_of(sweep)
-    assert (row["state"], row["next"]) == ("unknown", "wait") and action(run) == "running"
+    assert (row["state"], row["next"]) == ("unknown", "leave") and action(run) == "leave"
     assert "squeue not answering: runs with a job are left alone until it does" in row["scheduler_notes"]
     assert not [a for a in read_attempts(run) if a["event"] == "end"]
 
@@ -168,7 +168,7 @@ def test_a_third_back_end_is_one_class(tmp_path, monkeypatch):
     sweep = tmp_path / "jobs" / "sw"
     run = submitted_run(sweep, job="f-1", executor="fake", started=True)
     assert isinstance(executors.choose("fake", tmp_path / "jobs"), FakeExecutor)
-    assert state_of(sweep)["state"] == "running" and action(run) == "running"
+    assert state_of(sweep)["state"] == "running" and action(run) == "leave"
 
 
 def test_a_config_the_trainer_would_refuse_is_broken(tmp_path, clients):
@@ -178,7 +178,7 @@ def test_a_config_the_trainer_would_refuse_is_broken(tmp_path, clients):
     (run / "config.json").write_text(json.dumps({**config, "global_batch": -4}))
     clients(squeue=[], sacct=[])
     row = state_of(sweep)
-    assert row["state"] == "broken" and "global_batch" in row["reason"] and action(run) == "broken"
+    assert row["state"] == "broken" and "global_batch" in row["reason"] and action(run) == "leave"
 
 
 def trainer(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Popen:

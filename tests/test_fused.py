@@ -18,11 +18,20 @@ import torch
 
 from conftest import counter_plain, run_in_triton_interpreter
 from zbpscale.errors import ConfigError
-from zbpscale.zbp.fused_cpu import CompileFailed
 from zbpscale.zbp import (
-    ZBPConfig, causal_mask, causal_softmax, counter, estimate_vjp, fused, fused_cpu, masked_softmax, row_softmax,
-    swiglu, zbp_apply,
+    ZBPConfig,
+    causal_mask,
+    causal_softmax,
+    counter,
+    estimate_vjp,
+    fused,
+    fused_cpu,
+    masked_softmax,
+    row_softmax,
+    swiglu,
+    zbp_apply,
 )
+from zbpscale.zbp.fused_cpu import CompileFailed
 
 
 def case(box: str, seed: int = 0, device: str = "cpu"):

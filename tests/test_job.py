@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from zbpscale.job import classify_interruption
-from zbpscale.runfolder import count_ends, read_attempts, record
+from zbpscale.jobs.attempts import count_ends, read_attempts, record
+from zbpscale.jobs.executors.slurm_commands import parse_duration
+from zbpscale.jobs.executors.slurm_job import classify_interruption
 from zbpscale.signals import BLOCKED_PYTHON
-from zbpscale.slurm import parse_duration
 
 # A job's start-up: it says it runs, and waits for a line while the test signals it; only then does it install
 # the stop flag (as TrainJob and the local rank do after importing) and print what the flag holds.

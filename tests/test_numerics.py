@@ -6,7 +6,7 @@ resumed by a process given 1 equals the straight run bit for bit)."""
 import pytest
 import torch
 
-from zbpscale import numerics
+from zbpscale.train import numerics
 
 CPU = torch.device("cpu")
 

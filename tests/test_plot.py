@@ -21,10 +21,13 @@ import numpy as np
 import pytest
 
 from conftest import config_json
-from zbpscale import plot as plot_module
-from zbpscale.collect import FIELDS, RunSummary, collect, read_summary
-from zbpscale.model import SIZES, n_params
-from zbpscale.plot import fit_power_law, gap_points, plot, val_curves
+from zbpscale.results import plot as plot_module
+from zbpscale.results.bundle import Bundle
+from zbpscale.results.collect import collect
+from zbpscale.results.gaps import fit_power_law, gap_points, val_curves
+from zbpscale.results.plot import plot
+from zbpscale.results.summary import FIELDS, RunSummary
+from zbpscale.train.schema import SIZES, n_params
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF-"
 
@@ -59,7 +62,7 @@ def test_figures_of_a_real_sweep_are_valid_png_and_pdf(smoke_plot):
 
 def test_gap_points_are_one_per_size_per_zbp_arm_with_a_val_loss(smoke_plot):
     bundle, rows, figures = smoke_plot
-    final = {(r["size"], r["arm"]): r["final_val_loss"] for r in rows}
+    final = {(r.size, r.arm): r.final_val_loss for r in rows}
     assert [(p.arm, p.size) for p in figures.gap_points] == [("zbp_n4", "nano"), ("zbp_n4", "tiny")]
     for p in figures.gap_points:
         assert p.gap == pytest.approx(final[(p.size, p.arm)] - final[(p.size, "bp")])
@@ -72,7 +75,7 @@ def test_runs_without_val_loss_are_in_the_table_and_noted_not_drawn(smoke_plot):
     bundle, rows, figures = smoke_plot
     table = (bundle / "table.md").read_text()
     body = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run")]
-    assert [line.split(" | ")[0][2:] for line in body] == [r["run"] for r in rows]  # every run, new ones too
+    assert [line.split(" | ")[0][2:] for line in body] == [r.run for r in rows]  # every run, new ones too
     assert "| nano-zbp_n8_fwd | nano |" in table and "| new |" in table
     assert any("not in the figures: nano-zbp_n8_fwd (new), tiny-zbp_n8_fwd (new)" in n
                for n in figures.notes)
@@ -84,12 +87,12 @@ def test_runs_without_val_loss_are_in_the_table_and_noted_not_drawn(smoke_plot):
 A, B = 40.0, -0.3  # gap = A * N^B
 
 
-def row(size: str, arm: str, loss: float | None, status: str = "complete") -> dict:
+def row(size: str, arm: str, loss: float | None, state: str = "complete") -> dict:
     cfg = SIZES[size]
     fields = {f: None for f in FIELDS}
     fields.update(run=f"{size}-{arm}", size=size, arm=arm, seed=0, params=n_params(cfg),
-                  params_non_embedding=n_params(cfg, embeddings=False), status=status,
-                  in_progress=status in ("running", "queued"), steps=10 if loss else 0, tokens=1000 if loss else 0,
+                  params_non_embedding=n_params(cfg, embeddings=False), state=state,
+                  in_progress=state in ("running", "queued"), steps=10 if loss else 0, tokens=1000 if loss else 0,
                   final_val_loss=loss,
                   final_val_tokens=1000 if loss else None, best_val_loss=loss, wall_time_s=60.0, gpu_hours=0.5,
                   attempts=1, timeouts=0, preemptions=0)
@@ -134,8 +137,8 @@ def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_p
     sizes = ("nano", "tiny", "mini", "s60")
     rows = [row(s, "bp", 3.0) for s in sizes]
     rows += [row(s, "zbp_n16", 3.0 + A * n_params(SIZES[s], embeddings=embeddings) ** B,
-                 status="running" if s == "mini" else "complete") for s in sizes]
-    rows += [row("nano", "zbp_n64", 3.01), row("tiny", "zbp_n64", None, status="queued")]
+                 state="running" if s == "mini" else "complete") for s in sizes]
+    rows += [row("nano", "zbp_n64", 3.01), row("tiny", "zbp_n64", None, state="queued")]
     drawn, save = {}, plot_module._save
 
     def keep(fig, folder, name):
@@ -251,16 +254,16 @@ def test_a_cancelled_run_is_compared_with_bp_at_equal_tokens(tmp_path):
     zbpscale("plot", "results/cut", cwd=tmp_path)
     bundle = tmp_path / "results" / "cut"
 
-    summary = {r["run"]: r for r in read_summary(bundle)}
-    assert (summary["nano-zbp_n4"]["status"], summary["nano-zbp_n4"]["in_progress"]) == ("cancelled", False)
+    summary = {r.run: r for r in Bundle(bundle).read_summary()}
+    assert (summary["nano-zbp_n4"].state, summary["nano-zbp_n4"].in_progress) == ("cancelled", False)
     table = table_rows(bundle)
-    assert table["nano-zbp_n4"]["status"] == "cancelled at 9/12" and table["nano-bp"]["status"] == "complete"
+    assert table["nano-zbp_n4"]["state"] == "cancelled at 9/12" and table["nano-bp"]["state"] == "complete"
     assert "in progress" not in (bundle / "table.md").read_text()
     both = max(set(bp) & set(zbp))  # 8 steps: zbp's last eval, which bp also made
     assert table["nano-zbp_n4"]["gap vs bp"] == f"{zbp[both] - bp[both]:+.4f} at {both}/12"
     assert table["tiny-zbp_n4"]["gap vs bp"] == "n/c"  # evals at 4 steps against 5 and 10: none in common
 
-    rows = read_summary(bundle)
+    rows = Bundle(bundle).read_summary()
     points, apart = gap_points(rows, val_curves(bundle, rows))
     assert [(p.size, p.tokens, p.final) for p in points] == [("nano", both * TOKENS_PER_STEP, False)]
     assert points[0].gap == pytest.approx(zbp[both] - bp[both]) and apart == ["zbp_n4 at tiny"]

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import config_json
-from zbpscale.status import collect_rows, exit_code, tail_records
+from zbpscale.jobs.status import collect_rows, exit_code, tail_records
+
 
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
              beat_age=5.0, log_text=None, plan=None) -> Path:
@@ -59,7 +60,7 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
 def fake_sacct(tmp_path, monkeypatch):
     """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states, and a stand-in `squeue`
     that lists the live ones (the controller has forgotten the long-ended jobs)."""
-    from zbpscale.slurm import ALIVE
+    from zbpscale.jobs.executors.slurm_commands import ALIVE
 
     def install(states: dict[str, str]):
         bin_dir = tmp_path / "bin"
@@ -217,7 +218,7 @@ def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
     """The README's own example before the first submit: the console script, no traceback, exit 3 (unfinished),
     every planned run listed as new with its planned steps; a mistyped sweep file and an --only that matches
     nothing are one line each, exit 2 (it used to print empty tables and exit 0, 'all complete')."""
-    from zbpscale.sweep import expand, load_sweep
+    from zbpscale.jobs.sweep import expand, load_sweep
 
     repo = Path(__file__).resolve().parents[1]
     (tmp_path / "sweeps").mkdir()
@@ -241,9 +242,9 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
     and submit's plan agrees (resume, not 'left alone')."""
     from types import SimpleNamespace
 
-    from zbpscale.executors import JobView, View
-    from zbpscale.runfolder import read_attempts
-    from zbpscale.submit import run_action
+    from zbpscale.jobs.attempts import read_attempts
+    from zbpscale.jobs.executors import JobView, View
+    from zbpscale.jobs.submit import run_action
 
     sweep = tmp_path / "jobs" / "k9"
     run = make_run(sweep, "s60-bp", done=10, job="40", log_text="step 10\n")
@@ -261,32 +262,32 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
 
 
 def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct):
-    """The state status shows and the action submit takes come from one decision (runfolder.run_state): a
+    """The state status shows and the action submit takes come from one decision (jobs.state.run_state): a
     run whose local-queue job waits for a dead driver is 'stopped' in status and left alone by submit (the
     driver is started again), a recorded failure is left alone without --retry, a cancelled run resumes, a
     complete one is skipped, a broken one is left alone."""
     from types import SimpleNamespace
 
-    from zbpscale.executors import DRIVER_DOWN, JobView, View
-    from zbpscale.runfolder import read_attempts
-    from zbpscale.runstate import run_state
-    from zbpscale.submit import run_action
+    from zbpscale.jobs.attempts import read_attempts
+    from zbpscale.jobs.executors import DRIVER_DOWN, JobView, View
+    from zbpscale.jobs.state import run_state
+    from zbpscale.jobs.submit import run_action
 
     sweep = tmp_path / "jobs" / "one"
     cases = {  # run: (folder, scheduler state, status state, submit action, with --retry)
         "a-bp": (make_run(sweep, "a-bp", done=5, job="local-1", executor="local"), DRIVER_DOWN, "stopped",
-                 "running", "running"),
+                 "leave", "leave"),
         "b-bp": (make_run(sweep, "b-bp", done=5, job="2", ends=[("failed", "diverged")]), "COMPLETED", "failed",
-                 "failed", "retry"),
+                 "leave", "retry"),
         "c-bp": (make_run(sweep, "c-bp", done=5, job="3", ends=[("cancelled", "scancel; checkpointed")]),
                  "CANCELLED", "cancelled", "new", "new"),
-        "d-bp": (make_run(sweep, "d-bp", done=5, job="4", complete=True), "COMPLETED", "complete", "complete",
-                 "complete"),
+        "d-bp": (make_run(sweep, "d-bp", done=5, job="4", complete=True), "COMPLETED", "complete", "leave",
+                 "leave"),
         "e-bp": (make_run(sweep, "e-bp", done=5, job="5", ends=[("timeout", "checkpointed; requeue 1/3")]),
                  "COMPLETED", "stopped", "new", "new"),
         "f-bp": (make_run(sweep, "f-bp"), "", "new", "new", "new"),
         "g-bp": (make_run(sweep, "g-bp", done=5, job="7", ends=[("timeout", "checkpointed; requeue 1/3")]),
-                 "COMPLETED", "broken", "broken", "broken"),
+                 "COMPLETED", "broken", "leave", "leave"),
     }
     (cases["g-bp"][0] / "config.json").write_text("[1]")  # a config that is not an object
     for name, (run, sched, state, action, with_retry) in cases.items():
@@ -303,8 +304,8 @@ def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
     said 'running'), a cancelled run 'cancelled (...)' (it said 'stopped (cancelled: cancelled; ...)')."""
     from types import SimpleNamespace
 
-    from zbpscale.executors import JobView, View
-    from zbpscale.submit import progress
+    from zbpscale.jobs.executors import JobView, View
+    from zbpscale.jobs.submit import progress
 
     sweep = tmp_path / "jobs" / "words"
     queued = make_run(sweep, "a-bp", job="1")
@@ -320,7 +321,7 @@ def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
 def test_a_run_trained_by_hand_is_told_how_to_continue_by_hand(tmp_path):
     """A stopped run that no job ran (python -m zbpscale.train, then Ctrl-C) has no sweep to submit: the note
     says to run the trainer again on its folder (#24)."""
-    from zbpscale.status import collect_rows, notes
+    from zbpscale.jobs.status import collect_rows, notes
 
     run = make_run(tmp_path / "try", "tiny-bp", done=12)
     with open(run / "metrics.jsonl", "a") as fh:

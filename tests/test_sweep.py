@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from zbpscale.errors import ConfigError
-from zbpscale.model import n_params, SIZES
-from zbpscale.executors.slurm import sbatch_parameters
-from zbpscale.submit import plan_rows, select
-from zbpscale.sweep import Data, Size, Sweep, arm, expand, load_sweep
+from zbpscale.jobs.executors.slurm import sbatch_parameters
+from zbpscale.jobs.state import RunState
+from zbpscale.jobs.submit import plan_rows
+from zbpscale.jobs.sweep import Data, Size, Sweep, arm, expand, load_sweep
+from zbpscale.text import select
+from zbpscale.train.schema import SIZES, n_params
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "ladder_sbatch.txt"
@@ -39,7 +41,7 @@ def test_ladder_expands_to_every_size_and_arm():
         assert cfg.model.zbp is None or cfg.model.zbp.n == int(run.arm.name.split("_n")[1])
         assert cfg.device == "cuda" and Path(cfg.data_dir).is_absolute()
     s1b = next(r for r in runs if r.name == "s1b-bp")
-    row = plan_rows([s1b], {"s1b-bp": "new"})[0]
+    row = plan_rows([s1b], {"s1b-bp": "new"}, {"s1b-bp": RunState("new")})[0]
     assert (row["micro"], row["accum"], row["world"], row["gpus"]) == (8, 8, 16, 16)  # 1024 = 8 x 8 x 16
 
 
@@ -105,7 +107,8 @@ BAD_SWEEPS = [
      "unknown_size.py:3: unknown size 's2b'"),
     ("unknown_arm.py", "from zbpscale.sweep import *\nA = arm('zbp16')\n", "unknown_arm.py:2: unknown arm"),
     ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error"),
-    ("unknown_field.py", "from zbpscale.sweep import *\nSWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
+    ("unknown_field.py", "from zbpscale.sweep import *\n"
+     "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",
      "unknown_field.py:3: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
     # Faults: values sbatch would reject after the run folders were written, or that make no sense: refused at load
@@ -227,11 +230,14 @@ def test_job_control_imports_no_torch(tmp_path):
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "ladder.py").write_text((REPO / "sweeps" / "ladder.py").read_text())
     code = ("import contextlib, io, sys\n"
-            "from zbpscale import cancel, collect, job, status, submit\n"
-            "from zbpscale.local import driver\n"
+            "from zbpscale.cli import main\n"
+            "from zbpscale.jobs import cancel, status, submit\n"
+            "from zbpscale.jobs.executors import slurm_job\n"
+            "from zbpscale.jobs.executors.local_queue import driver\n"
+            "from zbpscale.results import collect\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    submit.main(['sweeps/ladder.py', '--dry-run', '--executor', 'local'])\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m == 'zbpscale.train'))\n")
+            "    main(['submit', 'sweeps/ladder.py', '--dry-run', '--executor', 'local'])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m == 'zbpscale.train.loop'))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"

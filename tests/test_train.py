@@ -21,13 +21,14 @@ import pytest
 import torch
 
 from conftest import trainer_env
-from zbpscale import checkpoint
 from zbpscale.errors import ConfigError
-from zbpscale.metrics import read_records
-from zbpscale.model import ModelConfig, Transformer
-from zbpscale.train import (
-    CONFIG, EXIT_REQUEUE, TrainConfig, TrainingDiverged, batch_plan, lr_at, train,
-)
+from zbpscale.jobs.attempts import EXIT_REQUEUE
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.train import checkpoint
+from zbpscale.train.loop import TrainingDiverged, lr_at, train
+from zbpscale.train.metrics import read_records
+from zbpscale.train.model import Transformer
+from zbpscale.train.schema import ModelConfig, TrainConfig, batch_plan
 from zbpscale.zbp import ZBPConfig
 
 SMALL = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)
@@ -65,7 +66,7 @@ def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0, threa
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG).write_text(json.dumps(cfg.to_dict()))
+    (RunFolder(run_dir).config).write_text(json.dumps(cfg.to_dict()))
     return run_dir
 
 
@@ -173,7 +174,7 @@ def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, 
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
     stopped = len(train_losses(run))
-    assert 3 <= stopped < 24 and checkpoint.list_checkpoints(run)[-1][0] == stopped
+    assert 3 <= stopped < 24 and RunFolder(run).list_checkpoints()[-1][0] == stopped
     finished(launch(run, threads=resume_threads))
     finished(straight)
 
@@ -196,8 +197,8 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     run = write_config(tmp_path / "killed", cfg)
     proc = launch(run)
     # Kill once a checkpoint exists and the run has logged steps past it (work to be redone).
-    wait_for(lambda: checkpoint.list_checkpoints(run)
-             and len(train_losses(run)) >= checkpoint.list_checkpoints(run)[-1][0] + 2, proc)
+    wait_for(lambda: RunFolder(run).list_checkpoints()
+             and len(train_losses(run)) >= RunFolder(run).list_checkpoints()[-1][0] + 2, proc)
     proc.kill()
     proc.wait()
     logged_before = len(train_losses(run))
@@ -224,7 +225,7 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "stopped without a checkpoint" in out and "Traceback" not in out
-    assert checkpoint.list_checkpoints(run) == []
+    assert RunFolder(run).list_checkpoints() == []
 
 
 def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):
@@ -233,11 +234,11 @@ def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):
     for text, expected in (("{not json", "config.json is not valid JSON (line 1"),
                            (json.dumps({**small_cfg(data_dir).to_dict(), "stpes": 3}), "does not hold a valid config"),
                            (json.dumps({**small_cfg(data_dir).to_dict(), "steps": -1}), "TrainConfig.steps must be")):
-        (run / CONFIG).write_text(text)
+        (RunFolder(run).config).write_text(text)
         out = launch(run)
         stdout, _ = out.communicate(timeout=120)
         assert out.returncode == 2 and "Traceback" not in stdout, stdout
-        assert len(stdout.strip().splitlines()) == 1 and expected in stdout and str(run / CONFIG) in stdout
+        assert len(stdout.strip().splitlines()) == 1 and expected in stdout and str(RunFolder(run).config) in stdout
 
 
 @pytest.mark.parametrize("field, text, expected", [
@@ -257,7 +258,7 @@ def test_set_values_are_checked_against_the_field_type(field, text, expected):
     """Fault: `--set betas=1`: a value of the wrong type is one line naming the field and its type."""
     from dataclasses import fields
 
-    from zbpscale.train import parse_field_value
+    from zbpscale.train.cli import parse_field_value
 
     annotation = next(f.type for f in fields(TrainConfig) if f.name == field)
     if isinstance(expected, str) and "takes" in expected:
@@ -309,7 +310,7 @@ def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
 # ---------------------------------------------------------------- non-finite guard
 
 def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, monkeypatch):
-    import zbpscale.train as train_module
+    import zbpscale.train.loop as train_module
 
     built = []
 
@@ -341,8 +342,8 @@ def test_a_failing_fast_path_trains_to_the_end_on_the_fallback(tmp_path, data_di
     record, the heartbeat, status and collect say which path each core ran and why."""
     import dataclasses
 
-    from zbpscale import status
-    from zbpscale.collect import summarize
+    from zbpscale.jobs import status
+    from zbpscale.results.collect import summarize
     from zbpscale.zbp import fused, fused_cpu
 
     monkeypatch.setattr(fused, "failed", {})
@@ -408,7 +409,7 @@ def test_progress_lines_leave_the_first_step_out_of_the_eta(tmp_path, data_dir, 
     steps left times the median of the step times since (the train records' step_time)."""
     import statistics
 
-    from zbpscale.runfolder import age
+    from zbpscale.tables import age
 
     train(small_cfg(data_dir, steps=6, eval_every=3), tmp_path / "run")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
@@ -422,7 +423,7 @@ def test_progress_lines_leave_the_first_step_out_of_the_eta(tmp_path, data_dir, 
 
 def test_diagnostics_c_of_the_swiglu_core_is_near_one(data_dir):
     from zbpscale.data.loader import TokenLoader
-    from zbpscale.diagnostics import diagnose
+    from zbpscale.train.diagnostics import diagnose
 
     zbp = ZBPConfig(n=16)
     model = Transformer(ModelConfig(n_layer=2, n_head=2, d_model=64, max_seq_len=64, zbp=zbp))
@@ -437,7 +438,7 @@ def test_diagnostics_c_of_the_swiglu_core_is_near_one(data_dir):
 
 
 def test_diagnostics_grad_cosine_is_one_with_whole_bases():
-    from zbpscale.diagnostics import diagnose
+    from zbpscale.train.diagnostics import diagnose
 
     zbp = ZBPConfig(n=12, probe="orthogonal", eps=1e-5)
     cfg = ModelConfig(n_layer=2, n_head=2, d_model=8, d_ff=6, max_seq_len=4, vocab_size=50, zbp=zbp)

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from zbpscale import upload
 from zbpscale.errors import ConfigError
+from zbpscale.results import upload
 
 TOKEN = "hf_zbpFAKEtoken0123456789abcdefghijXYZ"
 

@@ -17,8 +17,20 @@ import torch
 
 from zbpscale.errors import ConfigError
 from zbpscale.zbp import (
-    PROBES, ProbeStream, ZBPClock, ZBPConfig, arm_zbp_config, call_seed, causal_mask, causal_softmax,
-    estimate_vjp, nsr, row_softmax, swiglu, theory_nsr, zbp_apply,
+    PROBES,
+    ProbeStream,
+    ZBPClock,
+    ZBPConfig,
+    arm_zbp_config,
+    call_seed,
+    causal_mask,
+    causal_softmax,
+    estimate_vjp,
+    nsr,
+    row_softmax,
+    swiglu,
+    theory_nsr,
+    zbp_apply,
 )
 
 # (probe, impl): every family on the plain path, the two the fused kernels draw on the fused path, rademacher

@@ -27,14 +27,14 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from zbpscale.runfolder import read_attempts
-from zbpscale.metrics import read_records
+from zbpscale.jobs.attempts import read_attempts
+from zbpscale.train.metrics import read_records
 
 
 def sweep_file(folder: Path, runs: int, steps: int) -> Path:
     path = folder / "bench.py"
     path.write_text(textwrap.dedent(f"""\
-        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+        from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm
 
         CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=2, time_min=30)
         SWEEP = Sweep(

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from zbpscale.schema import TrainConfig, model_config
-from zbpscale.status import collect_rows
+from zbpscale.jobs.status import collect_rows
+from zbpscale.train.schema import TrainConfig, model_config
 
 
 def build(folder: Path, runs: int, records: int) -> None:

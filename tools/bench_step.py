@@ -30,7 +30,8 @@ import time
 
 import torch
 
-from zbpscale.model import ModelConfig, Transformer
+from zbpscale.train.model import Transformer
+from zbpscale.train.schema import ModelConfig
 from zbpscale.zbp import ZBPConfig
 
 ZBP_ARMS = [(f"zbp_n{n}" + ("_fwd" if s == "forward" else ""), n, s)

@@ -107,7 +107,7 @@ class _Recorder:
 
 def shapes() -> list[tuple[str, int, int, int, int]]:
     """(size, micro-batch, heads, T, h) for every size of the project's GPU and mini ladders."""
-    from zbpscale.sweep import load_sweep
+    from zbpscale.jobs.sweep import load_sweep
 
     seen = {}
     for path in SWEEPS:
@@ -166,8 +166,8 @@ def record_launches(only: tuple[str, ...] = KERNELS) -> list[tuple[Launch, str]]
 # ---------------------------------------------------------------------------------------------- compiling
 def _specialise(launch: Launch, arch: int):
     """(options, signature, constexprs, attrs) as Triton's launcher derives them for this target."""
-    from triton.compiler import make_backend
     from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
     fn = launch.jit()

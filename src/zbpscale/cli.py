@@ -3,7 +3,8 @@
 Every command lives in a module with `add_arguments(parser)` and `run(args) -> exit status`; this file lists
 them, builds the parser (importing nothing heavy: each module keeps torch, rich and matplotlib inside `run`)
 and turns a `ZbpError`, the user's mistake, into one line on stderr with exit status 2. Anything else is a bug
-and keeps its traceback. `python -m zbpscale.submit ...` (and status, cancel) is the same command.
+and keeps its traceback. `python -m zbpscale.<command> ...` is the same command (the thin entry modules
+submit.py, status.py, ... beside this file).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from zbpscale.errors import ZbpError, report
 
 # name: (module, one line for `zbpscale --help`, what the command's own --help adds: examples, exit status)
 COMMANDS = {
-    "submit": ("zbpscale.submit", "plan a sweep and submit the runs it still needs (SLURM, else the local queue)",
+    "submit": ("zbpscale.jobs.submit", "plan a sweep and submit the runs it still needs (SLURM, else the local queue)",
                """examples:
   zbpscale submit sweeps/smoke.py --wait          the embedded default, on this machine's CPU
   zbpscale submit sweeps/ladder.py --dry-run      the plan: runs, tokens, steps, GPU-hours; nothing is written
@@ -26,28 +27,29 @@ Safe to run again at any time: complete runs are skipped, interrupted ones resum
 ones are left alone. Runs go to <root>/<sweep name>/, the root printed with the plan (a sweep's relative paths
 start at its project folder: the folder that holds sweeps/).
 exit status: 0 submitted (with --wait: all complete), 1 with --wait: a run did not complete, 2 a mistake"""),
-    "status": ("zbpscale.status", "every run of a sweep at a glance (exit 0 all complete, 1 failed, 3 unfinished)",
+    "status": ("zbpscale.jobs.status", "every run of a sweep at a glance (exit 0 all complete, 1 failed, 3 unfinished)",
                """examples:
   zbpscale status                            every sweep under ./jobs
   zbpscale status sweeps/ladder.py           one sweep, by its file or its folder (jobs/ladder)
   zbpscale status jobs/ladder --watch        refresh every 10 s (plain lines when not on a terminal)
   zbpscale status jobs/ladder --logs s60-zbp_n16
 
-states: complete, running, stalled, queued, stopped, new, cancelled, failed, broken
+states: complete, running, stalled, queued, unknown, stopped, new, cancelled, failed, broken
 exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish"""),
-    "cancel": ("zbpscale.cancel", "stop a sweep's runs, each checkpointed first; submit again to resume them",
+    "cancel": ("zbpscale.jobs.cancel", "stop a sweep's runs, each checkpointed first; submit again to resume them",
                """examples:
   zbpscale cancel sweeps/ladder.py --only 's1b-*'
   zbpscale cancel jobs/smoke                 a sweep folder works too
 
 exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a mistake"""),
-    "collect": ("zbpscale.collect", "gather a sweep's runs into a results folder (metrics, configs, summary)",
+    "collect": ("zbpscale.results.collect", "gather a sweep's runs into a results folder (metrics, configs, summary)",
                 """example:
   zbpscale collect sweeps/smoke.py --out results/smoke"""),
-    "plot": ("zbpscale.plot", "the paper's table and figures from a results folder",
+    "plot": ("zbpscale.results.plot", "the paper's table and figures from a results folder",
              """example:
   zbpscale plot results/smoke                table.md and figures/ (loss curves, gap vs scale, c, rho_k)"""),
-    "upload": ("zbpscale.upload", "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
+    "upload": ("zbpscale.results.upload",
+               "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
                """example:
   hf auth login                                        once: the token is stored, never typed on a command line
   zbpscale upload results/smoke --repo you/zbpscale-results
@@ -61,7 +63,7 @@ The token comes from `hf auth login` or an HF_TOKEN already in the environment (
   zbpscale prepare-data --source fineweb-edu --tokens 3e9 --data data/fineweb --workers 16
 
 Re-running the same command continues an interrupted prep and checks a finished one."""),
-    "sizes": ("zbpscale.schema", "the model size presets: layers, width, context, parameter counts",
+    "sizes": ("zbpscale.train.schema", "the model size presets: layers, width, context, parameter counts",
               "Parameters are counted in closed form (embeddings included; non-embedding in the last column)."),
     "doctor": ("zbpscale.doctor", "check this machine: versions, GPUs, disk, data, SLURM, tokenizer",
                """example:

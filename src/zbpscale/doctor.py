@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale.data import manifest_path
 from zbpscale.errors import ZbpError
 from zbpscale.tables import terminal_width
 
@@ -193,7 +194,7 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
                       hint="zbpscale prepare-data --source embedded --data data/embedded")]
     checks = []
     for d in data_dirs:
-        manifest = d / "manifest.json"
+        manifest = manifest_path(d)
         if manifest.is_file():
             m = json.loads(manifest.read_text())
             checks.append(Check(name="data", level="ok", detail=f"{d}: {m['train']['tokens']:,} train + "
@@ -274,7 +275,7 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
     data_dirs, root = sorted(p.parent for p in Path("data").glob("*/manifest.json")), Path(folder or "jobs")
     data_hint = None
     if sweep:
-        from zbpscale.sweep import data_path, load_sweep
+        from zbpscale.jobs.sweep import data_path, load_sweep
 
         try:
             s = load_sweep(sweep)

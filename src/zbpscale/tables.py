@@ -35,3 +35,10 @@ def plural(n: int, word: str) -> str:
 def fmt_tokens(n: float) -> str:
     """A token count in a table cell: 20k, 1.2M, 3.05B."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def age(seconds: float) -> str:
+    """A duration in a table cell or a message: 45s, 12m, 3.5h."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"

@@ -10,5 +10,15 @@ Modules, in the order data flows through them:
     loader.py      memory-mapped shards -> (x, y) batches that depend on (seed, step) only
     prepare_cli.py the `zbpscale prepare-data` command
 
-This file imports nothing: the CLI imports `prepare_cli` at startup and must start fast.
+This file imports only pathlib: the CLI imports `prepare_cli` at startup and must start fast. It names the one
+file by which every other part of zbpscale tells prepared data: the prep's manifest, written last.
 """
+
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+
+
+def manifest_path(data_dir: str | Path) -> Path:
+    """The manifest of a data folder: present only once its prep finished."""
+    return Path(data_dir) / MANIFEST

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zbpscale.data import shards
+from zbpscale.data import manifest_path, shards
 from zbpscale.errors import ConfigError, DataError
 
 
 def read_manifest(data_dir: Path) -> dict:
     """The manifest of a finished prep; a DataError with the command to run if there is none."""
-    path = Path(data_dir) / "manifest.json"
+    path = manifest_path(data_dir)
     if not path.is_file():
         what = "an unfinished prep" if (Path(data_dir) / ".prep_progress.npz").exists() else "no prepared data"
         raise DataError(f"{data_dir} holds {what} (no manifest.json)",

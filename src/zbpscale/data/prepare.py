@@ -31,14 +31,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbpscale.data import packing, shards, sources, tokenizer
+from zbpscale.data import MANIFEST, packing, shards, sources, tokenizer
 from zbpscale.errors import ConfigError, DataError
+from zbpscale.files import atomic_write, remove_stale_temps
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 DEFAULT_VAL_TOKENS = 10_000_000
 EMBEDDED_VAL_TOKENS = 8_192
 SOTU_VAL_TOKENS = 131_072  # ~5% of the corpus, 16 batches of 32 x 256
-MANIFEST = "manifest.json"
 PROGRESS = ".prep_progress.npz"
 FORMAT = "zbpscale-shards"
 BATCH_CHARS = 1 << 18  # characters of text per tokenization task
@@ -205,7 +205,7 @@ def _save_progress(out: Path, settings: dict, packer: packing.Packer, resumes: l
     buf = io.BytesIO()
     np.savez(buf, state=np.frombuffer(json.dumps(state).encode(), dtype=np.uint8),
              train=packer.train.pending(), val=packer.val.pending())
-    shards.atomic_write(out / PROGRESS, buf.getvalue())
+    atomic_write(out / PROGRESS, buf.getvalue())
 
 
 def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[int]:
@@ -315,7 +315,7 @@ def _run(cfg: PrepConfig, source, docs, layout, settings, route, pool, report_ev
     out = Path(cfg.out)
     if (out / MANIFEST).exists():  # another prep finished it while this one started
         return _finished(out, settings, cfg, log)
-    shards.remove_stale_temps(out)
+    remove_stale_temps(out)
     writer = dict(shard_tokens=cfg.shard_tokens, tokenizer=tokenizer.NAME, vocab_size=tokenizer.N_VOCAB)
     packer = packing.Packer(train=packing.SplitWriter(out, "train", budget=cfg.tokens, **writer),
                             val=packing.SplitWriter(out, "val", budget=cfg.resolved_val_tokens(), **writer),
@@ -377,7 +377,7 @@ def _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, 
         "resumed_at_documents": resumes, "versions": _versions(), "last_run": {"workers": cfg.workers, **timing},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    shards.atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
     (out / PROGRESS).unlink(missing_ok=True)
     log(f"wrote {manifest['train']['tokens']:,} train tokens in {len(packer.train.shards)} shards and "
         f"{manifest['val']['tokens']:,} val tokens in {len(packer.val.shards)} to {out} "

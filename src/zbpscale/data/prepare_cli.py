@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-tokens", type=parse_count, default=100_000_000,
                         help="tokens per shard file (default 1e8)")
     parser.add_argument("--val-tokens", type=parse_count, default=None,
-                        help="validation split size, held out by document (default 1e7; 8192 for embedded, 131072 for sotu)")
+                        help="validation split size, held out by document (default 1e7; 8192 for embedded, 131072 "
+                             "for sotu)")
     parser.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
     parser.add_argument("--offline", action="store_true",
                         help="never contact the Hugging Face hub (also set by HF_HUB_OFFLINE=1)")
@@ -55,14 +56,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between progress lines when stdout is not a terminal (default 10)")
 
 
-def run(args: argparse.Namespace) -> None:
+_FLAGS = {"source": "--source", "out": "--data", "tokens": "--tokens", "shard_tokens": "--shard-tokens",
+          "val_tokens": "--val-tokens", "workers": "--workers", "offline": "--offline", "config": "--config",
+          "layout": "--layout", "seed": "--seed", "verify": "--verify"}
+"""PrepConfig's fields and the flags that set them: the one description of a prep, both ways."""
+
+
+def config_from_args(args: argparse.Namespace):
+    """The PrepConfig of a parsed command line."""
     from pathlib import Path
 
-    from zbpscale.data.prepare import PrepConfig, prepare
+    from zbpscale.data.prepare import PrepConfig
 
-    cfg = PrepConfig(source=args.source, out=Path(args.data), tokens=args.tokens, shard_tokens=args.shard_tokens,
-                     val_tokens=args.val_tokens, workers=args.workers, offline=args.offline, config=args.config,
-                     layout=args.layout, seed=args.seed, verify=args.verify)
+    values = {field: getattr(args, "data" if field == "out" else field) for field in _FLAGS}
+    return PrepConfig(**{**values, "out": Path(values["out"])})
+
+
+def to_argv(cfg) -> list[str]:
+    """The flags that make `cfg` (config_from_args's inverse): how the local queue runs a sweep's prep job. Fields
+    at their default are left out, so the command reads as a person would type it."""
+    import dataclasses
+
+    argv = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in ("source", "out") or value != f.default:
+            argv += [_FLAGS[f.name]] if value is True else [_FLAGS[f.name], str(value)]
+    return argv
+
+
+def run(args: argparse.Namespace) -> None:
+    from zbpscale.data.prepare import prepare
+
+    cfg = config_from_args(args)
     try:
         prepare(cfg, report_every=args.log_every, log=lambda line: print(line, flush=True))
     except KeyboardInterrupt:

@@ -23,7 +23,7 @@ import struct
 from pathlib import Path
 
 from zbpscale.errors import DataError
-from zbpscale.runfolder import atomic_write, remove_stale_temps  # noqa: F401 - the one recipe, used by prepare
+from zbpscale.files import atomic_write
 
 MAGIC = b"ZBPTOK\x00\x01"
 VERSION = 1

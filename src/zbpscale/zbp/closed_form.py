@@ -107,8 +107,8 @@ def _swiglu_graph(x, g, eps: float, central: bool):
     return swiglu_terms(x, g, eps, central)
 
 
-fused_cpu._GRAPHS.update({"closed_terms": _swiglu_graph, "closed_sums4": _sums4, "closed_sums2": _sums2, "closed_swiglu": _swiglu_sums,
-                          "closed_swiglu_central": _swiglu_sums_central})
+fused_cpu._GRAPHS.update({"closed_terms": _swiglu_graph, "closed_sums4": _sums4, "closed_sums2": _sums2,
+                          "closed_swiglu": _swiglu_sums, "closed_swiglu_central": _swiglu_sums_central})
 
 
 def _coef(W, P, k: float, q: float, r: float, central: bool, n: int):

@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from zbpscale import slurm
 from zbpscale.errors import ZbpError, report
-from zbpscale.runfolder import CANCEL, CONFIG, EXIT_USAGE, RunFolder, read_attempts, record, retry_decision
+from zbpscale.jobs.attempts import EXIT_USAGE, read_attempts, record, retry_decision
+from zbpscale.jobs.executors import slurm_commands as slurm
+from zbpscale.jobs.layout import RunFolder
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
@@ -57,7 +58,8 @@ class TrainJob:
         signals.install()  # first: the time-limit signal may arrive while torch is still importing
         import submitit
 
-        from zbpscale.train import TrainConfig, train
+        from zbpscale.train.loop import train
+        from zbpscale.train.schema import TrainConfig
 
         env = submitit.JobEnvironment()
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
@@ -67,7 +69,7 @@ class TrainJob:
             record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
                    ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""))
         try:
-            cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(run_dir / CONFIG))
+            cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(RunFolder(run_dir).config))
             status = train(cfg, run_dir, on_hang=lambda reason: self._hung(run_dir, job_id, reason))
         except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
             if main:
@@ -87,7 +89,7 @@ class TrainJob:
             if main:
                 record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
             return "completed"
-        if (run_dir / CANCEL).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
+        if (RunFolder(run_dir).cancel).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
             return "cancelled"

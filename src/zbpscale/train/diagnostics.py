@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from zbpscale.model import Transformer
+from zbpscale.train.metrics import BlockRow, CoreRow
+from zbpscale.train.model import Transformer
 from zbpscale.zbp import ZBPConfig, estimate_vjp, mix_seed
 from zbpscale.zbp.block import CORE_IDS
 
@@ -98,13 +99,13 @@ def diagnose(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor], zbp: 
             block.attn.core_hook = block.mlp.core_hook = None
     bp_grads, g_out = grads[: len(params)], grads[len(params):]
 
-    block_rows = []
+    block_rows: list[BlockRow] = []
     for (k, name, (h_in, h_out)), g in zip(branches, g_out):
         (back,) = torch.autograd.grad(h_out, h_in, g, retain_graph=True)
-        block_rows.append({"layer": k, "branch": name, "fwd_gain": _norm(h_out) / max(_norm(h_in), 1e-30),
-                           "bwd_gain": _norm(back) / max(_norm(g), 1e-30)})
+        block_rows.append(BlockRow(layer=k, branch=name, fwd_gain=_norm(h_out) / max(_norm(h_in), 1e-30),
+                                   bwd_gain=_norm(back) / max(_norm(g), 1e-30)))
 
-    core_rows = []
+    core_rows: list[CoreRow] = []
     for (layer, core, u, box, mask, out), g in zip(cores, g_out[len(branches):]):
         (exact,) = torch.autograd.grad(out, u, g, retain_graph=True)
         u, g = u.detach(), g.detach()
@@ -112,7 +113,7 @@ def diagnose(model: Transformer, batch: tuple[torch.Tensor, torch.Tensor], zbp: 
                            seed=mix_seed(diag_seed, layer, CORE_IDS[core]), chunk=zbp.chunk, mask=mask,
                            impl=zbp.impl)
         d = mask.sum(-1).expand(exact.shape[:-1]) if mask is not None else torch.full(exact.shape[:-1], u.shape[-1])
-        core_rows.append({"layer": layer, "core": core, **core_stats(est, exact, out.detach(), g, d, zbp)})
+        core_rows.append(CoreRow(layer=layer, core=core, **core_stats(est, exact, out.detach(), g, d, zbp)))
 
     cosine = None
     if zbp is not None:

@@ -2,7 +2,7 @@
 
 An executor submits runs (and the data-prep job they wait for), cancels them, and *views* the jobs a sweep's
 run folders name: one `JobView` per job, saying its state in squeue's spelling, how it ended, which source said
-so and why it waits. submit, status, cancel and the run state (runfolder.run_state) ask it once per look and
+so and why it waits. submit, status, cancel and the run state (jobs/state.py) ask it once per look and
 hold no back-end branch; a new back end is one module with one class (see executors/__init__.py).
 
 Light on purpose (no torch, no submitit at import): `zbpscale status` imports it.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from zbpscale.slurm import ALIVE
+from zbpscale.jobs.executors.slurm_commands import ALIVE
 
 if TYPE_CHECKING:
-    from zbpscale.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import Run, Sweep
 
 UNKNOWN = "UNKNOWN"  # the scheduler did not answer: the job may be alive, so nothing acts on it
 DRIVER_DOWN = "DRIVER_DOWN"  # a local-queue job whose driver is not running (its entry still waits)

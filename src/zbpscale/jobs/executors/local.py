@@ -1,4 +1,4 @@
-"""The node's local queue (zbpscale.local) as an executor: runs packed onto this node's GPUs (or CPU slots) by a
+"""The node's local queue (local_queue/) as an executor: runs packed onto this node's GPUs (or CPU slots) by a
 detached driver, requeued after their time limit like SLURM jobs; the queue's entry files are its view."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zbpscale.errors import ConfigError
-from zbpscale.executors.base import DRIVER_DOWN, Executor, JobView, View
-from zbpscale.runfolder import LOGS, record
+from zbpscale.jobs.attempts import record
+from zbpscale.jobs.executors.base import DRIVER_DOWN, Executor, JobView, View
+from zbpscale.jobs.layout import RunFolder
 
 if TYPE_CHECKING:
-    from zbpscale.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import Run, Sweep
 
 
 class LocalExecutor(Executor):
@@ -20,14 +21,14 @@ class LocalExecutor(Executor):
     label = "the local queue"
 
     def __init__(self, root: Path):
-        from zbpscale.local.queue import LocalQueue
+        from zbpscale.jobs.executors.local_queue.queue import LocalQueue
 
         super().__init__(root)
         self.queue = LocalQueue(self.root)
         self._driver_seen_dead = 0
 
     def view(self, submitted: list[dict], *, now: float) -> View:
-        from zbpscale.local.queue import LIVE, SCHEDULER_STATE
+        from zbpscale.jobs.executors.local_queue.queue import LIVE, SCHEDULER_STATE
 
         view = View()
         if not self.queue.entries_dir.is_dir():
@@ -45,7 +46,7 @@ class LocalExecutor(Executor):
 
     def check(self, runs: list[Run], *, quick: bool = False) -> None:
         """The local queue runs one node: refuse runs it could never start, before anything is queued."""
-        from zbpscale.local.slots import gpu_inventory
+        from zbpscale.jobs.executors.local_queue.slots import gpu_inventory
 
         inventory = gpu_inventory(ask_torch=not quick)
         for run in runs:
@@ -60,9 +61,9 @@ class LocalExecutor(Executor):
 
     def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
         """Queue the runs (after the prep job when `prep`) and make sure the driver runs."""
-        from zbpscale.local.queue import Entry
-        from zbpscale.submit import write_config
-        from zbpscale.sweep import data_path
+        from zbpscale.data.prepare_cli import to_argv
+        from zbpscale.jobs.executors.local_queue.queue import Entry
+        from zbpscale.jobs.sweep import data_path, prep_config
 
         queue, data = self.queue, data_path(sweep)
         with queue.submit_lock():
@@ -70,17 +71,14 @@ class LocalExecutor(Executor):
                 queue.set_max_parallel(max_parallel)
             specs = []
             if prep:
-                d = sweep.data
-                command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", d.source, "--data",
-                           str(data), "--workers", str(max(1, d.workers))]
-                command += ["--tokens", str(d.tokens)] if d.tokens else []
-                command += ["--config", d.config] if d.config else []
+                cfg = prep_config(sweep)
+                command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", *to_argv(cfg)]
                 specs.append(Entry(job_id="", name=f"{sweep.name}/prep-data", kind="command", command=command,
-                                   log_dir=str(sweep.jobs_dir / "prep-data-logs"), threads=max(1, d.workers)))
+                                   log_dir=str(sweep.jobs_dir / "prep-data-logs"), threads=cfg.workers))
             for run in todo:
-                res, run_dir = run.size.resources, write_config(run)
+                res, run_dir = run.size.resources, run.write_folder()
                 specs.append(Entry(job_id="", name=f"{sweep.name}/{run.name}", run_dir=str(run_dir),
-                                   log_dir=str(run_dir / LOGS), gpus=res.gpus, ranks=res.world_size,
+                                   log_dir=str(RunFolder(run_dir).logs), gpus=res.gpus, ranks=res.world_size,
                                    threads=res.cpus_per_task, time_s=res.time_min * 60.0,
                                    signal_delay_s=float(sweep.signal_delay_s), max_timeouts=sweep.max_timeouts,
                                    max_preemptions=sweep.max_preemptions, max_crashes=sweep.max_crashes,

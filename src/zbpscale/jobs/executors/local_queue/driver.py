@@ -1,4 +1,4 @@
-"""The local queue's driver: `python -m zbpscale.local.driver JOBS_ROOT`, started detached by submit.
+"""The local queue's driver: `python -m zbpscale.jobs.executors.local_queue.driver JOBS_ROOT`, started by submit.
 
 One driver per queue (a kernel lock says which). Every tick it
   1. applies cancel requests (a queued job is dropped; a running one gets SIGUSR2, checkpoints, stops);
@@ -10,9 +10,9 @@ One driver per queue (a kernel lock says which). Every tick it
        exit 4 (the hang watchdog: no step for step_timeout_s) -> hung, requeued like a crash
        anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
                                                           max_crashes, with the log's last line as the reason;
-       (the retry rule is zbpscale.runfolder.retry_decision, shared with the SLURM job)
+       (the retry rule is zbpscale.jobs.attempts.retry_decision, shared with the SLURM job)
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
-  4. starts queued jobs on free GPU slots (zbpscale.local.slots), each rank pinned to its own GPU;
+  4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU;
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
 adopts them: it waits for their processes to end (they were told to checkpoint) and then requeues them.
 """
@@ -28,11 +28,14 @@ import time
 from pathlib import Path
 
 from zbpscale import signals
-from zbpscale.local.queue import LIVE, Entry, LocalQueue
-from zbpscale.runfolder import pid_alive, process_start_time
-from zbpscale.local.slots import Held, Want, gpu_inventory, rank_env, schedule
-from zbpscale.runfolder import COMPLETE, EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE, METRICS, tail_records
+from zbpscale.jobs.attempts import EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
+from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.proc import pid_alive, process_start_time
+from zbpscale.train.metrics import tail_records
 
+RANK_MODULE = "zbpscale.jobs.executors.local_queue.rank"  # python -m RANK_MODULE RUN_DIR: one rank
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
@@ -128,7 +131,7 @@ class Driver:
             env = {**os.environ, "ZBPSCALE_DRIVER_PID": str(os.getpid()), "ZBPSCALE_JOB_ID": e.job_id,
                    **rank_env(rank=rank, world_size=e.ranks, gpu=gpus[rank] if gpus else None, port=e.port,
                               threads=e.threads)}
-            rank_cmd = [*signals.BLOCKED_PYTHON, "-m", "zbpscale.local.rank", e.run_dir]  # stop signals held back
+            rank_cmd = [*signals.BLOCKED_PYTHON, "-m", RANK_MODULE, e.run_dir]  # stop signals held back
             cmd = e.command if e.kind == "command" else rank_cmd
             with open(log_dir / f"{e.job_id}_{rank}.log", "ab") as out:
                 out.write(f"=== {e.job_id} attempt {e.attempts} rank {rank} started "
@@ -140,7 +143,7 @@ class Driver:
         self.procs[e.job_id] = procs
         self.q.write(e)
         if e.kind == "train":
-            from zbpscale.runfolder import record
+            from zbpscale.jobs.attempts import record
 
             record(Path(e.run_dir), "start", job_id=e.job_id, executor="local", host=socket.gethostname(),
                    ranks=e.ranks, pid=procs[0].pid, gpus=list(gpus), logs=str(log_dir))
@@ -195,7 +198,7 @@ class Driver:
             return
         run_dir = Path(e.run_dir)
         interrupted = all(c in (None, EXIT_REQUEUE) for c in codes)
-        if (run_dir / COMPLETE).exists():
+        if (RunFolder(run_dir).complete).exists():
             self.finish(e, "completed", "all steps done")
         elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
             self.finish(e, "cancelled", "zbpscale cancel; checkpointed" if interrupted else "zbpscale cancel; killed")
@@ -209,7 +212,7 @@ class Driver:
             self.requeue(e, "crashed", codes, how=_failure(codes, log_file, run_dir))
 
     def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
-        from zbpscale.runfolder import read_attempts, retry_decision
+        from zbpscale.jobs.attempts import read_attempts, retry_decision
 
         bounds = {"timeout": e.max_timeouts, "preempted": e.max_preemptions, "crashed": e.max_crashes}
         how = how or ("checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit")
@@ -230,7 +233,7 @@ class Driver:
         log(f"{e.job_id} {e.name}: {state} ({reason})")
 
     def _record_end(self, e: Entry, why: str, reason: str, log_file: Path | None = None) -> None:
-        from zbpscale.runfolder import record
+        from zbpscale.jobs.attempts import record
 
         record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
                log=str(log_file or Path(e.log_dir) / f"{e.job_id}_0.log"))
@@ -250,7 +253,7 @@ def _failure(codes: list[int | None], log_file: Path, run_dir: Path | None = Non
         lines = []
     last = lines[-1].strip() if lines and not lines[-1].startswith("===") else ""
     if re.match(r"step \d+/\d+ ", last) or not last:  # progress, printed minutes before the end: no reason
-        train = tail_records(run_dir / METRICS, ("train",)).get("train", {}) if run_dir is not None else {}
+        train = tail_records(RunFolder(run_dir).metrics, ("train",)).get("train", {}) if run_dir is not None else {}
         return how + (f" after step {train['step'] + 1}" if "step" in train else "")
     return f"{how}: {last}"
 
@@ -263,8 +266,7 @@ def _free_port() -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m zbpscale.local.driver JOBS_ROOT (started by python -m zbpscale.submit)",
-              file=sys.stderr)
+        print(f"usage: python -m {__spec__.name} JOBS_ROOT (started by zbpscale submit)", file=sys.stderr)
         return 2
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     queue = LocalQueue(argv[0])

@@ -1,51 +1,79 @@
 """A run's state: its folder joined with the scheduler's view of its latest job, decided in one place.
 
-`zbpscale status` shows it, `submit` acts on it, `submit --wait` prints it, all from the same `run_state`.
-What a plain submit does with each state:
-  complete                     skip
-  running, stalled, queued     leave alone (its job is live)
-  unknown                      leave alone (the scheduler does not answer: the job may be alive)
-  stopped                      resume; leave alone when its local-queue job waits for the driver (submit
-                               starts the driver again)
-  cancelled, new               resume (from the last checkpoint, or from step 0)
+Two vocabularies, each used verbatim by status, submit's plan, submit --wait, collect and plot:
+  State   what a run is in (STATES; `zbpscale status`'s state column, collect's `state` field);
+  Action  what submit does with it (ACTIONS; the plan's action column): new, resume, retry, or leave it alone.
+An attempt's end (`why`, attempts.py: completed, timeout, ...) and the trainer's end record (metrics.py) say how
+one attempt ended; a run is `complete` when its trainer wrote COMPLETE.
+
+What a plain submit does with each state (RunState.next; `submit --retry` turns retry into an action):
+  complete                     leave
+  running, stalled, queued     leave (its job is live)
+  unknown                      leave (the scheduler does not answer: the job may be alive)
+  stopped                      resume; leave when its local-queue job waits for the driver (submit starts the
+                               driver again)
+  cancelled, new               resume (new when there is no checkpoint)
   failed                       resume when the job died without deciding (killed, node lost: a crash, or its
-                               prep job failed); leave alone when it decided to fail (bounds spent, diverged, a
-                               mistake): `submit --retry` after fixing the cause
-  broken                       leave alone: config.json must be fixed or the folder moved aside
+                               prep job failed); retry when it decided to fail (bounds spent, diverged, a
+                               mistake): `submit --retry` after fixing the cause, else leave
+  broken                       leave: config.json must be fixed or the folder moved aside
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
-from zbpscale.runfolder import (
-    COMPLETE, RunFolder, age, last_submitted, log_path, pid_alive, read_attempts, read_json, record, tail_records,
-)
+from zbpscale.files import read_json
+from zbpscale.jobs.attempts import last_end, last_submitted, read_attempts, record
+from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.proc import pid_alive
+from zbpscale.tables import age
+from zbpscale.train.metrics import tail_records
 
-STATES = ("running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken", "complete")
+State = Literal["running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken",
+                "complete"]
+STATES: tuple[State, ...] = State.__args__
+IN_PROGRESS: tuple[State, ...] = ("running", "stalled", "queued")
+"""A job holds the run: its numbers are still changing."""
+
+Action = Literal["new", "resume", "retry", "leave"]
+ACTIONS: tuple[Action, ...] = Action.__args__
+SUBMITS: tuple[Action, ...] = ("new", "resume", "retry")
+"""The actions that submit a job."""
+
+Next = Literal["resume", "retry", "leave"]
 
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's state (one of STATES), why in one line, the log to read, and what a plain submit does next:
-    `skip`, `wait` (leave alone), `resume` (new when there is no checkpoint), `retry` (only with --retry) or
-    `fix` (the folder is broken)."""
+    """A run's state, why in one line, the log to read, and what a plain submit does next (`resume`: new when
+    there is no checkpoint; `retry`: only with --retry, else leave)."""
 
-    state: str
+    state: State
     reason: str = ""
     log: str = ""
-    next: str = "resume"
+    next: Next = "resume"
+
+    def action(self, folder: RunFolder, *, retry: bool = False) -> Action:
+        """What submit does with the run, in ACTIONS' words."""
+        if self.next == "resume":
+            return "resume" if folder.list_checkpoints() else "new"
+        if self.next == "retry":
+            return "retry" if retry else "leave"
+        return "leave"
 
 
 def check_config(folder: RunFolder) -> None:
     """A BrokenRunFolder when the trainer would refuse the run's config.json: not JSON, or not a valid config
     by the trainer's own validation (TrainConfig.from_dict). A missing config is not broken (a new run)."""
-    from zbpscale.schema import TrainConfig
+    from zbpscale.train.schema import TrainConfig
 
     config = folder.read_config()
     if config is not None:
@@ -60,35 +88,35 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
     """Decide a run's state from its folder and the scheduler's view of its latest job."""
     folder, now = RunFolder(run_dir), time.time() if now is None else now
     if folder.complete.exists():
-        return RunState("complete", next="skip")
+        return RunState("complete", next="leave")
     sub = last_submitted(attempts)
     job_id = sub.get("job_id", "")
     try:
         check_config(folder)
     except BrokenRunFolder as err:
         if not job.live:
-            return RunState("broken", str(err), next="fix")
+            return RunState("broken", str(err), next="leave")
     if job.state == UNKNOWN:
-        return RunState("unknown", job.reason, next="wait")
+        return RunState("unknown", job.reason, next="leave")
     if job.state == "COMPLETING":  # its processes are ending (on a lost node: until SLURM calls the node down)
-        return RunState("running", "its job is ending (COMPLETING)", next="wait")
+        return RunState("running", "its job is ending (COMPLETING)", next="leave")
     if job.state == "RUNNING":
         starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
         beat = read_json(folder.heartbeat).get("time")
         started = starts[-1] if starts else now  # silent since the heartbeat, or since the start (start-up counts)
         last_sign = beat if beat is not None and beat >= started else started
         if now - last_sign > stall_after_s:
-            return RunState("stalled", f"no heartbeat for {age(now - last_sign)}", next="wait")
-        return RunState("running", next="wait")
+            return RunState("stalled", f"no heartbeat for {age(now - last_sign)}", next="leave")
+        return RunState("running", next="leave")
     if job.state == DRIVER_DOWN:
-        return RunState("stopped", "the local queue's driver is not running: submit again to go on", next="wait")
+        return RunState("stopped", "the local queue's driver is not running: submit again to go on", next="leave")
     if job.live and job.reason == NEVER_REASON:  # submit cancels it and queues a new job
         return RunState("failed", "its data-prep job failed, so it would wait for ever (DependencyNeverSatisfied)",
                         job.log)
     if job.live:
-        return RunState("queued", job.reason if job.source == "submit" else "", next="wait")
+        return RunState("queued", job.reason if job.source == "submit" else "", next="leave")
     end = last_end(attempts, job_id)
-    log = lambda: end.get("log") or str(log_path(run_dir, sub, job_id))  # noqa: E731
+    log = lambda: end.get("log") or str(folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
         return RunState("failed", end.get("reason", ""), log(), next="retry")
     if end.get("why") == "cancelled" and not job.words:
@@ -119,7 +147,7 @@ def direct_state(folder: RunFolder, now: float, stall_after_s: float) -> RunStat
             return RunState("failed", f"the trainer (pid {beat['pid']}) is gone without an end record (run directly, "
                                       "no job)")
         if "time" in beat and now - beat["time"] <= stall_after_s:
-            return RunState("running", next="wait")
+            return RunState("running", next="leave")
     reason = f"{stopped.get('status', 'no end record')}: {stopped.get('reason', '')} (run directly, no job)"
     if stopped.get("status") == "diverged":
         return RunState("failed", reason, next="retry")
@@ -137,23 +165,56 @@ def reconcile(run_dir: Path, attempts: list[dict], job: JobView) -> list[dict]:
     if job.source not in ("squeue", "sacct") or job.live or job.state in ("", "COMPLETED"):
         return attempts
     starts = [a for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
-    if not starts or last_end(attempts, job_id) or (Path(run_dir) / COMPLETE).exists():
+    if not starts or last_end(attempts, job_id) or (RunFolder(run_dir).complete).exists():
         return attempts
     reason = (job.words or f"job ended {job.state}") + (f", {job.how}" if job.how else "")
     end = {"job_id": job_id, "executor": sub.get("executor", ""),
            "why": "cancelled" if job.state == "CANCELLED" else "crashed", "reason": reason,
-           "log": str(log_path(run_dir, sub, job_id)), "source": job.source}
+           "log": str(RunFolder(run_dir).log_path(sub, job_id)), "source": job.source}
     record(run_dir, "end", **end)
     return read_attempts(run_dir)
 
 
-def last_end(attempts: list[dict], job: str) -> dict:
-    """The `end` record of the job's latest attempt, {} if that attempt has none. A requeued SLURM job keeps its
-    id, so an end before the job's latest start belongs to an earlier attempt."""
-    starts = [a.get("time", 0) for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
-    since = starts[-1] if starts else 0
-    return next((a for a in reversed(attempts) if a.get("event") == "end" and a.get("job_id") == job
-                 and a.get("time", 0) >= since), {})
+def log_tail(path: Path, lines: int = 40) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            return fh.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def refine_reason(reason: str, log) -> str:
+    """Sharpen a vague reason from the log's tail: an OOM, or the last line of a Python traceback."""
+    tail = log_tail(Path(log), 60) if log else []
+    text = "\n".join(tail)
+    if "CUDA out of memory" in text or "OutOfMemoryError" in text:
+        return "out of memory (CUDA)" + (f"; {reason}" if reason else "")
+    if reason and not (reason.startswith(("job ended", "killed by")) or re.fullmatch(r"exit status \d+", reason)):
+        return reason  # already says why
+    if "Traceback (most recent call last)" in text:
+        last = next((ln for ln in reversed(tail) if ln.strip() and not ln.startswith(" ")), "")
+        return f"{last.strip()}" + (f" ({reason})" if reason else "")
+    return reason or "ended without a reason on record"
+
+
+def sweep_states(folder: Path, *, stall_after_s: float = 900.0) -> dict[str, RunState]:
+    """The state of every run folder in a sweep folder, as status decides it (one look at the scheduler; a
+    failed run's reason sharpened from its log)."""
+    from zbpscale.jobs import executors
+
+    run_dirs = [p for p in sorted(folder.iterdir()) if RunFolder(p).config.exists()] if folder.is_dir() else []
+    attempts = {p.name: read_attempts(p) for p in run_dirs}
+    now = time.time()
+    view = executors.view_all(folder.parent, attempts, now=now)
+    states = {}
+    for p in run_dirs:
+        s = decide(p, attempts[p.name], view.of(last_submitted(attempts[p.name]).get("job_id")), now=now,
+                   stall_after_s=stall_after_s)
+        states[p.name] = replace(s, reason=refine_reason(s.reason, s.log)) if s.state == "failed" else s
+    return states
 
 
 def decide(run_dir: Path, attempts: list[dict], job: JobView, **kwargs) -> RunState:

@@ -17,7 +17,6 @@ on CUDA).
 from __future__ import annotations
 
 import errno
-import os
 import random
 from pathlib import Path
 from typing import NamedTuple
@@ -26,10 +25,8 @@ import numpy as np
 import torch
 
 from zbpscale.errors import CheckpointError
-from zbpscale.runfolder import CHECKPOINTS, fsync_dir, list_checkpoints  # noqa: F401 - re-exported
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+from zbpscale.files import atomic_write, remove_stale_temps
+from zbpscale.jobs.layout import RunFolder
 
 
 def seed_rngs(seed: int) -> None:
@@ -82,28 +79,24 @@ def _caused_by(err: BaseException, code: int) -> bool:
 
 def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
     """Write `payload` (plus the step and RNG states) as the checkpoint of `step`; keep the newest `keep`.
-    A failed write leaves no temp file behind and the older checkpoints untouched; a full disk is a
-    one-line `CheckpointError`."""
-    folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"ckpt_{step:08d}.pt"
-    tmp = folder / f".{final.name}.tmp"
+    Written by files.atomic_write, after removing the temp files a killed writer left (the trainer lock makes
+    this process the folder's only writer). A failed write leaves no temp file behind and the older checkpoints
+    untouched; a full disk is a one-line `CheckpointError`."""
+    folder = RunFolder(run_dir)
+    folder.checkpoints.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(folder.checkpoints)
+    final = folder.checkpoint(step)
     try:
-        with open(tmp, "wb") as fh:
-            torch.save({**payload, "step": step, "rng": rng_state()}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        atomic_write(final, lambda fh: torch.save({**payload, "step": step, "rng": rng_state()}, fh))
     except BaseException as err:
-        tmp.unlink(missing_ok=True)
         if _caused_by(err, errno.ENOSPC):
-            found = list_checkpoints(run_dir)
+            found = folder.list_checkpoints()
             kept = f"the newest checkpoint, {found[-1][1].name}, is intact" if found else "there is no older checkpoint"
-            raise CheckpointError(f"no space left on device at {folder}: the checkpoint of step {step} was not "
-                                  f"written; {kept}", hint="free space on that filesystem, then run again") from None
+            raise CheckpointError(f"no space left on device at {folder.checkpoints}: the checkpoint of step {step} "
+                                  f"was not written; {kept}",
+                                  hint="free space on that filesystem, then run again") from None
         raise
-    fsync_dir(folder)
-    for _, old in list_checkpoints(run_dir)[:-keep]:
+    for _, old in folder.list_checkpoints()[:-keep]:
         old.unlink(missing_ok=True)
     return final
 
@@ -111,7 +104,7 @@ def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
 def load_latest(run_dir: Path) -> dict | None:
     """The newest checkpoint of the run on the CPU (memory-mapped), or None; a file that fails to load is
     reported, not skipped."""
-    found = list_checkpoints(run_dir)
+    found = RunFolder(run_dir).list_checkpoints()
     if not found:
         return None
     step, path = found[-1]

@@ -17,9 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zbpscale.errors import ConfigError
-from zbpscale.schema import (  # noqa: F401 - the model's schema, re-exported where it always was
-    POS_EMBS, SIZES, ModelConfig, flops_per_token, model_config, n_params, size_table,
-)
+from zbpscale.train.schema import ModelConfig
 from zbpscale.zbp import ZBPClock, call_seed, causal_mask, causal_softmax, swiglu, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 

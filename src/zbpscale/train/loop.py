@@ -1,8 +1,4 @@
-"""Training of one run: `train(cfg, run_dir)`, and `python -m zbpscale.train` as a thin entry point.
-
-    python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
-    torchrun --nproc-per-node 8 -m zbpscale.train --run-dir ... (same flags)
-    python -m zbpscale.train --run-dir jobs/try/tiny-bp      # continue a run from its folder
+"""Training of one run: `train(cfg, run_dir)` (its command, `python -m zbpscale.train`, is in cli.py).
 
 Works alone, under torchrun and inside a submitit job (the distributed environment comes from RANK /
 WORLD_SIZE / LOCAL_RANK / MASTER_*; see dist.py). Resume is automatic: a run folder with a checkpoint
@@ -15,8 +11,6 @@ before the optimizer update. The trainer knows nothing of SLURM or submitit.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import difflib
 import json
 import math
 import os
@@ -30,13 +24,16 @@ from typing import Callable
 
 import torch
 
-from zbpscale import checkpoint, dist, numerics, runfolder, signals
-from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError, report
-from zbpscale.metrics import MetricsLog, read_records
-from zbpscale.model import Transformer
-from zbpscale.watchdog import Watchdog
-from zbpscale.runfolder import COMPLETE, CONFIG, EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE, RunFolder, atomic_write
-from zbpscale.schema import TrainConfig, batch_plan, derived_numbers  # noqa: F401 - re-exported
+from zbpscale import signals
+from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError
+from zbpscale.files import atomic_write
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.tables import age
+from zbpscale.train import checkpoint, dist, numerics
+from zbpscale.train.metrics import MetricsLog, read_records
+from zbpscale.train.model import Transformer
+from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
+from zbpscale.train.watchdog import Watchdog
 
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 
@@ -97,7 +94,7 @@ def _git_revision() -> str | None:
 
 
 def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
-    path = run_dir / CONFIG
+    path = RunFolder(run_dir).config
     saved = RunFolder(run_dir).read_config()
     if saved is None:
         return
@@ -129,7 +126,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] 
 def _one_writer(run_dir: Path, env: dist.DistEnv):
     """Hold the run folder's trainer lock (rank 0) while training; every rank refuses to start, in one line,
     when another trainer holds it (a duplicate job, a second terminal): two trainers must never write one run."""
-    lock, holder = runfolder.lock_run_folder(run_dir) if env.is_main else (None, "")
+    lock, holder = RunFolder(run_dir).lock() if env.is_main else (None, "")
     try:
         busy = dist.all_reduce_sum([0.0 if lock or not env.is_main else 1.0], env)[0]
         if busy:
@@ -163,9 +160,9 @@ class _Run:
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None) -> str:
     _check_config(run_dir, cfg)
-    if (run_dir / COMPLETE).exists():
+    if (RunFolder(run_dir).complete).exists():
         if env.is_main:
-            print(f"{run_dir}: already complete ({COMPLETE} marker present); nothing to do")
+            print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
         return "completed"
     try:
         r = _setup(cfg, run_dir, env)
@@ -210,7 +207,7 @@ def _loop(r: _Run, dog: Watchdog) -> str:
             val_loss = evaluate(r.ddp, r.val, env, r.bf16)
             r.log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
         if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
-            from zbpscale.diagnostics import diagnose
+            from zbpscale.train.diagnostics import diagnose
 
             stats = diagnose(r.model, r.val[0], cfg.model.zbp, diag_seed=step)
             r.log.write("diag", step=step, **stats, **{k: v for k, v in estimator_state().items() if k == "impl_used"})
@@ -258,7 +255,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
         attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir))
         if start:
             log.write("resume", from_step=start, dropped=log.rollback_to(start), kept=kept, differs=differs)
-        atomic_write(run_dir / CONFIG, json.dumps(cfg.to_dict(), indent=1) + "\n")
+        atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n")
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
@@ -370,7 +367,7 @@ def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, ste
     """One line for a person watching the run (every PRINT_EVERY_S seconds, and at each evaluation); the ETA
     from `typical` (the median step time after the attempt's first step), none before it is known."""
     left = None if typical is None else (r.cfg.steps - done) * typical
-    eta = "" if left is None else f" eta {runfolder.age(left)}"
+    eta = "" if left is None else f" eta {age(left)}"
     val = f" val {val_loss:.4f}" if val_loss is not None else ""
     print(f"step {done}/{r.cfg.steps} loss {loss:.4f}{val} {r.numbers['tokens_per_step'] / step_time:,.0f} tok/s"
           f"{eta}", flush=True)
@@ -383,7 +380,7 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
     if stop_signal is None:
         if env.is_main:
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts)
-            atomic_write(r.run_dir / COMPLETE, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
+            atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
         r.log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
     else:
@@ -394,128 +391,3 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
     r.log.close()
     dist.barrier(env)
     return "completed" if stop_signal is None else "checkpointed"
-
-
-def _parse(argv: list[str] | None):
-    import argparse
-
-    p = argparse.ArgumentParser(
-        prog="python -m zbpscale.train", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train one run in its folder, or continue it from its last checkpoint. Sweeps are submitted "
-                    "with `zbpscale submit`; this is one run by hand.",
-        epilog="""examples:
-  python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
-  python -m zbpscale.train --run-dir jobs/try/tiny-bp          continue it (its config.json fixes every setting)
-  torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp --size s60 --data data/fineweb --steps 4600
-
-Ctrl-C (or SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
-exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged""")
-    p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
-    p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
-    p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
-    p.add_argument("--data", help="prepared data folder")
-    p.add_argument("--steps", type=int, help="optimizer steps")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any TrainConfig field, e.g. --set global_batch=32 --set lr=1e-3 (repeatable)")
-    return p.parse_args(argv)
-
-
-def config_from_args(args) -> TrainConfig:
-    """A TrainConfig from the command line, or the run folder's config.json for an existing run (whose settings
-    flags may repeat, never change)."""
-    folder = RunFolder(args.run_dir)
-    given = [f"--{k} {getattr(args, k)}" for k in ("size", "data", "steps") if getattr(args, k) is not None]
-    given += [f"--set {item}" for item in args.set]
-    saved = folder.read_config()
-    if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
-        cfg = TrainConfig.from_dict(saved, source=str(folder.config))
-        if not given:
-            return cfg
-        have, want = cfg.to_dict(), _asked(args, cfg).to_dict()
-        if want == have:  # the command that made it, run again: continue
-            return cfg
-        state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
-        changed = sorted(k for k in have if have[k] != want.get(k))
-        raise ConfigError(f"{args.run_dir} is an existing run ({state}): its config.json fixes every setting, and "
-                          f"{' '.join(given)} would change {', '.join(changed)}",
-                          hint=f"continue it as it is with --run-dir {args.run_dir} alone (or the command that "
-                          "made it); to train longer or differently, start a new run folder")
-    if not given:
-        raise ConfigError(f"{folder.config} does not exist",
-                          hint="give --size, --arm, --data and --steps for a new run")
-    missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
-    if missing:
-        raise ConfigError(f"missing {', '.join(missing)} for a new run")
-    return _asked(args, None)
-
-
-def _asked(args, base: TrainConfig | None) -> TrainConfig:
-    """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new."""
-    from zbpscale.model import model_config
-    from zbpscale.zbp import arm_zbp_config
-
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields or key in ("model", "data_dir", "steps"):
-            settable = [k for k in fields if k not in ("model", "data_dir", "steps")]
-            close = difflib.get_close_matches(key, settable, n=1)
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
-                              hint=f"did you mean --set {close[0]}={value}?" if sep and close else None)
-        overrides[key] = parse_field_value(key, value, fields[key].type)
-    model = model_config(args.size, zbp=arm_zbp_config(args.arm)) if args.size else base.model
-    if base is None:
-        return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
-    return dataclasses.replace(base, model=model, data_dir=args.data or base.data_dir, steps=args.steps or base.steps,
-                               **overrides)
-
-
-_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
-
-
-def parse_field_value(name: str, text: str, annotation: str):
-    """A `--set NAME=TEXT` value (JSON, or a bare string) checked against the field's annotation, e.g.
-    'int', 'bool | None', 'tuple[float, float]'; a one-line ConfigError naming the field and the type."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = text
-    for option in (part.strip() for part in annotation.split("|")):
-        if option.startswith("tuple["):
-            items = [t.strip() for t in option[6:-1].split(",")]
-            if isinstance(value, list) and len(value) == len(items) and all(
-                    isinstance(v, _TYPES[t]) and not isinstance(v, bool) for v, t in zip(value, items)):
-                return tuple(value)
-        elif isinstance(value, _TYPES[option]) and (option == "bool" or not isinstance(value, bool)):
-            return float(value) if option == "float" else value
-    raise ConfigError(f"--set {name}={text}: {name} takes {annotation}, not {type(value).__name__}",
-                      hint=f"e.g. --set {name}={_example(annotation)}")
-
-
-def _example(annotation: str) -> str:
-    first = annotation.split("|")[0].strip()
-    if first.startswith("tuple["):
-        return "[" + ",".join("0.9" for _ in first[6:-1].split(",")) + "]"
-    return {"int": "8", "float": "0.001", "str": "cpu", "bool": "true"}.get(first, first)
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parse(argv)
-        status = train(config_from_args(args), args.run_dir)
-    except TrainingDiverged as err:
-        report(err)
-        return EXIT_DIVERGED
-    except ZbpError as err:
-        report(err)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C twice): stopped without a checkpoint; run again to continue from the last one",
-              file=sys.stderr)
-        return 130
-    return EXIT_REQUEUE if status == "checkpointed" else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

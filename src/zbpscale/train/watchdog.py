@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from zbpscale.runfolder import EXIT_HUNG, RANKS
+from zbpscale.jobs.attempts import EXIT_HUNG
+from zbpscale.jobs.layout import RunFolder
 
 STAMP_S = 1.0  # liveness stamp period; a stamp older than STALE_STAMPS periods is a rank that stopped
 STALE_STAMPS = 5
@@ -35,7 +36,7 @@ class Watchdog:
 
     def __init__(self, run_dir: Path, rank: int, world_size: int, timeout_s: float,
                  on_hang: Callable[[str], None] | None = None):
-        self.folder, self.rank, self.world = Path(run_dir) / RANKS, rank, world_size
+        self.folder, self.rank, self.world = RunFolder(run_dir).ranks, rank, world_size
         self.timeout_s, self.on_hang = timeout_s, on_hang
         self.step, self.last = -1, time.monotonic()
         self._stop = threading.Event()

@@ -1,4 +1,4 @@
-"""One rank of a local-queue run: `python -m zbpscale.local.rank RUN_DIR`, started by the queue driver.
+"""One rank of a local-queue run: `python -m zbpscale.jobs.executors.local_queue.rank RUN_DIR`, started by the driver.
 
 The environment (RANK, WORLD_SIZE, MASTER_PORT, its own GPU in CUDA_VISIBLE_DEVICES) comes from the driver.
 The stop flag is installed before torch is imported, and the kernel is asked to send SIGUSR2 if the driver
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
 
     signals.install()
     _stop_with_driver()
-    from zbpscale.train import main as train_main
+    from zbpscale.train.cli import main as train_main
 
     return train_main(["--run-dir", argv[0]])
 

@@ -20,13 +20,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zbpscale import slurm
 from zbpscale.errors import ZbpError
-from zbpscale.executors.base import GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
-from zbpscale.runfolder import CANCEL, LOGS, record
+from zbpscale.jobs.attempts import record
+from zbpscale.jobs.executors import slurm_commands as slurm
+from zbpscale.jobs.executors.base import GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
+from zbpscale.jobs.layout import RunFolder
 
 if TYPE_CHECKING:
-    from zbpscale.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import Run, Sweep
 
 SUBMIT_SLACK_S = 120.0  # the controller's and this host's clocks may differ a little
 REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
@@ -87,11 +88,11 @@ class SlurmExecutor(Executor):
         prep_job, prep_log = submit_prep(sweep) if prep else ("", "")
         for run, action in todo.items():
             job = submit_run(run, depends_on=prep_job, retry=action == "retry", prep_log=prep_log)
-            print(f"{run.name}: {action} -> job {job} (logs in {run.run_dir.absolute() / LOGS})")
+            print(f"{run.name}: {action} -> job {job} (logs in {RunFolder(run.run_dir.absolute()).logs})")
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
         if seen.state == "RUNNING":
-            (Path(run_dir) / CANCEL).write_text("cancel\n")
+            (RunFolder(run_dir).cancel).write_text("cancel\n")
             _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
         else:
             _scancel(job)
@@ -145,15 +146,13 @@ def _executor(folder: Path, params: dict, max_num_timeout: int = 0, python: list
 
 def submit_prep(sweep: Sweep) -> tuple[str, str]:
     """Submit the data-prep job on a training node; returns its job id and log."""
-    from zbpscale.data.prepare import PrepConfig
-    from zbpscale.job import PrepJob
-    from zbpscale.sweep import data_path
+    from zbpscale.jobs.executors.slurm_job import PrepJob
+    from zbpscale.jobs.sweep import prep_config
 
     res = sweep.sizes[0].resources
-    cfg = PrepConfig(source=sweep.data.source, out=data_path(sweep), tokens=sweep.data.tokens or None,
-                     workers=sweep.data.workers, config=sweep.data.config)
+    cfg = prep_config(sweep)
     params = {"job_name": f"{sweep.name}/prep-data", "nodes": 1, "ntasks_per_node": 1,
-              "cpus_per_task": max(1, sweep.data.workers), "time": 24 * 60, "stderr_to_stdout": True}
+              "cpus_per_task": cfg.workers, "time": 24 * 60, "stderr_to_stdout": True}
     for name in ("partition", "account", "qos"):
         if getattr(res, name):
             params[name] = getattr(res, name)
@@ -166,20 +165,20 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
 def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log: str = "") -> str:
     """Write the run's resolved config and submit its job; returns the job id."""
     from zbpscale import signals
-    from zbpscale.job import TrainJob
-    from zbpscale.submit import write_config
+    from zbpscale.jobs.executors.slurm_job import TrainJob
 
-    run_dir = write_config(run)
+    run_dir = run.write_folder()
     params = sbatch_parameters(run)
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
     # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
-    executor = _executor(run_dir / LOGS, params, max_num_timeout=run.sweep.max_timeouts,
+    executor = _executor(RunFolder(run_dir).logs, params, max_num_timeout=run.sweep.max_timeouts,
                          python=signals.BLOCKED_PYTHON)
     job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
                                    max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s,
                                    max_crashes=run.sweep.max_crashes))
     extra = {"prep_job": depends_on, "prep_log": prep_log} if depends_on else {}
-    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(run_dir / LOGS), retry=retry,
+    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(RunFolder(run_dir).logs),
+           retry=retry,
            name=job_name(run), grace_s=run.sweep.visible_within_s, **extra)
     return str(job.job_id)

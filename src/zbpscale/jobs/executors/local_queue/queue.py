@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zbpscale.files import atomic_write
+
 QUEUE_DIR = ".localq"
-LIVE = ("queued", "running")
-FINAL = ("completed", "failed", "cancelled")
+LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (attempts.py's words)
 SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see slurm.ALIVE)
 
 
@@ -44,7 +45,7 @@ class Entry:
     name: str
     """`<sweep>/<run>` (or `<sweep>/prep-data`), for people."""
     kind: str = "train"
-    """train (ranks of zbpscale.local.rank on run_dir) or command (ranks running `command`: the data prep)."""
+    """train (ranks of local_queue/rank.py on run_dir) or command (ranks running `command`: the data prep)."""
     run_dir: str = ""
     """The run folder (train jobs)."""
     command: list[str] = field(default_factory=list)
@@ -197,7 +198,7 @@ class LocalQueue:
         package_root = str(Path(__file__).resolve().parents[2])  # importable from any cwd, installed or not
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
-        subprocess.Popen([sys.executable, "-m", "zbpscale.local.driver", str(self.dir.parent)],
+        subprocess.Popen([sys.executable, "-m", "zbpscale.jobs.executors.local_queue.driver", str(self.dir.parent)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True, env=env, cwd=str(self.dir))
         log.close()
@@ -223,6 +224,4 @@ def _read_json(path: Path):
 def _write_json(path: Path, obj) -> None:
     """Atomic: a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(obj, indent=1) + "\n")

@@ -1,7 +1,7 @@
 """The back ends that run a sweep's jobs, behind one interface (base.Executor) and one view of every job.
 
     slurm.py   SLURM through submitit (the view reconciles squeue with accounting)
-    local.py   this node's local queue (zbpscale.local)
+    local.py   this node's local queue (local_queue/)
 
 A new back end is one module with an `Executor` subclass, added to KINDS. Every `submitted` event in a run's
 attempts.jsonl names the executor that holds its job, so a sweep whose runs went to different back ends is
@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
-from zbpscale.executors.local import LocalExecutor
-from zbpscale.executors.slurm import SlurmExecutor
-from zbpscale.runfolder import last_submitted, read_attempts
+from zbpscale.jobs.attempts import last_submitted, read_attempts
+from zbpscale.jobs.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
+from zbpscale.jobs.executors.local import LocalExecutor
+from zbpscale.jobs.executors.slurm import SlurmExecutor
 
 KINDS: dict[str, type[Executor]] = {"slurm": SlurmExecutor, "local": LocalExecutor}
 
@@ -35,7 +35,7 @@ def get(kind: str, root: Path) -> Executor:
 
 def choose(requested: str, root: Path) -> Executor:
     """The executor for a submit: the one asked for, or (`auto`) SLURM when a controller answers, else local."""
-    from zbpscale import slurm
+    from zbpscale.jobs.executors import slurm_commands as slurm
 
     if requested not in ("auto", "slurm"):
         return get(requested, root)

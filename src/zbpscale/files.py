@@ -1,0 +1,94 @@
+"""Files written so that a reader never sees half of one, and read so that a killed writer's torn line is no error.
+
+The one recipe for every file zbpscale rewrites (config.json, heartbeat.json, a checkpoint, a local-queue entry,
+a shard, a results bundle's files): write a temp file in the same folder, fsync it, rename it over the final
+name, fsync the folder. Temp files are named by `temp_path` alone (`.<name>.tmp-<pid>`), so
+`remove_stale_temps` finds every one a killed writer left. Torch-free, and imports nothing of zbpscale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable, Union
+
+Content = Union[str, bytes, Iterable[bytes], Callable[[BinaryIO], None]]
+"""What `atomic_write` writes: text (UTF-8), bytes, chunks of bytes, or a function that writes to the open file."""
+
+
+def temp_path(path: Path) -> Path:
+    """The temp file `atomic_write` writes before renaming it to `path`: hidden, in the same folder, per process."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def atomic_write(path: Path, data: Content) -> None:
+    """Write `data` so that `path` is either absent, its old content, or the complete new file (temp file, fsync,
+    rename, fsync of the folder). On any error the temp file is removed and the error raised: a full disk leaves
+    no half-written file behind, and the old file intact."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as fh:
+            if callable(data):
+                data(fh)
+            elif isinstance(data, (str, bytes, bytearray, memoryview)):
+                fh.write(data.encode() if isinstance(data, str) else data)
+            else:
+                for chunk in data:
+                    fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(folder: Path) -> None:
+    """Delete the temp files (`temp_path`) a killed writer left in `folder`; they never carry a final name."""
+    for tmp in Path(folder).glob(".*.tmp-*"):
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from `path`; {} when it is missing, unreadable, not JSON or not an object."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The objects of a JSONL file, in order; a torn line (a killed writer) is skipped; no file: []."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def append_jsonl(path: Path, record: dict, *, fsync: bool = True) -> None:
+    """Append one object as a line of a JSONL file (made with its folder if missing), fsynced unless asked not to."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())

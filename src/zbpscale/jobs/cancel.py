@@ -1,0 +1,101 @@
+"""`zbpscale cancel SWEEP [--only ...]`: stop a sweep's runs cleanly, on SLURM or the local queue.
+
+SWEEP is what `zbpscale status` takes: a sweep file or a sweep folder (jobs/<sweep>).
+
+A running job is asked to checkpoint first (SIGUSR2, as at a time limit) and then ends without requeueing; a
+job still waiting is dropped. Either way the run keeps its folder, and submitting the sweep again resumes it.
+The command waits (`--no-wait` does not) until the cancelled jobs have stopped, showing which are left.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import ZbpError
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run as cancel needs it: its name and folder (from a sweep file, or found in a sweep folder)."""
+
+    name: str
+    run_dir: Path
+
+
+def find_runs(target: str, only: str | None) -> tuple[Path, list[RunRef]]:
+    """(jobs root, the runs chosen) of a sweep file or a sweep folder, as `zbpscale status` finds them."""
+    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.jobs.sweep import find_sweeps
+    from zbpscale.text import select
+
+    sweeps = find_sweeps(target)
+    if len(sweeps) > 1:
+        raise ZbpError(f"{target} holds {len(sweeps)} sweeps ({', '.join(n for n, _ in sweeps)})",
+                       hint="name one: zbpscale cancel jobs/<sweep> (or its sweep file)")
+    (_, folder), = sweeps
+    found = sorted(folder.iterdir()) if folder.is_dir() else []
+    runs = [RunRef(p.name, p) for p in found if RunFolder(p).config.exists()]
+    return folder.parent, select(runs, only)
+
+
+def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
+    """Ask every live job of the runs to stop, each through the executor that holds it; returns those runs."""
+    from zbpscale.jobs import executors
+    from zbpscale.jobs.attempts import last_submitted
+
+    attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
+    asked = []
+    for run in runs:
+        sub = last_submitted(attempts[run.name])
+        seen = view.of(sub.get("job_id"))
+        if not seen.live or seen.state == executors.UNKNOWN:
+            continue
+        back = executors.get(sub.get("executor", ""), root)
+        back.cancel(run.run_dir, sub["job_id"], seen)
+        print(f"{run.name}: job {sub['job_id']} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
+        asked.append(run)
+    return asked
+
+
+def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
+    """Wait until none of the runs has a live job; returns the names still live at the timeout."""
+    from zbpscale.jobs import executors
+    from zbpscale.jobs.attempts import last_submitted
+
+    deadline, shown = time.time() + timeout_s, None
+    while True:
+        attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
+        left = [r.name for r in runs if view.of(last_submitted(attempts[r.name]).get("job_id")).live]
+        if not left or time.time() > deadline:
+            return left
+        if left != shown:
+            print(f"waiting for {', '.join(left)} to checkpoint and stop", flush=True)
+            shown = left
+        time.sleep(poll_s)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("sweep", help="a sweep file (sweeps/ladder.py) or a sweep folder (jobs/ladder)")
+    p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+    p.add_argument("--no-wait", action="store_true", help="ask and return; do not wait for the jobs to stop")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="how long to wait for the jobs to stop (default 900)")
+
+
+def run(args) -> int:
+    root, runs = find_runs(args.sweep, args.only)
+    asked = request(root, runs)
+    if not asked:
+        print("nothing to cancel: no run of the selection has a queued or running job")
+        return 0
+    if args.no_wait:
+        return 0
+    left = wait_stopped(root, asked, timeout_s=args.timeout)
+    if left:
+        print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
+        return 1
+    print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume them)")
+    return 0

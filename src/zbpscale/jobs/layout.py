@@ -1,0 +1,121 @@
+"""The run folder: where every file of a run lives, and what a run is called. Torch-free.
+
+`RunFolder(run_dir).<file>` is the only way zbpscale names a file of a run (the trainer, both executors, submit,
+status, cancel and collect); no other module spells a file name (tests/test_layout.py greps for them).
+
+    <run_dir>/config.json      the resolved TrainConfig (written by submit or the trainer, checked on resume)
+              plan.json        parameters, GPUs and planned GPU-hours (submit; read by status)
+              metrics.jsonl    the trainer's records (train/metrics.py: one record type per kind)
+              heartbeat.json   step, tokens, time, host, pid, pid_start, rewritten every few seconds
+              attempts.jsonl   one event per line: submitted | start | end (jobs/attempts.py)
+              checkpoints/     ckpt_<8-digit step>.pt, written atomically, the newest K kept
+              logs/            the executor's own stdout/stderr files
+              .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder
+              .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, train/watchdog.py)
+              COMPLETE         the trainer finished every step
+              CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
+
+Run names are `{size}-{arm}` plus `-s{seed}` for seeds other than 0 (`run_name`, read back by
+`parse_run_name`); sizes and arms never contain '-'.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import BrokenRunFolder
+from zbpscale.proc import try_lock
+
+_NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
+_CKPT = re.compile(r"ckpt_(\d{8})\.pt")
+
+
+def run_name(size: str, arm: str, seed: int = 0) -> str:
+    """The run of `arm` at `size` with `seed`: 's60-bp', 's60-zbp_n16-s1'."""
+    return f"{size}-{arm}" + (f"-s{seed}" if seed else "")
+
+
+def parse_run_name(name: str) -> tuple[str, str, int] | None:
+    """(size, arm, seed) of a run name, or None if it is not one."""
+    m = _NAME.fullmatch(name)
+    return (m["size"], m["arm"], int(m["seed"] or 0)) if m else None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """Where every file of one run lives (submitit's JobPaths, for a run)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    config = property(lambda self: self.path / "config.json")
+    plan = property(lambda self: self.path / "plan.json")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    heartbeat = property(lambda self: self.path / "heartbeat.json")
+    attempts = property(lambda self: self.path / "attempts.jsonl")
+    checkpoints = property(lambda self: self.path / "checkpoints")
+    logs = property(lambda self: self.path / "logs")
+    complete = property(lambda self: self.path / "COMPLETE")
+    cancel = property(lambda self: self.path / "CANCEL")
+    trainer_lock = property(lambda self: self.path / ".trainer.lock")
+    ranks = property(lambda self: self.path / ".ranks")
+
+    RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
+    """The run's small files, by attribute: what `zbpscale collect` copies into a results bundle."""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def checkpoint(self, step: int) -> Path:
+        """The checkpoint of `step` (the number of optimizer steps done)."""
+        return self.checkpoints / f"ckpt_{step:08d}.pt"
+
+    def list_checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, path) of the run's finished checkpoints, oldest first (a temp file is never one)."""
+        if not self.checkpoints.is_dir():
+            return []
+        return sorted((int(m.group(1)), p) for p in self.checkpoints.iterdir() if (m := _CKPT.fullmatch(p.name)))
+
+    def rank_file(self, rank: int) -> Path:
+        """Rank `rank`'s liveness stamp (the hang watchdog)."""
+        return self.ranks / f"{rank}.json"
+
+    def log_path(self, submitted: dict, job: str) -> Path:
+        """The job's log file (the local queue's `<job>_0.log`, submitit's `<job>_0_log.out`), else its folder;
+        `submitted`: the run's latest submitted event, which names the executor's log folder."""
+        logs = Path(submitted.get("logs") or self.logs)
+        for name in (f"{job}_0.log", f"{job}_0_log.out", f"{job}_0_log.err"):
+            if (logs / name).exists():
+                return logs / name
+        found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
+        return found[-1] if found else logs
+
+    def lock(self):
+        """Take the trainer lock (proc.try_lock): one trainer per run folder."""
+        return try_lock(self.trainer_lock)
+
+    def read_config(self) -> dict | None:
+        """The run's config.json as a dict, None when there is none; a `BrokenRunFolder` when it cannot be
+        read as a JSON object (the run cannot go on until it is fixed or moved aside)."""
+        try:
+            text = self.config.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise BrokenRunFolder(f"{self.config} cannot be read ({err.strerror})",
+                                  hint="check the file's permissions") from None
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise BrokenRunFolder(f"{self.config} is not valid JSON (line {err.lineno}: {err.msg})",
+                                  hint="restore it, or move the run folder aside to start the run anew") from None
+        if not isinstance(config, dict):
+            raise BrokenRunFolder(f"{self.config} holds a {type(config).__name__}, not a config object",
+                                  hint="restore it, or move the run folder aside to start the run anew")
+        return config

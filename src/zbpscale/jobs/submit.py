@@ -1,0 +1,330 @@
+"""`python -m zbpscale.submit SWEEP`: plan every size x arm run of a sweep and submit what is missing.
+
+    python -m zbpscale.submit sweeps/ladder.py --dry-run        # the plan, touching nothing
+    python -m zbpscale.submit sweeps/ladder.py                  # submit: SLURM when it answers, else the local queue
+    python -m zbpscale.submit sweeps/ladder.py --only 's60-*,*-bp'
+    python -m zbpscale.submit sweeps/smoke.py --wait            # stay until every run has finished (exit 1: one failed)
+
+Idempotent: complete runs are skipped, partial runs resume from their folder, a run whose recorded job is
+still queued or running is left alone, so the same command can be re-run at any time. When the sweep's data
+are not prepared, a prep job is submitted first and the training jobs wait for it (afterok).
+
+Without SLURM (or with `--executor local`) the runs go to the node's detached local queue (executors/local_queue/): it
+outlives the terminal, packs runs onto the node's GPUs (CPU runs: `--max-parallel` at a time, default 1) and
+requeues them after their time limit just as the SLURM jobs requeue themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+import time
+from pathlib import Path
+
+from zbpscale.data import manifest_path
+from zbpscale.errors import BrokenRunFolder, ConfigError
+from zbpscale.files import read_json
+from zbpscale.jobs import executors
+from zbpscale.jobs.attempts import last_submitted, read_attempts, requeue_counts
+from zbpscale.jobs.executors import Executor, View
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config
+from zbpscale.jobs.state import decide as decide_state
+from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
+from zbpscale.proc import try_lock
+from zbpscale.tables import fit_columns, fmt_tokens, plural, terminal_width
+from zbpscale.text import select
+from zbpscale.train.schema import batch_plan
+
+
+def run_action(run: Run, view: View, *, retry: bool = False) -> Action:
+    """What submit does with a run (state.ACTIONS), from its state (state.run_state, on the executors' `view`)."""
+    return decide(run, view).action(RunFolder(run.run_dir), retry=retry)
+
+
+def decide(run: Run, view: View) -> RunState:
+    """The run's state, after giving an attempt that died without a record its end record from the scheduler."""
+    attempts = read_attempts(run.run_dir)
+    return decide_state(run.run_dir, attempts, view.of(last_submitted(attempts).get("job_id")))
+
+
+def broken_notes(runs: list[Run], states: dict[str, RunState]) -> list[str]:
+    """One line per broken run: what is wrong with its folder."""
+    notes = []
+    for run in runs:
+        if states[run.name].state == "broken":
+            try:
+                check_config(RunFolder(run.run_dir))
+            except BrokenRunFolder as err:
+                notes.append(f"{run.name}: broken run folder: {err}")
+    return notes
+
+
+# ------------------------------------------------------------------------------------------------ plan
+def plan_rows(runs: list[Run], actions: dict[str, Action], states: dict[str, RunState]) -> list[dict]:
+    """One row per run; a run left alone is shown with its state (`leave (queued)`, `leave (complete)`), so the
+    action column never calls a queued run running."""
+    rows = []
+    for run in runs:
+        cfg, res = run.train_config(), run.size.resources
+        micro, accum = batch_plan(cfg, res.world_size)  # the trainer's own split; a bad one is an error here too
+        hours = run.estimated_hours()
+        rows.append({
+            "run": run.name, "params": run.size.params, "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
+            "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
+            "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
+            "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan,
+            "action": f"leave ({states[run.name].state})" if actions[run.name] == "leave" else actions[run.name],
+        })
+    return rows
+
+
+def data_notes(sweep: Sweep, runs: list[Run]) -> list[str]:
+    """Check the runs against the sweep's data when it is already prepared: a ConfigError for a run that could
+    not start (no training window, not one validation window per rank), a note for each run that will evaluate
+    on a smaller batch than its global batch. Nothing to check (no notes) before the data exist."""
+    from zbpscale.data.loader import read_manifest, split_windows, val_fit
+
+    if not manifest_path(data_path(sweep)).exists():
+        return []
+    manifest = read_manifest(data_path(sweep))
+    notes = []
+    for run in runs:
+        cfg, world = run.train_config(), run.size.resources.world_size
+        if split_windows(manifest, "train", cfg.seq_len) == 0:
+            raise ConfigError(f"{run.name}: no training shard of {data_path(sweep)} holds {cfg.seq_len + 1} tokens",
+                              hint="prepare more tokens (larger shards), or a shorter seq_len")
+        windows = split_windows(manifest, "val", cfg.seq_len)
+        batch, n = val_fit(windows, cfg.global_batch, world, cfg.eval_batches)
+        if n == 0:
+            raise ConfigError(f"{run.name}: the validation split of {data_path(sweep)} holds {windows} window(s) "
+                              f"of {cfg.seq_len + 1} tokens, fewer than one per rank ({world})",
+                              hint="prepare with a larger --val-tokens, or a shorter seq_len")
+        if batch < cfg.global_batch:
+            notes.append(f"{run.name}: the validation split holds {windows} windows of {cfg.seq_len + 1} tokens, "
+                         f"fewer than global_batch={cfg.global_batch}: it will evaluate on one batch of {batch}")
+    return notes
+
+
+PLAN_COLUMNS = ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
+                "GPU-h", "action")
+PLAN_KEEP = ("run", "action", "params", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
+             "micro x accum x world")
+"""The plan's columns in the order they are given up on a narrow terminal (the last first; `tables`)."""
+
+
+def plan_cells(r: dict) -> dict[str, str]:
+    def fmt_tokens(n: int) -> str:
+        return f"{n / 1e9:,.2f}B" if n >= 1e8 else f"{n / 1e6:,.2f}M" if n >= 1e5 else f"{n:,}"
+
+    def fmt_h(h: float) -> str:
+        return "?" if math.isnan(h) else f"{h:,.1f}"
+
+    return {"run": r["run"], "params": f"{r['params'] / 1e6:,.1f}M", "tokens": fmt_tokens(r["tokens"]),
+            "steps": f"{r['steps']:,}", "batch": str(r["global_batch"]),
+            "micro x accum x world": f"{r['micro']} x {r['accum']} x {r['world']}",
+            "GPUs x nodes": f"{r['gpus']} x {r['nodes']}", "est. h": fmt_h(r["hours"]), "GPU-h": fmt_h(r["gpu_hours"]),
+            "action": r["action"]}
+
+
+def print_plan(sweep: Sweep, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    width = terminal_width()
+    shown = [plan_cells(r) for r in rows]
+    columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
+    table = Table(title=f"sweep {sweep.name}: {plural(len(rows), 'run')}", title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
+    for cells in shown:
+        table.add_row(*(cells[c] for c in columns))
+    console = Console(width=width or 1000)
+    console.print(table)
+    total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
+    todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
+    cpu = "; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows) else ""
+    console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
+                  f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
+                  soft_wrap=width is None)
+    console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
+
+
+# ------------------------------------------------------------------------------------------------ main
+def look(sweep: Sweep, runs: list[Run]) -> View:
+    """The executors' view of the runs' latest jobs (one question per executor)."""
+    return executors.view_runs(sweep.jobs_root, [r.run_dir for r in runs])[1]
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
+    """One submit at a time plans and submits a sweep (two terminals, a cron job and a person): the others wait,
+    then see its jobs. A kernel lock on <sweep folder>/.submit.lock, released when its holder dies."""
+    path = sweep.jobs_dir / ".submit.lock"
+    deadline, said = time.time() + wait_s, False
+    while True:
+        fh, holder = try_lock(path)
+        if fh is not None:
+            break
+        if time.time() > deadline:
+            raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after "
+                              f"{wait_s:.0f} s", hint="let it finish, or stop it, then submit again")
+        if not said:
+            print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it", flush=True)
+            said = True
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        fh.truncate(0)
+        fh.close()
+
+
+def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
+           max_parallel: int = 0, retry: bool = False) -> tuple[Sweep, list[Run], Executor, dict[str, str]]:
+    """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}.
+    retry: submit failed runs again (from their last checkpoint), with fresh timeout/preemption/crash counts.
+    A run whose job is live, or may be, is never submitted again."""
+    sweep = load_sweep(path)
+    runs = select(expand(sweep), only)
+    back = executors.choose(executor, sweep.jobs_root)
+    with contextlib.nullcontext() if dry_run else sweep_lock(sweep):
+        view = look(sweep, runs)
+        states = {r.name: decide(r, view) for r in runs}
+        actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
+        todo = [r for r in runs if actions[r.name] in SUBMITS]
+        notes = data_notes(sweep, todo) + broken_notes(runs, states) + view.notes
+        print_plan(sweep, plan_rows(runs, actions, states))
+        for note in notes:
+            print(f"note: {note}")
+        if dry_run:  # what the real submit would refuse, said now (without importing torch)
+            try:
+                back.check(todo, quick=True)
+            except ConfigError as err:
+                print(f"warning: {back.label} could not run this: {err}")
+            return sweep, runs, back, actions
+        back.check(todo)
+        for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
+            attempts = read_attempts(run.run_dir)
+            counts = requeue_counts(attempts)
+            print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "
+                  f"were {'/'.join(map(str, counts))}; attempts.jsonl keeps every attempt)")
+        replace_stuck(sweep, todo, view)
+        back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
+                    manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
+    left = [r for r in runs if actions[r.name] == "leave"]
+    if left:
+        settled = ("complete", "failed", "broken")  # their words cannot have changed since the plan
+        view = look(sweep, runs) if any(states[r.name].state not in settled for r in left) else view
+        words = {r.name: states[r.name].state if states[r.name].state in settled else progress(r, view) for r in left}
+        print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
+    if any(states[r.name].state == "failed" for r in left):
+        print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
+    return sweep, runs, back, actions
+
+
+def replace_stuck(sweep: Sweep, todo: list[Run], view: View) -> None:
+    """Cancel the live jobs of runs about to be submitted again: jobs that would wait for ever (their prep job
+    failed). Any other live job keeps its run out of `todo` (state.py)."""
+    for run in todo:
+        sub = last_submitted(read_attempts(run.run_dir))
+        seen = view.of(sub.get("job_id"))
+        if seen.live:
+            executors.get(sub.get("executor", ""), sweep.jobs_root).cancel(run.run_dir, sub["job_id"], seen)
+            print(f"{run.name}: job {sub['job_id']} cancelled ({seen.reason or seen.state.lower()}): it is replaced")
+
+
+# ------------------------------------------------------------------------------------------------ run folders
+# ------------------------------------------------------------------------------------------------ wait
+def progress(run: Run, view: View, now: RunState | None = None) -> str:
+    """One run in a few words, in status's words: queued, step 12/30, complete, failed (reason; log), ..."""
+    now = now or decide(run, view)
+    if now.state == "running":
+        step = read_json(RunFolder(run.run_dir).heartbeat).get("step")
+        return "starting" if step is None else f"step {step}/{run.size.steps}"
+    if now.state == "failed":
+        return f"failed ({now.reason}; log {now.log})"
+    return f"{now.state} ({now.reason})" if now.reason else now.state
+
+
+def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, poll_s: float = 2.0, every_s: float = 30.0) -> bool:
+    """Stay until no run has a live job (or one that may be) that can still make progress, printing a line when
+    something changes; True if all completed."""
+    shown, shown_at = "", 0.0
+    while True:
+        attempts, view = executors.view_runs(sweep.jobs_root, [r.run_dir for r in runs])
+        states = {r.name: decide(r, view) for r in runs}
+        line = " | ".join(f"{r.name} {progress(r, view, states[r.name])}" for r in runs)
+        if line != shown or time.time() - shown_at > every_s:
+            print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+            shown, shown_at = line, time.time()
+        submitted = {name: last_submitted(a) for name, a in attempts.items()}
+        if not any(view.of(submitted[r.name].get("job_id")).live and states[r.name].state != "failed" for r in runs):
+            break  # nothing left that can go on (a run's COMPLETE comes before its job's end: wait for that too)
+        said = back.keep_going([s for s in submitted.values() if s.get("executor") == back.name])
+        if said:
+            print(said, flush=True)
+        time.sleep(poll_s)
+    bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
+    print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
+    return not bad
+
+
+def results_table(sweep: Sweep, runs: list[Run], path: str) -> list[str]:
+    """What the runs reached (final validation loss, tokens, wall time in training), then the next commands
+    (`path`: the sweep file as given)."""
+    from zbpscale.results.bundle import default_out
+    from zbpscale.results.summary import summarize
+    from zbpscale.tables import age
+
+    rows = [("run", "val loss", "tokens", "wall time")]
+    for r in runs:
+        s = summarize(r.run_dir, name=r.name, size=r.size.name, arm=r.arm.name, seed=r.seed, state=("", None))
+        rows.append((r.name, "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}", fmt_tokens(s.tokens),
+                     age(s.wall_time_s)))
+    width = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join([row[0].ljust(width[0])] + [c.rjust(w) for c, w in zip(row[1:], width[1:])]) for row in rows]
+    out = default_out(sweep.jobs_dir)
+    commands = [f"zbpscale collect {path}", f"zbpscale plot {_shown(out)}"]
+    pad = max(map(len, commands)) + 3
+    return lines + [f"next: {commands[0]:<{pad}}# results bundle in {_shown(out)}",
+                    f"      {commands[1]:<{pad}}# its figures and table.md"]
+
+
+def _shown(path) -> str:
+    """A path as the user would type it: relative to the current folder where it lies below it."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="a sweep file, e.g. sweeps/ladder.py")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
+    p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
+    p.add_argument("--executor", default="auto", choices=("auto", *executors.KINDS),
+                   help="auto: SLURM when it answers, else the local queue")
+    p.add_argument("--wait", action="store_true",
+                   help="stay until every run has finished, showing progress; exit 1 if one did not complete")
+    p.add_argument("--max-parallel", type=int, default=0, metavar="N",
+                   help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
+    p.add_argument("--retry", action="store_true",
+                   help="submit failed runs again from their last checkpoint, with fresh requeue counts")
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep, runs, back, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
+                                  max_parallel=args.max_parallel, retry=args.retry)
+    if not args.wait or args.dry_run:
+        return 0
+    try:
+        complete = wait_for(sweep, runs, back)
+    except KeyboardInterrupt:
+        print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
+        return 130
+    print("\n".join(results_table(sweep, runs, args.sweep)), flush=True)
+    return 0 if complete else 1

