@@ -226,6 +226,6 @@ def results_sweep(tmp_path_factory, data_dir):
         if run.arm.name != "zbp_n8_fwd":
             cfg = run.train_config()
             run.run_dir.mkdir(parents=True)
-            (RunFolder(run.run_dir).config).write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
+            RunFolder(run.run_dir).config.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
             train(cfg, run.run_dir)
     return path

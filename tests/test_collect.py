@@ -122,3 +122,20 @@ def test_a_run_folder_gone_keeps_its_collected_copy_and_another_sweep_is_refused
     other.write_text(results_sweep.read_text().replace('name="results"', 'name="other"'))
     with pytest.raises(ConfigError, match="holds sweep 'results', not 'other'"):
         collect(other, out, log=lambda line: None)
+
+
+def test_a_bundle_of_format_1_still_loads_and_plots(results_sweep, tmp_path):
+    """Bundles collected before a run's state was called `state` (format 1 named it `status`) load with the same
+    states, and plot draws them."""
+    from zbpscale.results.bundle import Bundle
+    from zbpscale.results.plot import plot
+
+    out = tmp_path / "out"
+    collect(results_sweep, out, log=lambda line: None)
+    summary = json.loads((out / "summary.json").read_text())
+    for row in summary["runs"]:
+        row["status"] = row.pop("state")
+    (out / "summary.json").write_text(json.dumps(summary))
+    rows = Bundle(out).read_summary()
+    assert [r.state for r in rows] == [r["status"] for r in summary["runs"]] and "complete" in {r.state for r in rows}
+    assert plot(out, log=lambda line: None).gap_points

@@ -192,7 +192,7 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
     assert "data not prepared" in out.stdout and "all 2 runs complete" in out.stdout
     for name in ("tiny-bp", "tiny-zbp_n4"):
         run = tmp_path / "jobs" / "smoke" / name
-        assert (RunFolder(run).complete).exists()
+        assert RunFolder(run).complete.exists()
         assert [s for s, _ in losses(run)] == list(range(20))
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
@@ -258,7 +258,7 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
                120, "a checkpoint of each run")
     driver_pid = queue.driver_info()["pid"]
     os.kill(driver_pid, signal.SIGKILL)
-    assert not any((RunFolder(run).complete).exists() for run in runs), "a run finished before the kill: make it longer"
+    assert not any(RunFolder(run).complete.exists() for run in runs), "a run finished before the kill: make it longer"
     wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
     # Its ranks got SIGUSR2 from the kernel (PDEATHSIG): they checkpoint and stop rather than train on.
     wait_until(lambda: all("checkpointed" in [r.get("status") for r in read_records(run) if r["kind"] == "end"]
@@ -289,7 +289,7 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
         pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: len(ends(run)) == attempt, 60, f"the end of attempt {attempt}")
-    assert not (RunFolder(run).complete).exists(), "the run finished before the second kill: make it longer"
+    assert not RunFolder(run).complete.exists(), "the run finished before the second kill: make it longer"
     assert ends(run) == ["crashed", "failed"]
     reasons = [a["reason"] for a in read_attempts(run) if a["event"] == "end"]
     assert "crashed 2 times, over max_crashes=1" in reasons[-1] and "killed by SIGKILL" in reasons[-1]
@@ -316,7 +316,7 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir):
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
-    assert ends(run) == ["cancelled"] and not (RunFolder(run).complete).exists()
+    assert ends(run) == ["cancelled"] and not RunFolder(run).complete.exists()
     status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(run.parent), "--json"],
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 3 and json.loads(status.stdout)["cancel"][0]["state"] == "cancelled"

@@ -187,4 +187,4 @@ def test_the_watchdog_on_the_local_queue(tmp_path, data_dir):
     subprocess.run(["kill", "-STOP", str(rank_pid(run, 1))], check=True)
     wait_until(lambda: ends(run) and ends(run)[-1][0] == "completed", "the run to finish after the hang", timeout=300)
     assert [w for w, _ in ends(run)] == ["hung", "completed"], ends(run)
-    assert (RunFolder(run).complete).exists() and [s for s, _ in losses(run)] == list(range(40))
+    assert RunFolder(run).complete.exists() and [s for s, _ in losses(run)] == list(range(40))

@@ -146,7 +146,7 @@ def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_di
     try:
         seen = set()
         deadline = time.time() + 600
-        while not all((RunFolder(r).complete).exists() for r in runs):
+        while not all(RunFolder(r).complete.exists() for r in runs):
             assert time.time() < deadline, "the runs did not finish with accounting down"
             code, rows = status(runs[0].parent, env)
             seen |= {r["state"] for r in rows}
@@ -188,7 +188,7 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
         time.sleep(0.5)
     assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
         ("cancelled", "scancel; checkpointed")]
-    assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not (RunFolder(run).complete).exists()
+    assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not RunFolder(run).complete.exists()
     code, (row,) = status(run.parent, env)
     assert code == 3 and row["state"] == "cancelled" and row["preemptions"] == 0
     out = submit(sweep, env)
@@ -227,4 +227,4 @@ def test_a_failed_prep_job_fails_its_runs_and_a_submit_after_the_fix_replaces_th
     assert out.returncode == 0 and f"job {held} cancelled" in out.stdout and "prep job" in out.stdout, out.stdout
     assert final_state(env, held) == "CANCELLED"
     new = job_ids(run)[-1]
-    assert new != held and final_state(env, new) == "COMPLETED" and (RunFolder(run).complete).exists()
+    assert new != held and final_state(env, new) == "COMPLETED" and RunFolder(run).complete.exists()

@@ -87,7 +87,7 @@ def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tm
     for run in runs:
         (job,) = job_ids(run)
         assert wait_final(slurm_env, job, timeout=900) == "COMPLETED", list((run / "logs").iterdir())
-        assert (RunFolder(run).complete).exists()
+        assert RunFolder(run).complete.exists()
         assert [s for s, _ in losses(run)] == list(range(20))
         assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
     assert (tmp_path / "data" / "embedded" / "manifest.json").exists()
@@ -176,7 +176,7 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     subprocess.run(["scancel", "--signal=USR2", job_ids(victim)[0]], env=slurm_env, check=True, timeout=30)
     wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "the run to be requeued")
     saved = wait_for_checkpoint_and_progress(victim)
-    assert not (RunFolder(victim).complete).exists(), "the run finished before the kill: make it longer"
+    assert not RunFolder(victim).complete.exists(), "the run finished before the kill: make it longer"
     pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
     os.kill(pid, 9)  # rank 0's Python process, as an OOM killer would
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
@@ -207,5 +207,5 @@ def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_pat
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
     assert wait_final(slurm_env, job) == "COMPLETED"  # it ended itself after the checkpoint, not requeued
     assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["cancelled"]
-    assert not (RunFolder(run).complete).exists() and 3 <= len(losses(run)) < 400
+    assert not RunFolder(run).complete.exists() and 3 <= len(losses(run)) < 400
     assert "resume" in submit(sweep, slurm_env, "--dry-run").stdout  # a later submit continues it

@@ -66,7 +66,7 @@ def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0, threa
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (RunFolder(run_dir).config).write_text(json.dumps(cfg.to_dict()))
+    RunFolder(run_dir).config.write_text(json.dumps(cfg.to_dict()))
     return run_dir
 
 
@@ -234,7 +234,7 @@ def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):
     for text, expected in (("{not json", "config.json is not valid JSON (line 1"),
                            (json.dumps({**small_cfg(data_dir).to_dict(), "stpes": 3}), "does not hold a valid config"),
                            (json.dumps({**small_cfg(data_dir).to_dict(), "steps": -1}), "TrainConfig.steps must be")):
-        (RunFolder(run).config).write_text(text)
+        RunFolder(run).config.write_text(text)
         out = launch(run)
         stdout, _ = out.communicate(timeout=120)
         assert out.returncode == 2 and "Traceback" not in stdout, stdout

@@ -165,7 +165,7 @@ def reconcile(run_dir: Path, attempts: list[dict], job: JobView) -> list[dict]:
     if job.source not in ("squeue", "sacct") or job.live or job.state in ("", "COMPLETED"):
         return attempts
     starts = [a for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
-    if not starts or last_end(attempts, job_id) or (RunFolder(run_dir).complete).exists():
+    if not starts or last_end(attempts, job_id) or RunFolder(run_dir).complete.exists():
         return attempts
     reason = (job.words or f"job ended {job.state}") + (f", {job.how}" if job.how else "")
     end = {"job_id": job_id, "executor": sub.get("executor", ""),

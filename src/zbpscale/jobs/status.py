@@ -121,7 +121,7 @@ def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float 
     from zbpscale.files import read_jsonl
 
     planned = planned or {}
-    found = {p.name for p in folder.iterdir() if (RunFolder(p).config).exists()} if folder.is_dir() else set()
+    found = {p.name for p in folder.iterdir() if RunFolder(p).config.exists()} if folder.is_dir() else set()
     run_dirs = sorted(folder / name for name in found | set(planned))
     if only:
         run_dirs = [p for p in run_dirs if matches(p.name, patterns(only))]
@@ -325,7 +325,7 @@ def run(args) -> int:
 def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
     for _, folder in sweeps:
         run_dir = folder / run
-        if (RunFolder(run_dir).config).exists():
+        if RunFolder(run_dir).config.exists():
             from zbpscale.files import read_jsonl
 
             attempts = read_jsonl(RunFolder(run_dir).attempts)
@@ -338,5 +338,5 @@ def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
             print(f"==> {log} <==")
             print("\n".join(log_tail(log, lines)))
             return 0
-    names = sorted(p.name for _, f in sweeps for p in f.iterdir() if (RunFolder(p).config).exists())
+    names = sorted(p.name for _, f in sweeps for p in f.iterdir() if RunFolder(p).config.exists())
     raise ConfigError(f"no run {run!r} here", hint="runs: " + ", ".join(names))

@@ -160,7 +160,7 @@ class _Run:
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None) -> str:
     _check_config(run_dir, cfg)
-    if (RunFolder(run_dir).complete).exists():
+    if RunFolder(run_dir).complete.exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
         return "completed"

@@ -92,7 +92,7 @@ class SlurmExecutor(Executor):
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
         if seen.state == "RUNNING":
-            (RunFolder(run_dir).cancel).write_text("cancel\n")
+            RunFolder(run_dir).cancel.write_text("cancel\n")
             _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
         else:
             _scancel(job)

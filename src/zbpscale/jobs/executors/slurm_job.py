@@ -89,7 +89,7 @@ class TrainJob:
             if main:
                 record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
             return "completed"
-        if (RunFolder(run_dir).cancel).exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
+        if RunFolder(run_dir).cancel.exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
             if main:
                 record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
             return "cancelled"

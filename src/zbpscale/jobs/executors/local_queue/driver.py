@@ -198,7 +198,7 @@ class Driver:
             return
         run_dir = Path(e.run_dir)
         interrupted = all(c in (None, EXIT_REQUEUE) for c in codes)
-        if (RunFolder(run_dir).complete).exists():
+        if RunFolder(run_dir).complete.exists():
             self.finish(e, "completed", "all steps done")
         elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
             self.finish(e, "cancelled", "zbpscale cancel; checkpointed" if interrupted else "zbpscale cancel; killed")
