@@ -83,12 +83,19 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-def append_jsonl(path: Path, record: dict, *, fsync: bool = True) -> None:
-    """Append one object as a line of a JSONL file (made with its folder if missing), fsynced unless asked not to."""
+def append_jsonl(path: Path, record: dict) -> None:
+    """Append one object as a line of a JSONL file (made with its folder if missing), fsynced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fh.write(json.dumps(record) + "\n")
         fh.flush()
-        if fsync:
-            os.fsync(fh.fileno())
+        os.fsync(fh.fileno())
+
+
+def check_fields(kind: type, fields: dict) -> None:
+    """A TypeError naming the fields that the record type `kind` (a TypedDict) does not have: writing one is a bug,
+    since every reader knows a record's fields from its type."""
+    unknown = set(fields) - set(kind.__annotations__)
+    if unknown:
+        raise TypeError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
-from zbpscale.files import append_jsonl, read_jsonl
+from zbpscale.files import append_jsonl, check_fields, read_jsonl
 from zbpscale.jobs.layout import RunFolder
 
 # Exit codes of a training process (python -m zbpscale.train, a local-queue rank).
@@ -78,10 +78,7 @@ EVENTS: dict[str, type] = {"submitted": Submitted, "start": Start, "end": End}
 def record(run_dir: Path, event: str, **fields) -> None:
     """Append one event (submitted | start | end) to the run's attempts record, fsynced. A field the event's
     record type does not have is a bug (TypeError): every reader knows the fields from the type."""
-    kind = EVENTS[event]
-    unknown = set(fields) - set(kind.__annotations__)
-    if unknown:
-        raise TypeError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")
+    check_fields(EVENTS[event], fields)
     if fields.get("why", "completed") not in ENDS:
         raise TypeError(f"End.why must be one of {', '.join(ENDS)}, got {fields['why']!r}")
     append_jsonl(RunFolder(run_dir).attempts, {"event": event, "time": time.time(), **fields})

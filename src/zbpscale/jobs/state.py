@@ -200,6 +200,11 @@ def refine_reason(reason: str, log) -> str:
     return reason or "ended without a reason on record"
 
 
+def refined(decided: RunState) -> RunState:
+    """The state, with a failed run's reason sharpened from its log (refine_reason), as status shows it."""
+    return replace(decided, reason=refine_reason(decided.reason, decided.log)) if decided.state == "failed" else decided
+
+
 def sweep_states(folder: Path, *, stall_after_s: float = 900.0) -> dict[str, RunState]:
     """The state of every run folder in a sweep folder, as status decides it (one look at the scheduler; a
     failed run's reason sharpened from its log)."""
@@ -211,9 +216,8 @@ def sweep_states(folder: Path, *, stall_after_s: float = 900.0) -> dict[str, Run
     view = executors.view_all(folder.parent, attempts, now=now)
     states = {}
     for p in run_dirs:
-        s = decide(p, attempts[p.name], view.of(last_submitted(attempts[p.name]).get("job_id")), now=now,
-                   stall_after_s=stall_after_s)
-        states[p.name] = replace(s, reason=refine_reason(s.reason, s.log)) if s.state == "failed" else s
+        states[p.name] = refined(decide(p, attempts[p.name], view.of(last_submitted(attempts[p.name]).get("job_id")),
+                                        now=now, stall_after_s=stall_after_s))
     return states
 
 

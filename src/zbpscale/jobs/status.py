@@ -31,7 +31,7 @@ from zbpscale.jobs import executors
 from zbpscale.jobs.attempts import last_submitted, requeue_counts
 from zbpscale.jobs.executors import JobView
 from zbpscale.jobs.layout import RunFolder, parse_run_name
-from zbpscale.jobs.state import STATES, log_tail, reconcile, refine_reason, run_state
+from zbpscale.jobs.state import STATES, log_tail, reconcile, refined, run_state
 from zbpscale.jobs.sweep import find_sweeps
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, terminal_width
 from zbpscale.text import matches, patterns
@@ -54,7 +54,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     sub = last_submitted(attempts)
     job = sub.get("job_id", "")
     attempts = reconcile(run_dir, attempts, seen)
-    decided = run_state(run_dir, attempts, seen, now=now, stall_after_s=stall_after_s)
+    decided = refined(run_state(run_dir, attempts, seen, now=now, stall_after_s=stall_after_s))
     try:
         config = RunFolder(run_dir).read_config() or {}
     except BrokenRunFolder:
@@ -73,8 +73,6 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
     state, reason, log = decided.state, decided.reason, decided.log
-    if state == "failed":
-        reason = refine_reason(reason, log)
     step_time = tail.get("train", {}).get("step_time")
     eta = (steps - step) * step_time if state == "running" and step_time and steps else None
     return {

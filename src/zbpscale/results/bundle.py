@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.files import atomic_write
+from zbpscale.files import atomic_write, read_json
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.results.summary import RunSummary
 
@@ -49,23 +49,18 @@ class Bundle:
 
     def read_manifest(self) -> dict | None:
         """The manifest, None when there is none (not a collected bundle, or a notebook's own folder)."""
-        try:
-            value = json.loads(self.manifest.read_text())
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
+        return read_json(self.manifest) or None
 
     def read_summary(self) -> list[RunSummary]:
         """The rows of summary.json; a ConfigError if the folder is not a collected bundle."""
-        if not self.summary_json.is_file():
-            raise ConfigError(f"{self.path} is not a collected results folder (no {self.summary_json.name})",
-                              hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+        self.require(self.summary_json)
         return [summary_row(row) for row in json.loads(self.summary_json.read_text())["runs"]]
 
-    def require(self) -> None:
-        """A ConfigError if the folder is not a collected bundle (no manifest)."""
-        if not self.manifest.is_file():
-            raise ConfigError(f"{self.path} is not a collected results folder (no {self.manifest.name})",
+    def require(self, file: Path | None = None) -> None:
+        """A ConfigError if the folder is not a collected bundle: no manifest (or no `file`)."""
+        file = file or self.manifest
+        if not file.is_file():
+            raise ConfigError(f"{self.path} is not a collected results folder (no {file.name})",
                               hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
 
 

@@ -90,15 +90,13 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     strip below the figure, so that the stamp never covers an axis label, and saved with a tight box, so that it
     is never cut."""
     folder.mkdir(parents=True, exist_ok=True)
-    made = Bundle(folder.parent).read_manifest()
-    try:
+    made = Bundle(folder.parent).read_manifest() or {}
+    if "sweep" in made and "source" in made:  # else not a collected bundle (a notebook's own folder): no stamp
         words = (f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
                  f"zbpscale plot {folder.parent}")
         width = max(40, int(fig.get_figwidth() * 72 / (6 * 0.6)))  # characters of 6 pt that fit the width
         fig.text(0.005, 0.0, textwrap.fill(words, width), fontsize=6, color="gray", ha="left", va="top",
                  gid="stamp")
-    except (TypeError, KeyError):
-        pass  # not a collected bundle (a notebook's own folder): no stamp
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=150, metadata={"Software": None}, bbox_inches="tight")
     fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None}, bbox_inches="tight")

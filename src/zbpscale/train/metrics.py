@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
-from zbpscale.files import atomic_write, read_jsonl
+from zbpscale.files import atomic_write, check_fields, read_jsonl
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import process_start_time
 
@@ -131,13 +131,6 @@ class Heartbeat(TypedDict, total=False):
 Record = Union[StartRecord, ResumeRecord, TrainRecord, EvalRecord, DiagRecord, EndRecord]
 RECORDS: dict[str, type] = {"start": StartRecord, "resume": ResumeRecord, "train": TrainRecord, "eval": EvalRecord,
                             "diag": DiagRecord, "end": EndRecord}
-
-
-def check_fields(kind: type, fields: dict) -> None:
-    """A TypeError naming the fields that the record type `kind` does not have."""
-    unknown = set(fields) - set(kind.__annotations__)
-    if unknown:
-        raise TypeError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")
 
 
 def read_records(run_dir: Path) -> list[Record]:
