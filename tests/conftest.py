@@ -34,6 +34,56 @@ def load_tool(name: str):
     return module
 
 
+def venv_seeing_this_python(folder: Path) -> Path:
+    """Make a fresh venv (no pip of its own) whose interpreter also sees every package of the interpreter that
+    runs the tests, wherever that lives (a venv as the README makes, a conda env, a bare interpreter); its
+    python. A .pth file in the new venv lists the running interpreter's site folders after the venv's own, so
+    what the venv installs wins, and pip, setuptools and torch come from the environment the user set up
+    (`--system-site-packages` would give the *base* interpreter's, not the user's venv's). Offline."""
+    import site
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    python = folder / "bin" / "python"
+    inner = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                           capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    outer = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    (Path(inner) / "_outer_environment.pth").write_text("".join(f"{p}\n" for p in outer if Path(p).is_dir()))
+    return python
+
+
+@pytest.fixture(scope="session")
+def wheel_python(tmp_path_factory) -> Path:
+    """The python of a fresh venv where zbpscale is a non-editable install (`pip install .` of a copy of this
+    tree: pyproject.toml, README.md, src/) whose source copy is then deleted, so nothing can import from a
+    source folder; the rest (torch, submitit, ...) comes from the tests' environment. Offline."""
+    import shutil
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    base = tmp_path_factory.mktemp("wheel")
+    clone = base / "zbpscale-src"
+    clone.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, clone / name)
+    shutil.copytree(repo / "src", clone / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    python = venv_seeing_this_python(base / "venv")
+    out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                          "--no-index", str(clone)], capture_output=True, text=True, timeout=300, cwd=base)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    shutil.rmtree(clone)
+    where = subprocess.run([str(python), "-c", "import zbpscale; print(zbpscale.__file__)"], capture_output=True,
+                           text=True, timeout=60, cwd=base, env=wheel_env())
+    assert where.stdout.strip().startswith(str(base / "venv")), where.stdout + where.stderr  # the installed copy
+    return python
+
+
+def wheel_env(**extra: str) -> dict:
+    """The environment of a command run with `wheel_python`: no PYTHONPATH or VIRTUAL_ENV of the tests' own."""
+    return {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}, **extra}
+
+
 def load_slurm_local():
     return load_tool("slurm_local")
 

@@ -4,7 +4,7 @@ mistake compared with the one-line contract (no traceback, non-zero exit)."""
 import subprocess
 import sys
 
-from conftest import config_json
+from conftest import config_json, venv_seeing_this_python
 from zbpscale.train.schema import SIZES, n_params
 
 
@@ -247,10 +247,7 @@ def test_python_m_works_from_the_folder_that_holds_the_clone(tmp_path):
     (clone / "data" / "embedded").mkdir(parents=True)  # what the README's main job leaves behind
     (clone / "jobs").mkdir()
     shutil.copy(REPO / "sweeps" / "smoke.py", tmp_path / "mytiny.py")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)  # pip and setuptools: those of the interpreter running the tests
-    python = venv / "bin" / "python"
+    python = venv_seeing_this_python(tmp_path / "venv")  # pip and setuptools: those of the tests' environment
     out = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                           "--no-index", "-e", str(clone)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
