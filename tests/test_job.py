@@ -1,5 +1,6 @@
-"""The job side's pure pieces against hand-computed values: SLURM durations, timeout vs preemption, bounds;
-and a stop signal that comes before the job's handler exists, with and without the blocking launcher."""
+"""The job side's pure pieces against hand-computed values: SLURM durations, timeout vs preemption, bounds, when
+SLURM's word frees another job's lease; and a stop signal that comes before the job's handler exists, with and
+without the blocking launcher."""
 
 import os
 import signal
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from zbpscale.jobs.attempts import count_ends, read_attempts, record
+from zbpscale.jobs.executors import slurm_job
 from zbpscale.jobs.executors.slurm_commands import parse_duration
 from zbpscale.jobs.executors.slurm_job import classify_interruption
+from zbpscale.lease import Holder
 from zbpscale.signals import BLOCKED_PYTHON
 
 # A job's start-up: it says it runs, and waits for a line while the test signals it; only then does it install
@@ -73,3 +76,57 @@ def test_a_stop_signal_during_start_up_waits_for_the_handler(launcher, survives)
         assert child.returncode == 0 and out.split() == [str(int(signal.SIGUSR2))]
     else:  # the control: a plain interpreter dies of it, as a job did in CI
         assert child.returncode == -signal.SIGUSR2
+
+
+@pytest.mark.parametrize("job, restarts, squeue, sacct, gone", [
+    ("50", 0, None, None, True),           # an earlier run of this job (now its restart 1): SLURM ended it
+    ("50", 1, None, None, False),          # this very run of it (another process of it): not gone
+    ("61", 0, "RUNNING", None, False),     # another job the controller runs
+    ("61", 0, "COMPLETING", None, False),  # its processes may still run
+    ("61", 0, "FAILED", None, True),       # the controller says it ended
+    ("61", 0, None, ["COMPLETED"], True),  # past the controller's memory: accounting says it ended
+    ("61", 0, None, ["COMPLETED", "RUNNING"], False),  # a reused id, one of them alive
+    ("61", 0, None, [], False),            # no one knows it: unknown is not gone
+    ("local-3", 0, None, None, False),     # another executor's job
+    ("", 0, None, None, False),            # no job at all
+])
+def test_when_slurm_says_a_leases_holder_is_gone(monkeypatch, job, restarts, squeue, sacct, gone):
+    monkeypatch.setenv("SLURM_JOB_ID", "50")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    monkeypatch.setattr(slurm_job.slurm, "controller_state", lambda job_id: squeue)
+    monkeypatch.setattr(slurm_job.slurm, "sacct_rows",
+                        lambda ids: {job: [{"state": s} for s in sacct]} if sacct is not None else None)
+    holder = Holder(host="node-b", pid=7, start=1, machine="elsewhere", job=job, restarts=restarts)
+    assert slurm_job.holder_gone(holder) is gone
+
+
+FAKE_SLURM_TASK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
+                   "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
+                   "SLURM_JOB_NODELIST": "localhost"}
+"""What a SLURM task's environment says to submitit (one task on one node): the job runs without a scheduler."""
+
+
+def test_an_attempt_that_died_without_a_word_gets_its_end_from_the_job_s_next_start(tmp_path, data_dir):
+    """#33 item 5: SLURM starts a job again under the same id after a node failure (it requeues NODE_FAIL itself):
+    the lost attempt wrote no end record, so status's T/P/F did not count it. The job's next start writes it
+    (crashed, source restart), then trains the run to the end."""
+    from conftest import config_json, trainer_env
+    from zbpscale.jobs.attempts import requeue_counts
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(config_json(data_dir=str(data_dir), steps=2, global_batch=4, eval_every=0,
+                                                 eval_batches=1, device="cpu"))
+    record(run, "submitted", job_id="4242", executor="slurm")
+    record(run, "start", job_id="4242", executor="slurm", host="node9", nodes="node9")  # then node9 was lost
+    code = f"from zbpscale.entry import TrainJob; print(TrainJob({str(run)!r}, max_timeouts=1, max_preemptions=1, " \
+           "signal_delay_s=30)())"
+    env = {k: v for k, v in trainer_env(1, **FAKE_SLURM_TASK).items() if k not in ("RANK", "WORLD_SIZE")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "completed", out.stdout[-2000:] + out.stderr[-2000:]
+    events = read_attempts(run)
+    assert [(a["event"], a.get("why"), a.get("source")) for a in events] == [
+        ("submitted", None, None), ("start", None, None), ("end", "crashed", "restart"), ("start", None, None),
+        ("end", "completed", None)]
+    assert "SLURM started the job again" in events[2]["reason"] and "node9" in events[2]["reason"]
+    assert requeue_counts(events) == (0, 0, 1)

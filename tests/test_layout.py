@@ -49,16 +49,17 @@ def test_the_code_passes_its_linter():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-SHARED = {"zbpscale", "zbpscale.errors", "zbpscale.files", "zbpscale.proc", "zbpscale.signals", "zbpscale.tables",
-          "zbpscale.text"}
-TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.schema", "zbpscale.train.metrics"}
+SHARED = {"zbpscale", "zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc", "zbpscale.signals",
+          "zbpscale.tables", "zbpscale.text", "zbpscale.version"}
+TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.schema", "zbpscale.train.formats", "zbpscale.train.metrics"}
 RULES = {  # package: (may import at module level, may import inside a function too); "x.*": x and its modules
     "zbpscale.zbp": ({"zbpscale.zbp.*", "zbpscale.errors"}, {"zbpscale.signals"}),
     "zbpscale.data": ({"zbpscale.data.*", "zbpscale.cli", *SHARED}, set()),
     "zbpscale.train": ({"zbpscale.train.*", "zbpscale.zbp.*", "zbpscale.data.*", "zbpscale.jobs",
                         "zbpscale.jobs.layout", "zbpscale.jobs.attempts", *SHARED}, set()),
-    "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*", *TORCH_FREE_TRAIN,
-                       *SHARED}, {"zbpscale.results", "zbpscale.results.bundle", "zbpscale.results.summary"}),
+    "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*", "zbpscale.entry",
+                       *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
+                                                     "zbpscale.results.summary"}),
     "zbpscale.results": ({"zbpscale.results.*", "zbpscale.jobs", "zbpscale.jobs.layout", "zbpscale.jobs.attempts",
                           "zbpscale.jobs.state", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.jobs.sweep", "zbpscale.cli"}),
 }
@@ -89,6 +90,25 @@ def test_packages_import_only_what_their_docstrings_allow():
             elif not allowed(name, target, top):
                 bad.append(f"{name} imports {target}" + ("" if top else " (inside a function)"))
     assert not bad, "\n".join(bad)
+
+
+ENTRY = {"zbpscale.jobs.executors.slurm_job", "zbpscale.jobs.executors.local_queue.rank",
+         "zbpscale.jobs.executors.local_queue.driver"}
+"""What zbpscale.entry (the names jobs pickle and the local queue runs, kept across releases) delegates to."""
+OLD_ENTRY_NAMES = {"zbpscale.job", "zbpscale.local", "zbpscale.local.rank"}
+"""Names that jobs of releases before zbpscale.entry hold (pickled, or run by a live old driver)."""
+
+
+def test_the_entry_module_imports_its_implementation_only_when_called():
+    """zbpscale.entry imports nothing of zbpscale at module level (unpickling a job loads no implementation that may
+    have moved) and, inside its functions, only the job modules it delegates to; the older releases' names only
+    re-export it."""
+    mods = modules()
+    entry = imports(mods["zbpscale.entry"])
+    assert [t for t, top in entry if top] == []
+    assert {t for t, _ in entry} <= ENTRY
+    for name in OLD_ENTRY_NAMES:
+        assert {t for t, _ in imports(mods[name])} <= {"zbpscale.entry"}, name
 
 
 def test_results_never_load_submit_and_status_never_loads_torch():

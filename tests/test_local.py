@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import straight_losses, write_sweep
+from conftest import straight_losses, wheel_env, write_sweep
 from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
@@ -181,13 +181,15 @@ def wait_driver_gone(queue: LocalQueue, timeout: float = 60) -> None:
 
 
 @pytest.mark.slow
-def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
-    """The README's main job, sweeps/smoke.py as shipped, from a folder without data, on 2 cores."""
+def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_python):
+    """The README's main job, sweeps/smoke.py as shipped, from a folder without data, on 2 cores, by a
+    non-editable install (`pip install .`, its source deleted): the driver and every rank import the installed
+    package. The editable install runs the local queue in every other test here."""
     (tmp_path / "sweeps").mkdir()
     sweep = tmp_path / "sweeps" / "smoke.py"
     sweep.write_text((REPO / "sweeps" / "smoke.py").read_text())
-    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", "sweeps/smoke.py", "--executor", "local", "--wait"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([str(wheel_python), "-m", "zbpscale.submit", "sweeps/smoke.py", "--executor", "local",
+                          "--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=wheel_env())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "data not prepared" in out.stdout and "all 2 runs complete" in out.stdout
     for name in ("tiny-bp", "tiny-zbp_n4"):
@@ -197,8 +199,8 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path):
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
-    status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", "sweeps/smoke.py", "--json"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    status = subprocess.run([str(wheel_python), "-m", "zbpscale.cli", "status", "sweeps/smoke.py", "--json"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=wheel_env())
     assert status.returncode == 0, status.stdout + status.stderr
     rows = json.loads(status.stdout)["smoke"]
     assert [(r["run"], r["state"], r["step"], r["executor"]) for r in rows] == [
@@ -358,3 +360,82 @@ SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=
     assert logs.returncode == 0 and end["log"] in logs.stdout, logs.stdout + logs.stderr
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert "queue empty: driver exits" in (tmp_path / "jobs" / ".localq" / "driver.log").read_text()  # not a crash
+
+
+def step_records(run_dir: Path) -> list[tuple[str, int]]:
+    return [(r["kind"], r["step"]) for r in read_records(run_dir) if r["kind"] in ("train", "eval", "diag")]
+
+
+def test_kill_9_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir):
+    """#33 item 1 on the local queue: the rank killed (-9) at step >= 5 with no checkpoint yet; the requeued
+    attempt starts again at step 0 and drops what the dead one logged: every step once, equal to a straight run."""
+    sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
+    run = tmp_path / "jobs" / "early" / "nano-bp"
+    submit(sweep)
+    wait_until(lambda: last_step(run) >= 5, 120, "step 5")
+    assert not RunFolder(run).list_checkpoints()
+    os.kill([a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"], signal.SIGKILL)
+    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    assert ends(run) == ["crashed", "completed"]
+    assert losses(run) == reference_losses(run, tmp_path)
+    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+    (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
+    assert resume["from_step"] == 0 and resume["dropped"] >= 5
+
+
+@pytest.mark.slow
+def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(tmp_path, data_dir):
+    """#33 item 3 on the local queue: the trainer stopped with SIGSTOP (its own watchdog is frozen with it) and
+    nobody sends SIGCONT. The driver sees no step for step_timeout_s (+ the sentinel's grace), writes what it saw
+    (a stopped process) into the log and the records, kills the ranks and requeues the run as a hang: it finishes
+    from its last checkpoint, every step once, bitwise equal to a run never stopped."""
+    from zbpscale.jobs.sentinel import GRACE_S
+
+    sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
+    run = tmp_path / "jobs" / "frozen" / "nano-bp"
+    submit(sweep)
+    wait_until(lambda: RunFolder(run).list_checkpoints() and last_step(run) >= 12, 120, "step 12")
+    pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    stopped = time.time()
+    wait_until(lambda: ends(run), 5 + GRACE_S + 60, "the hang to be caught")
+    assert time.time() - stopped >= 5 + GRACE_S - 1  # the trainer's own watchdog had its chance first
+    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    assert ends(run) == ["hung", "completed"]
+    hung = next(a for a in read_attempts(run) if a["event"] == "end")
+    assert f"rank 0 (pid {pid}" in hung["reason"] and "stopped (SIGSTOP or a debugger)" in hung["reason"], hung
+    assert "requeue 1/3" in hung["reason"]
+    (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["status"] == "hung"]
+    assert "seen from outside the trainer" in end["reason"]
+    assert losses(run) == reference_losses(run, tmp_path)
+    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+
+
+OLD_DRIVER = """
+import fcntl, sys, time
+fh = open(sys.argv[1], "a")
+fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # all that a driver of a release before the lease did
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_driver_of_an_older_release_holding_only_the_kernel_lock_is_alive(tmp_path):
+    """A driver started before an upgrade holds driver.lock's flock and writes no lease: the queue still calls
+    it alive (status does not call its runs stopped, submit starts no second driver), and dead once it is gone."""
+    queue = LocalQueue(tmp_path / "jobs")
+    queue.dir.mkdir(parents=True)
+    old = subprocess.Popen([sys.executable, "-c", OLD_DRIVER, str(queue.dir / "driver.lock")], stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert old.stdout.readline().strip() == "holding"
+        assert queue.driver_alive() and queue.try_driver_lock() is None
+    finally:
+        old.kill()
+        old.wait()
+    assert not queue.driver_alive()
+    lock = queue.try_driver_lock()
+    assert lock is not None
+    lock.release()

@@ -113,7 +113,7 @@ def test_every_state_and_failure_reason(tmp_path, fake_sacct):
     assert rows["s350-zbp_n16"]["log"].endswith("18_0_log.out")
     assert rows["s350-zbp_n64"]["reason"] == "exit status 1: ValueError: bad shard 7"
     assert rows["s1b-bp"]["reason"].startswith("out of memory (CUDA)")
-    assert rows["s60-zbp_n64"]["reason"] == "no heartbeat for 50m"
+    assert rows["s60-zbp_n64"]["reason"] == "no heartbeat for 50m (stalled after 15m)"
     running = rows["s60-zbp_n16"]
     assert (running["step"], running["steps"], running["pct"], running["tokens"]) == (40, 100, 40.0, 40 * 1024)
     assert running["train_loss"] == pytest.approx(5.0 - 39 / 100) and running["val_loss"] == pytest.approx(6.0 - 0.39)
@@ -332,3 +332,62 @@ def test_a_run_trained_by_hand_is_told_how_to_continue_by_hand(tmp_path):
     assert (row["state"], row["executor"]) == ("stopped", "")
     (line, _), = notes([row])
     assert line.endswith(f"; continue it with python -m zbpscale.train --run-dir {run}") and "submit" not in line
+
+
+def test_progress_is_the_last_trained_step_after_a_hard_stop(tmp_path):
+    """#33 item 5: the heartbeat is rewritten every few seconds; a trainer killed between two heartbeats has
+    train records past the heartbeat's step. The progress column is the later of the two."""
+    run = make_run(tmp_path / "jobs" / "sw", "nano-bp", done=40)  # train records of steps 0..39
+    (run / "heartbeat.json").write_text(json.dumps({"step": 31, "time": time.time() - 600}))  # 9 steps behind
+    (row,) = collect_rows(tmp_path / "jobs" / "sw")
+    assert (row["step"], row["tokens"]) == (40, 40 * 1024)
+    (run / "heartbeat.json").write_text(json.dumps({"step": 42, "time": time.time() - 600}))  # log_every > 1
+    (row,) = collect_rows(tmp_path / "jobs" / "sw")
+    assert row["step"] == 42
+
+
+def test_a_run_folder_as_target_shows_that_run(tmp_path, fake_sacct):
+    """#33 item 5: `zbpscale status jobs/<sweep>/<run>` shows that run (it said `no runs under ...`)."""
+    fake_sacct({"7": "RUNNING"})
+    sweep = tmp_path / "jobs" / "s"
+    make_run(sweep, "tiny-bp", done=3, job="7")
+    make_run(sweep, "tiny-zbp_n4", done=5)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(sweep / "tiny-bp"), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert [(r["run"], r["state"], r["step"]) for r in json.loads(out.stdout)["s"]] == [("tiny-bp", "running", 3)]
+
+
+def test_a_running_job_is_stalled_past_its_own_step_timeout(tmp_path, fake_sacct):
+    """#33 item 3: without --stall-after, a running job is stalled once its heartbeat is older than the run's
+    step_timeout_s (past which its watchdog or the sentinel ends it), not after a fixed 900 s; with no bound
+    (step_timeout_s 0), after 900 s; set-up (no step of this attempt yet) is no step: 900 s too."""
+    sweep = tmp_path / "jobs" / "s"
+    for job, name, timeout, beat_age in (("41", "nano-bp", 20, 30.0), ("42", "nano-bp-s1", 20, 10.0),
+                                         ("43", "nano-bp-s2", 0, 800.0), ("44", "nano-bp-s3", 0, 1000.0)):
+        run = make_run(sweep, name, done=5, job=job, beat_age=beat_age)
+        (run / "config.json").write_text(config_json(steps=100, global_batch=8, step_timeout_s=timeout))
+    # a new attempt of a run with a bound, 60 s into its set-up (its heartbeat is the previous attempt's)
+    run = make_run(sweep, "nano-bp-s4", done=5, job="45", beat_age=600.0)
+    (run / "config.json").write_text(config_json(steps=100, global_batch=8, step_timeout_s=20))
+    with open(run / "attempts.jsonl", "a") as fh:
+        fh.write(json.dumps({"event": "start", "time": time.time() - 60, "job_id": "45", "executor": "slurm"}) + "\n")
+    fake_sacct({job: "RUNNING" for job in ("41", "42", "43", "44", "45")})
+    rows = by_run(collect_rows(sweep))
+    assert {n: r["state"] for n, r in rows.items()} == {"nano-bp": "stalled", "nano-bp-s1": "running",
+                                                        "nano-bp-s2": "running", "nano-bp-s3": "stalled",
+                                                        "nano-bp-s4": "running"}
+    assert rows["nano-bp"]["reason"] == "no heartbeat for 30s (stalled after 20s)"
+
+
+def test_with_accounting_silent_a_killed_job_is_named_from_srun_in_its_log(tmp_path, fake_sacct):
+    """#33 item 5: accounting that answers nothing and a controller that has forgotten the job: the reason still
+    names the signal, from the line srun wrote into the job's log (as sacct would: signal 9, SIGKILL)."""
+    fake_sacct({})  # neither squeue nor sacct lists the job
+    sweep = tmp_path / "jobs" / "s"
+    make_run(sweep, "nano-bp", done=5, job="21", log_text="step 1/40 loss 10.7954 1,072 tok/s\n"
+             "srun: error: localhost: task 0: Killed\nsrun: Force Terminated StepId=21.0\n")
+    (row,) = collect_rows(sweep)
+    assert row["state"] == "failed"
+    assert row["reason"] == "a task was killed by signal 9 (SIGKILL) on localhost (job ended (state unknown) " \
+                            "without a record)"

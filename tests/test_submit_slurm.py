@@ -7,9 +7,11 @@ with the interruptions the scheduler caused (timeout / preempted); a second subm
 Skipped, with the reason, where no SLURM can run (`python tools/slurm_local.py install` as root).
 """
 
+import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, straight_losses, write_sweep
+from conftest import load_slurm_local, straight_losses, wheel_env, write_sweep
 from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.train.metrics import read_records
@@ -110,6 +112,23 @@ def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
     assert [s for s, _ in losses(run)] == list(range(4))
 
 
+def test_a_job_submitted_from_a_wheel_install_runs_the_installed_package(tmp_path, slurm_env, data_dir,
+                                                                       wheel_python):
+    """`pip install .` (non-editable, its source deleted), submit from another folder: the job's interpreter is
+    the venv's and imports the installed copy; its losses equal the source tree's trainer on the same config."""
+    sweep = write_sweep(tmp_path, "wheel", data_dir, steps=6)
+    env = {**wheel_env(), **{k: v for k, v in slurm_env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}}
+    out = subprocess.run([str(wheel_python), "-m", "zbpscale.submit", str(sweep), "--executor", "slurm"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = tmp_path / "jobs" / "wheel" / "nano-bp"
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job) == "COMPLETED", [p.read_text()[-2000:] for p in (run / "logs").glob("*.out")]
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
+    start = next(r for r in read_records(run) if r["kind"] == "start")
+    assert start["versions"]["zbpscale"] == importlib.metadata.version("zbpscale")  # the installed package's
+
+
 def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_dir):
     sweep = write_sweep(tmp_path, "bound", data_dir, steps=5000, time_min=1, max_timeouts=1)
     submit(sweep, slurm_env)
@@ -194,6 +213,50 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     resume = [r for r in read_records(victim) if r["kind"] == "resume"][-1]  # after the kill (one came before)
     assert resume["from_step"] >= saved
     assert losses(victim) == straight_losses(victim, tmp_path / "reference")
+
+
+def step_records(run_dir: Path) -> list[tuple[str, int]]:
+    return [(r["kind"], r["step"]) for r in read_records(run_dir) if r["kind"] in ("train", "eval", "diag")]
+
+
+def test_kill_9_before_the_first_checkpoint_then_a_submit_leaves_each_step_once(tmp_path, slurm_env, data_dir):
+    """#33 item 1 on SLURM: the trainer killed (-9) at step >= 5 with no checkpoint yet (the job ends FAILED);
+    a plain submit starts it again at step 0, and the new attempt drops what the dead one logged: every step
+    once, equal to a straight run."""
+    sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "early" / "nano-bp"
+    wait_until(lambda: len(losses(run)) >= 6, "step 5")
+    assert not RunFolder(run).list_checkpoints()
+    os.kill([a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1], 9)
+    assert wait_final(slurm_env, job_ids(run)[0]) == "FAILED"
+    submit(sweep, slurm_env)
+    assert wait_final(slurm_env, job_ids(run)[-1], timeout=600) == "COMPLETED"
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
+    assert step_records(run) == step_records(tmp_path / "reference")
+    resume = [r for r in read_records(run) if r["kind"] == "resume"][-1]
+    assert resume["from_step"] == 0 and resume["dropped"] >= 6
+
+
+def test_a_frozen_trainer_is_caught_by_its_sentinel_requeued_and_finishes_bitwise(tmp_path, slurm_env, data_dir):
+    """#33 item 3 on SLURM: the trainer stopped with SIGSTOP (its own watchdog is frozen with it), nobody sends
+    SIGCONT. The job's sentinel sees no step for step_timeout_s (+ its grace), records the hang with what it saw
+    (a stopped process) and requeues the job; the job finishes from its last checkpoint, bitwise equal to a run
+    never stopped, with one job."""
+    sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "frozen" / "nano-bp"
+    wait_until(lambda: RunFolder(run).list_checkpoints() and len(losses(run)) >= 12, "step 12")
+    pid = [a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1]
+    os.kill(pid, signal.SIGSTOP)
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
+    ends = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert [a["why"] for a in ends] == ["hung", "completed"], ends
+    assert f"rank 0 (pid {pid}" in ends[0]["reason"] and "stopped (SIGSTOP or a debugger)" in ends[0]["reason"]
+    assert [r["status"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
+    assert losses(run) == straight_losses(run, tmp_path / "reference")
+    assert step_records(run) == step_records(tmp_path / "reference")
 
 
 def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_path, slurm_env, data_dir):

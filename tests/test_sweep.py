@@ -128,6 +128,9 @@ BAD_SWEEPS = [
      "signal_after_limit.py:3: Sweep 'x': size tiny has time_min=2, not longer than signal_delay_s=120"),
     # A new user's mistakes (#24): the line of the field itself, a did-you-mean, every value checked at load
     *[(name, MULTILINE.replace(good, bad), message) for name, good, bad, message in (
+        ("fast_poll.py", "max_timeouts=3", "max_timeouts=3, poll_s=2",  # #32: the controller is shared
+         "fast_poll.py:12: Sweep.poll_s must be a number >= 10 (seconds between questions to the scheduler; sites "
+         "ask for 60-120), got 2"),
         ("typo_sweep_field.py", "max_timeouts=3", "max_timeout=3",
          "typo_sweep_field.py:12: Sweep has no field 'max_timeout' (hint: did you mean max_timeouts?)"),
         ("typo_size_field.py", "warmup_frac=0.1", "warmup_fraction=0.1",

@@ -143,9 +143,10 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240):
         time.sleep(0.05)
 
 
-def finished(proc: subprocess.Popen) -> None:
+def finished(proc: subprocess.Popen) -> str:
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
+    return out
 
 
 # Each case runs at an explicit thread count and at the machine's default (None: OMP_NUM_THREADS unset, what a
@@ -212,6 +213,31 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     assert resume["dropped"] >= 2
 
 
+def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir):
+    """#33 item 1: killed (-9) at step >= 5 with no checkpoint yet, then run again: the records of the dead
+    attempt are dropped by the next one (said in a `resume` record from step 0), so every step appears once and
+    the records equal a straight run's."""
+    cfg = small_cfg(data_dir, steps=20, ckpt_every=0, eval_every=5)
+    reference = write_config(tmp_path / "reference", cfg)
+    straight = launch(reference)
+    run = write_config(tmp_path / "killed", cfg)
+    proc = launch(run)
+    wait_for(lambda: len(train_losses(run)) >= 6, proc)
+    proc.kill()
+    proc.wait()
+    assert not RunFolder(run).list_checkpoints()
+    logged_before = sum(r["kind"] in ("train", "eval") for r in read_records(run))
+    out = finished(launch(run))
+    finished(straight)
+    assert "starting again at step 0" in out
+    step_records = [(r["kind"], r["step"]) for r in read_records(run) if r["kind"] in ("train", "eval", "diag")]
+    assert step_records == [(r["kind"], r["step"]) for r in read_records(reference)
+                            if r["kind"] in ("train", "eval", "diag")]  # each step once, in order
+    assert train_losses(run) == train_losses(reference)
+    (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
+    assert resume["from_step"] == 0 and resume["dropped"] == logged_before
+
+
 def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     """Fault: Ctrl-C pressed twice: the second aborts at once (one line, exit 130), no checkpoint is written."""
     cfg = small_cfg(data_dir, model=ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128), steps=200,
@@ -226,6 +252,32 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     assert proc.returncode == 130, out
     assert "stopped without a checkpoint" in out and "Traceback" not in out
     assert RunFolder(run).list_checkpoints() == []
+    end = [r for r in read_records(run) if r["kind"] == "end"]  # said in its records: stopped, not failed (#33)
+    assert [(e["status"], e["step"]) for e in end] == [("interrupted", train_losses(run)[-1][0])]
+    from zbpscale.jobs.state import run_state
+
+    decided = run_state(run, [])
+    assert decided.state == "stopped" and "Ctrl-C twice" in decided.reason, decided
+
+
+def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_dir, monkeypatch):
+    """#33 item 5: a directly-run trainer whose checkpoint hits a full disk (its temp file is a link to /dev/full,
+    whose writes fail with ENOSPC) writes that cause as its end record, and status gives it as the reason (it
+    said "gone without an end record")."""
+    from zbpscale import files
+    from zbpscale.jobs.state import run_state
+
+    cfg = small_cfg(data_dir, steps=6, ckpt_every=3)
+    run = write_config(tmp_path / "run", cfg)
+    full, temp_path = tmp_path / "to-dev-full", files.temp_path
+    full.symlink_to("/dev/full")
+    monkeypatch.setattr(files, "temp_path", lambda path: full if path.suffix == ".pt" else temp_path(path))
+    with pytest.raises(checkpoint.CheckpointError, match="no space left on device"):
+        train(cfg, run)
+    (end,) = [r for r in read_records(run) if r["kind"] == "end"]
+    assert end["status"] == "failed" and end["step"] == 2 and "no space left on device" in end["reason"]
+    decided = run_state(run, [])
+    assert decided.state == "failed" and decided.reason.startswith("CheckpointError: no space left on device at")
 
 
 def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):

@@ -83,11 +83,24 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def open_append(path: Path):
+    """`path` opened for appending lines (text), after ending a torn last line: a writer killed mid-line leaves
+    a fragment without its newline, and the next record must start a line of its own, or it is glued onto the
+    fragment and lost with it (readers skip only the fragment)."""
+    fh = open(path, "a")
+    if fh.tell() > 0:  # append mode: at the end
+        with open(path, "rb") as end:
+            end.seek(-1, os.SEEK_END)
+            if end.read(1) != b"\n":
+                fh.write("\n")
+    return fh
+
+
 def append_jsonl(path: Path, record: dict) -> None:
     """Append one object as a line of a JSONL file (made with its folder if missing), fsynced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    with open_append(path) as fh:
         fh.write(json.dumps(record) + "\n")
         fh.flush()
         os.fsync(fh.fileno())

@@ -1,34 +1,12 @@
-"""Processes on this host: is one still alive (not a reused pid), and one writer per file by a kernel lock.
+"""Processes on this host: is one still alive (not a reused pid).
 
-Torch-free, and imports nothing of zbpscale: the trainer, the local queue's driver and the run state use it.
+Torch-free, and imports nothing of zbpscale: the trainer, the local queue's driver, the run state and the locks
+(lease.py) use it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
-
-
-def try_lock(path: Path):
-    """Take an exclusive kernel lock on `path` without waiting: (the open, locked file, "") or (None, who holds it:
-    "pid N on HOST", as its holder wrote). The kernel releases it when the holder dies, however it dies; close
-    the file to release it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        return None, holder
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()} on {os.uname().nodename}\n")
-    fh.flush()
-    return fh, ""
 
 
 def pid_alive(pid: int, start_time: int) -> bool:

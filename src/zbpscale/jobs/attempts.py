@@ -68,7 +68,7 @@ class End(TypedDict, total=False):
     why: Why
     reason: str
     log: str  # the log to read
-    source: str  # squeue | sacct: written by reconcile, from the scheduler's account
+    source: str  # squeue | sacct: written by reconcile, from the scheduler's account; restart: by the job's next start
 
 
 Event = Union[Submitted, Start, End]
@@ -131,6 +131,14 @@ def retry_decision(attempts: list[Event], why: str, bounds: dict[str, int], how:
 
 def _plural(why: str) -> str:
     return {"timeout": "timeouts", "preempted": "preemptions", "crashed": "crashes"}[why]
+
+
+def unended_start(attempts: list[Event], job: str) -> Start | None:
+    """The job's latest attempt when it has no end record (it died without a word: a lost node, a kill), else
+    None. Asked by the job's next start: SLURM starts a job again under the same id (NODE_FAIL is requeued by
+    the scheduler itself), and that attempt gets its end record then, so that it is counted."""
+    starts = [a for a in attempts if a.get("event") == "start" and a.get("job_id") == job]
+    return starts[-1] if starts and not last_end(attempts, job) else None
 
 
 def last_end(attempts: list[Event], job: str) -> End:

@@ -42,39 +42,46 @@ def find_runs(target: str, only: str | None) -> tuple[Path, list[RunRef]]:
 
 
 def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
-    """Ask every live job of the runs to stop, each through the executor that holds it; returns those runs."""
+    """Ask every live job of the runs to stop, through the executor that holds it, all of an executor's jobs in
+    one go (SLURM: one scancel per signal); returns those runs."""
     from zbpscale.jobs import executors
     from zbpscale.jobs.attempts import last_submitted
 
     attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
-    asked = []
+    by_kind: dict[str, list[tuple[RunRef, str, executors.JobView]]] = {}
     for run in runs:
         sub = last_submitted(attempts[run.name])
         seen = view.of(sub.get("job_id"))
-        if not seen.live or seen.state == executors.UNKNOWN:
-            continue
-        back = executors.get(sub.get("executor", ""), root)
-        back.cancel(run.run_dir, sub["job_id"], seen)
-        print(f"{run.name}: job {sub['job_id']} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
-        asked.append(run)
-    return asked
+        if seen.live and seen.state != executors.UNKNOWN:
+            by_kind.setdefault(sub.get("executor", ""), []).append((run, sub["job_id"], seen))
+    for kind, jobs in by_kind.items():
+        back = executors.get(kind, root)
+        back.cancel_all([(run.run_dir, job, seen) for run, job, seen in jobs])
+        for run, job, seen in jobs:
+            print(f"{run.name}: job {job} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
+    return [run for jobs in by_kind.values() for run, _, _ in jobs]
 
 
-def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
-    """Wait until none of the runs has a live job; returns the names still live at the timeout."""
-    from zbpscale.jobs import executors
-    from zbpscale.jobs.attempts import last_submitted
+def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 60.0, tick_s: float = 1.0,
+                 poller=None) -> list[str]:
+    """Wait until none of the runs has a live job, reading their folders every `tick_s` and asking the scheduler
+    at most once per `poll_s` (and once more when a folder changes: jobs/poller.py); returns the names still live
+    at the timeout."""
+    from zbpscale.jobs.attempts import last_submitted, read_attempts
+    from zbpscale.jobs.poller import Poller
 
+    poller = poller or Poller(root, poll_s=poll_s, say=lambda line: print(line, flush=True))
     deadline, shown = time.time() + timeout_s, None
     while True:
-        attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
-        left = [r.name for r in runs if view.of(last_submitted(attempts[r.name]).get("job_id")).live]
+        attempts = {r.run_dir: read_attempts(r.run_dir) for r in runs}
+        view = poller.look(attempts)
+        left = [r.name for r in runs if view.of(last_submitted(attempts[r.run_dir]).get("job_id")).live]
         if not left or time.time() > deadline:
             return left
         if left != shown:
             print(f"waiting for {', '.join(left)} to checkpoint and stop", flush=True)
             shown = left
-        time.sleep(poll_s)
+        time.sleep(tick_s)
 
 
 def add_arguments(p) -> None:
@@ -93,7 +100,9 @@ def run(args) -> int:
         return 0
     if args.no_wait:
         return 0
-    left = wait_stopped(root, asked, timeout_s=args.timeout)
+    from zbpscale.jobs.poller import poll_s_of
+
+    left = wait_stopped(root, asked, timeout_s=args.timeout, poll_s=poll_s_of(args.sweep))
     if left:
         print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
         return 1

@@ -10,7 +10,8 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
               attempts.jsonl   one event per line: submitted | start | end (jobs/attempts.py)
               checkpoints/     ckpt_<8-digit step>.pt, written atomically, the newest K kept
               logs/            the executor's own stdout/stderr files
-              .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder
+              .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder,
+              .trainer.lease   with the lease that holds across nodes (lease.py: who holds it, renewed as it steps)
               .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, train/watchdog.py)
               COMPLETE         the trainer finished every step
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder
-from zbpscale.proc import try_lock
+from zbpscale.lease import Rule, lease_path, try_lock
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
@@ -63,6 +64,7 @@ class RunFolder:
     complete = property(lambda self: self.path / "COMPLETE")
     cancel = property(lambda self: self.path / "CANCEL")
     trainer_lock = property(lambda self: self.path / ".trainer.lock")
+    trainer_lease = property(lambda self: lease_path(self.trainer_lock))
     ranks = property(lambda self: self.path / ".ranks")
 
     RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
@@ -96,9 +98,10 @@ class RunFolder:
         found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
         return found[-1] if found else logs
 
-    def lock(self):
-        """Take the trainer lock (proc.try_lock): one trainer per run folder."""
-        return try_lock(self.trainer_lock)
+    def lock(self, *, stale_after_s: float | None = None, gone: Rule | None = None):
+        """Take the trainer lock (lease.try_lock): one trainer per run folder, on every node. (Lock, "") or
+        (None, who holds it); `stale_after_s`, `gone`: when another trainer's lease counts as gone (lease.judge)."""
+        return try_lock(self.trainer_lock, stale_after_s=stale_after_s, gone=gone)
 
     def read_config(self) -> dict | None:
         """The run's config.json as a dict, None when there is none; a `BrokenRunFolder` when it cannot be

@@ -22,13 +22,14 @@ What a plain submit does with each state (RunState.next; `submit --retry` turns 
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from zbpscale.errors import BrokenRunFolder, ConfigError
+from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
 from zbpscale.files import read_json
 from zbpscale.jobs.attempts import last_end, last_submitted, read_attempts, record
 from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
@@ -83,9 +84,33 @@ def check_config(folder: RunFolder) -> None:
             raise BrokenRunFolder(str(err.args[0]), hint="fix it, or move the run folder aside to start anew") from None
 
 
+STALL_S = 900.0
+"""A running job silent this long is stalled, for a run without a hang bound (step_timeout_s 0), and for any run
+before its attempt's first step (set-up, the estimator's compile)."""
+HEARTBEAT_S = 5.0
+"""The trainer rewrites its heartbeat this often while it steps (train/metrics.py MetricsLog.heartbeat_s)."""
+
+
+def step_timeout(folder: RunFolder) -> float:
+    """The run's step_timeout_s, from its config.json (migrated); 0 (no bound) without a config the trainer takes."""
+    from zbpscale.train.schema import TrainConfig
+
+    try:
+        return TrainConfig.from_dict(folder.read_config() or {}).step_timeout_s
+    except ZbpError:
+        return 0.0
+
+
+def stall_bound(folder: RunFolder) -> float:
+    """How long a running trainer may be silent before status calls it stalled: its step_timeout_s (past which
+    its watchdog, or the sentinel, ends it), else STALL_S."""
+    return step_timeout(folder) or STALL_S
+
+
 def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, now: float | None = None,
-              stall_after_s: float = 900.0) -> RunState:
-    """Decide a run's state from its folder and the scheduler's view of its latest job."""
+              stall_after_s: float | None = None) -> RunState:
+    """Decide a run's state from its folder and the scheduler's view of its latest job; `stall_after_s`: how long
+    a running trainer may be silent (None: stall_bound, its own step_timeout_s)."""
     folder, now = RunFolder(run_dir), time.time() if now is None else now
     if folder.complete.exists():
         return RunState("complete", next="leave")
@@ -105,8 +130,12 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
         beat = read_json(folder.heartbeat).get("time")
         started = starts[-1] if starts else now  # silent since the heartbeat, or since the start (start-up counts)
         last_sign = beat if beat is not None and beat >= started else started
-        if now - last_sign > stall_after_s:
-            return RunState("stalled", f"no heartbeat for {age(now - last_sign)}", next="leave")
+        bound = stall_after_s
+        if bound is None:  # the run's own: set-up and the estimator's compile are no steps; a beat every few s
+            bound = max(stall_bound(folder), STALL_S if last_sign == started else 2 * HEARTBEAT_S)
+        if now - last_sign > bound:
+            return RunState("stalled", f"no heartbeat for {age(now - last_sign)} (stalled after {age(bound)})",
+                            next="leave")
         return RunState("running", next="leave")
     if job.state == DRIVER_DOWN:
         return RunState("stopped", "the local queue's driver is not running: submit again to go on", next="leave")
@@ -132,7 +161,7 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
     return direct_state(folder, now, stall_after_s)
 
 
-def direct_state(folder: RunFolder, now: float, stall_after_s: float) -> RunState:
+def direct_state(folder: RunFolder, now: float, stall_after_s: float | None) -> RunState:
     """A run trained directly (python -m zbpscale.train), not through a job: its own records say. A trainer
     that is gone without an end record is failed at once when it ran on this host (its heartbeat names the
     process), else once its heartbeat is older than `stall_after_s`."""
@@ -146,10 +175,12 @@ def direct_state(folder: RunFolder, now: float, stall_after_s: float) -> RunStat
         if here and not pid_alive(beat["pid"], beat["pid_start"]):
             return RunState("failed", f"the trainer (pid {beat['pid']}) is gone without an end record (run directly, "
                                       "no job)")
-        if "time" in beat and now - beat["time"] <= stall_after_s:
+        if "time" in beat and now - beat["time"] <= (stall_after_s if stall_after_s is not None else
+                                                     stall_bound(folder)):
             return RunState("running", next="leave")
-    reason = f"{stopped.get('status', 'no end record')}: {stopped.get('reason', '')} (run directly, no job)"
-    if stopped.get("status") == "diverged":
+    how = stopped.get("status", "no end record")
+    reason = ("" if how == "failed" else f"{how}: ") + f"{stopped.get('reason', '')} (run directly, no job)"
+    if stopped.get("status") in ("diverged", "failed"):
         return RunState("failed", reason, next="retry")
     return RunState("stopped", reason)
 
@@ -194,10 +225,27 @@ def refine_reason(reason: str, log) -> str:
         return "out of memory (CUDA)" + (f"; {reason}" if reason else "")
     if reason and not (reason.startswith(("job ended", "killed by")) or re.fullmatch(r"exit status \d+", reason)):
         return reason  # already says why
+    killed = _srun_killed(tail)
+    if killed:  # what sacct would have said, from srun's own line (accounting down or lagging)
+        return killed + (f" ({reason})" if reason else "")
     if "Traceback (most recent call last)" in text:
         last = next((ln for ln in reversed(tail) if ln.strip() and not ln.startswith(" ")), "")
         return f"{last.strip()}" + (f" ({reason})" if reason else "")
     return reason or "ended without a reason on record"
+
+
+_SIGNALS = {signal.strsignal(sig): sig for sig in signal.Signals if signal.strsignal(sig)}
+
+
+def _srun_killed(tail: list[str]) -> str:
+    """srun's word on a task that a signal ended (`srun: error: node1: task 0: Killed`), as sacct words it: "a
+    task was killed by signal 9 (SIGKILL) on node1"; "" when the log has none."""
+    for line in reversed(tail):
+        m = re.match(r"srun: error: (\S+): tasks? [\d,\-]+: (.+?)(?: \(core dumped\))?$", line.strip())
+        if m and m.group(2) in _SIGNALS:
+            sig = _SIGNALS[m.group(2)]
+            return f"a task was killed by signal {sig.value} ({sig.name}) on {m.group(1)}"
+    return ""
 
 
 def refined(decided: RunState) -> RunState:
@@ -205,7 +253,7 @@ def refined(decided: RunState) -> RunState:
     return replace(decided, reason=refine_reason(decided.reason, decided.log)) if decided.state == "failed" else decided
 
 
-def sweep_states(folder: Path, *, stall_after_s: float = 900.0) -> dict[str, RunState]:
+def sweep_states(folder: Path, *, stall_after_s: float | None = None) -> dict[str, RunState]:
     """The state of every run folder in a sweep folder, as status decides it (one look at the scheduler; a
     failed run's reason sharpened from its log)."""
     from zbpscale.jobs import executors

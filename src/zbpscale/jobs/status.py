@@ -10,10 +10,14 @@ A run's state is its folder joined with the executors' view of its latest job (d
 which submit acts on too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's
 squeue and sacct reconciled (executors/slurm.py) or the local queue's entry files. An attempt that died
 without writing its end record gets one here, from the scheduler's account (state.reconcile).
-States: complete, running, stalled (the job runs but the heartbeat is older than --stall-after), queued,
+States: complete, running, stalled (the job runs but the heartbeat is older than its step_timeout_s or
+--stall-after), queued,
 unknown (the scheduler does not answer), failed (with a one-line reason and the log to read), broken (the run
 folder's config.json is one the trainer would refuse), cancelled, stopped (interrupted, nothing queued), new.
 A source that does not answer is said once under the table. Only the tails of the logs are read.
+One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
+for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
+every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py).
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
@@ -31,6 +35,7 @@ from zbpscale.jobs import executors
 from zbpscale.jobs.attempts import last_submitted, requeue_counts
 from zbpscale.jobs.executors import JobView
 from zbpscale.jobs.layout import RunFolder, parse_run_name
+from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.state import STATES, log_tail, reconcile, refined, run_state
 from zbpscale.jobs.sweep import find_sweeps
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, terminal_width
@@ -48,7 +53,7 @@ def first_record(path: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, stall_after_s: float) -> dict:
+def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, stall_after_s: float | None) -> dict:
     """Everything status shows about one run (plain JSON types), from its folder and the scheduler's view of
     its latest job (`seen`). An attempt that died without a record gets one first (state.reconcile)."""
     sub = last_submitted(attempts)
@@ -67,7 +72,9 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
-    step = beat.get("step", (tail.get("train", {}).get("step", -1) + 1))
+    # steps done: the heartbeat is rewritten every few seconds, the train record every log_every steps; after a
+    # hard stop either may be the later one
+    step = max(beat.get("step", 0), tail.get("train", {}).get("step", -1) + 1)
     timeouts, preemptions, failures = requeue_counts(attempts)
     starts = [a for a in attempts if a.get("event") == "start"]
     used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
@@ -113,27 +120,41 @@ def planned_runs(target: str | None) -> dict[str, dict]:
     return planned
 
 
-def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float = 900.0,
+def run_dirs(folder: Path, *, only: str | None = None, planned: dict[str, dict] | None = None) -> list[Path]:
+    """The run folders found under `folder`, and those of the `planned` runs without one yet, selected by `only`."""
+    found = {p.name for p in folder.iterdir() if RunFolder(p).config.exists()} if folder.is_dir() else set()
+    dirs = sorted(folder / name for name in found | set(planned or {}))
+    return [p for p in dirs if matches(p.name, patterns(only))] if only else dirs
+
+
+def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float | None = None,
                  planned: dict[str, dict] | None = None) -> list[dict]:
     """Every run's row: the run folders found under `folder`, and the `planned` runs without one yet (new)."""
+    ((_, rows),) = collect_sweeps([(folder.name, folder)], only=only, stall_after_s=stall_after_s, planned=planned)
+    return rows
+
+
+def collect_sweeps(sweeps: list[tuple[str, Path]], *, only: str | None = None, stall_after_s: float | None = None,
+                   planned: dict[str, dict] | None = None, look=None) -> list[tuple[str, list[dict]]]:
+    """[(sweep name, its rows)], from one view of every run's latest job whatever the number of runs and sweeps
+    (SLURM: one squeue, at most one sacct); `look`: a Poller's (status --watch), else each back end asked now."""
     from zbpscale.files import read_jsonl
 
     planned = planned or {}
-    found = {p.name for p in folder.iterdir() if RunFolder(p).config.exists()} if folder.is_dir() else set()
-    run_dirs = sorted(folder / name for name in found | set(planned))
-    if only:
-        run_dirs = [p for p in run_dirs if matches(p.name, patterns(only))]
-    attempts = {p.name: read_jsonl(RunFolder(p).attempts) for p in run_dirs}
+    dirs = {folder: run_dirs(folder, only=only, planned=planned) for _, folder in sweeps}
+    attempts = {p: read_jsonl(RunFolder(p).attempts) for found in dirs.values() for p in found}
     now = time.time()
-    view = executors.view_all(folder.parent, attempts, now=now)
-    rows = [run_row(p, view.of(last_submitted(attempts[p.name]).get("job_id")), attempts[p.name], now=now,
-                    stall_after_s=stall_after_s) for p in run_dirs]
-    for row in rows:
-        row["scheduler_notes"] = view.notes if row["executor"] else []
-    for row in rows:
-        if row["run"] not in found:  # planned, not written yet
-            row.update(planned[row["run"]])
-    return sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))  # the ladder's order: smallest first
+    view = look(attempts) if look else executors.view_all(sweeps[0][1].parent, attempts, now=now)
+    data = []
+    for name, folder in sweeps:
+        rows = [run_row(p, view.of(last_submitted(attempts[p]).get("job_id")), attempts[p], now=now,
+                        stall_after_s=stall_after_s) for p in dirs[folder]]
+        for row in rows:
+            row["scheduler_notes"] = view.notes if row["executor"] else []
+            if not RunFolder(row["dir"]).config.exists():  # planned, not written yet
+                row.update(planned.get(row["run"], {}))
+        data.append((name, sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))))  # the ladder's order
+    return data
 
 
 def exit_code(rows: list[dict]) -> int:
@@ -288,27 +309,32 @@ def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tu
 
 
 def add_arguments(p) -> None:
-    p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>) or a jobs root "
-                                             "(default: ./jobs)")
+    p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>), a jobs root "
+                                             "(default: ./jobs) or one run's folder (jobs/<sweep>/<run>)")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--watch", nargs="?", const=10.0, type=float, metavar="SECONDS",
-                   help="refresh every 10 s (or as given) until Ctrl-C; plain lines when not on a terminal")
+                   help="refresh every 10 s (or as given) until Ctrl-C, asking the scheduler at most once per the "
+                        "sweep's poll_s (60 s by default); plain lines when not on a terminal")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--logs", metavar="RUN", help="print the tail of that run's latest log")
     p.add_argument("--lines", type=int, default=40, help="lines of --logs (default 40)")
-    p.add_argument("--stall-after", type=float, default=900.0, metavar="SECONDS",
-                   help="a running job silent this long is stalled (default 900)")
+    p.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
+                   help="a running job silent this long is stalled (default: the run's step_timeout_s, or 900 "
+                        "when it has none)")
 
 
 def run(args) -> int:
+    if args.target and RunFolder(Path(args.target)).config.exists():  # one run's folder: that run of its sweep
+        args.target, args.only = str(Path(args.target).parent), Path(args.target).name
     sweeps, planned = find_sweeps(args.target), planned_runs(args.target)
     if args.logs:
         return print_logs(sweeps, args.logs, args.lines)
-    gather = lambda: [(n, collect_rows(f, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
-                                       planned=planned)) for n, f in sweeps]
+    poller = Poller(sweeps[0][1].parent, poll_s=poll_s_of(args.target)) if args.watch else None
+    gather = lambda: collect_sweeps(sweeps, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
+                                    planned=planned, look=poller.look if poller else None)
     data = gather()
     if args.only and not any(rows for _, rows in data):
-        names = sorted(r["run"] for _, f in sweeps for r in collect_rows(f, planned=planned))
+        names = sorted(p.name for _, f in sweeps for p in run_dirs(f, planned=planned))
         raise ConfigError(f"no run matches --only {args.only!r}", hint="runs: " + ", ".join(names))
     if args.json:
         print(json.dumps({n: rows for n, rows in data}, indent=1))

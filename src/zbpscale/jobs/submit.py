@@ -7,7 +7,9 @@
 
 Idempotent: complete runs are skipped, partial runs resume from their folder, a run whose recorded job is
 still queued or running is left alone, so the same command can be re-run at any time. When the sweep's data
-are not prepared, a prep job is submitted first and the training jobs wait for it (afterok).
+are not prepared, a prep job is submitted first and the training jobs wait for it (afterok). The sweep file is
+the truth for what it still decides: a run that has not trained takes the file's current values; one that has
+keeps its own, said in one line (`--apply-changes` gives it those safe on resume: config_notes).
 
 Without SLURM (or with `--executor local`) the runs go to the node's detached local queue (executors/local_queue/): it
 outlives the terminal, packs runs onto the node's GPUs (CPU runs: `--max-parallel` at a time, default 1) and
@@ -30,13 +32,15 @@ from zbpscale.jobs import executors
 from zbpscale.jobs.attempts import last_submitted, read_attempts, requeue_counts
 from zbpscale.jobs.executors import Executor, View
 from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config
 from zbpscale.jobs.state import decide as decide_state
 from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
-from zbpscale.proc import try_lock
+from zbpscale.jobs.sweep_edits import config_notes
+from zbpscale.lease import try_lock
 from zbpscale.tables import fit_columns, fmt_tokens, plural, terminal_width
 from zbpscale.text import select
-from zbpscale.train.schema import batch_plan
+from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
 
 def run_action(run: Run, view: View, *, retry: bool = False) -> Action:
@@ -158,15 +162,20 @@ def look(sweep: Sweep, runs: list[Run]) -> View:
     return executors.view_runs(sweep.jobs_root, [r.run_dir for r in runs])[1]
 
 
+SUBMIT_STALE_S = 120.0
+"""A sweep's submit lease not renewed for this long (its thread renews it every few seconds) is a submit gone."""
+
+
 @contextlib.contextmanager
 def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
-    """One submit at a time plans and submits a sweep (two terminals, a cron job and a person): the others wait,
-    then see its jobs. A kernel lock on <sweep folder>/.submit.lock, released when its holder dies."""
+    """One submit at a time plans and submits a sweep (two terminals or login nodes, a cron job and a person): the
+    others wait, then see its jobs. lease.try_lock on <sweep folder>/.submit.lock, renewed by a thread while the
+    submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_STALE_S later."""
     path = sweep.jobs_dir / ".submit.lock"
     deadline, said = time.time() + wait_s, False
     while True:
-        fh, holder = try_lock(path)
-        if fh is not None:
+        lock, holder = try_lock(path, stale_after_s=SUBMIT_STALE_S)
+        if lock is not None:
             break
         if time.time() > deadline:
             raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after "
@@ -175,27 +184,27 @@ def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
             print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it", flush=True)
             said = True
         time.sleep(poll_s)
-    try:
-        yield
-    finally:
-        fh.truncate(0)
-        fh.close()
+    with lock.keep_renewed():
+        yield lock
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
-           max_parallel: int = 0, retry: bool = False) -> tuple[Sweep, list[Run], Executor, dict[str, str]]:
+           max_parallel: int = 0, retry: bool = False, apply_changes: bool = False
+           ) -> tuple[Sweep, list[Run], Executor, dict[str, str]]:
     """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}.
     retry: submit failed runs again (from their last checkpoint), with fresh timeout/preemption/crash counts.
+    apply_changes: give runs that have trained the sweep file's new values of the fields safe on resume.
     A run whose job is live, or may be, is never submitted again."""
     sweep = load_sweep(path)
     runs = select(expand(sweep), only)
     back = executors.choose(executor, sweep.jobs_root)
-    with contextlib.nullcontext() if dry_run else sweep_lock(sweep):
+    with contextlib.nullcontext() if dry_run else sweep_lock(sweep) as lock:
         view = look(sweep, runs)
         states = {r.name: decide(r, view) for r in runs}
         actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in SUBMITS]
         notes = data_notes(sweep, todo) + broken_notes(runs, states) + view.notes
+        notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run)
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
             print(f"note: {note}")
@@ -211,6 +220,9 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             counts = requeue_counts(attempts)
             print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "
                   f"were {'/'.join(map(str, counts))}; attempts.jsonl keeps every attempt)")
+        if not lock.renew(force=True):  # paused past the lease (Ctrl-Z): another submit may have queued these
+            raise ConfigError(f"this submit lost {sweep.jobs_dir / '.submit.lock'} to another ({lock.taken_by()}) "
+                              "while it was paused; nothing submitted", hint="submit again")
         replace_stuck(sweep, todo, view)
         back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
                     manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
@@ -249,24 +261,75 @@ def progress(run: Run, view: View, now: RunState | None = None) -> str:
     return f"{now.state} ({now.reason})" if now.reason else now.state
 
 
-def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, poll_s: float = 2.0, every_s: float = 30.0) -> bool:
-    """Stay until no run has a live job (or one that may be) that can still make progress, printing a line when
-    something changes; True if all completed."""
-    shown, shown_at = "", 0.0
+BLOCK_ORDER = ("running", "stalled", "queued", "unknown", "stopped", "cancelled", "new", "broken", "failed",
+               "complete")
+"""The order of the --wait block's lines (a line per state that some run is in)."""
+
+
+def wait_block(runs: list[Run], states: dict[str, RunState], *, at: str, width: int = 80) -> list[str]:
+    """The --wait progress as a few lines of at most `width` columns: a header with the time and how many runs
+    are complete, running, queued, failed or in another state (those there are: a log without a failed run never
+    says 'failed'), then one line per state naming its runs (a running run with its step), folded under a hanging
+    indent."""
+    counts = {s: sum(states[r.name].state == s for r in runs) for s in BLOCK_ORDER}
+    main = ("complete", "running", "queued", "failed")
+    counts["other"] = sum(n for s, n in counts.items() if s not in main)
+    lines = [f"[{at}] {plural(len(runs), 'run')}: " + ", ".join(f"{counts[s]} {s}" for s in (*main, "other")
+                                                               if counts[s])]
+    for state in (s for s in BLOCK_ORDER if counts[s]):
+        items = [_item(r) if state in ("running", "stalled") else r.name
+                 for r in runs if states[r.name].state == state]
+        lines += _fold(f"  {state:<10}", items, width)
+    return lines
+
+
+def _item(run: Run) -> str:
+    step = read_json(RunFolder(run.run_dir).heartbeat).get("step")
+    return f"{run.name} " + ("starting" if step is None else f"{step}/{run.size.steps}")
+
+
+def _fold(head: str, items: list[str], width: int) -> list[str]:
+    """`head` (ending in a space) then the items joined by ', ', folded at `width` under an indent as wide as
+    `head`."""
+    lines, line, filled = [], head, False
+    for i, item in enumerate(items):
+        text = item + ("," if i < len(items) - 1 else "")
+        if filled and len(line) + 1 + len(text) > width:
+            lines.append(line)
+            line, filled = " " * len(head), False
+        line, filled = line + (" " if filled else "") + text, True
+    return lines + [line]
+
+
+def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
+             poller: Poller | None = None, width: int = 80) -> bool:
+    """Stay until no run can still make progress (each is complete, failed, or has no live job, nor one that may
+    be), reading the run folders every `tick_s` and asking the scheduler through a Poller (at most once per
+    Sweep.poll_s, plus once when a folder changes); print the progress block when a run changes state, and at
+    least every `every_s`, and a line for each run that fails; True if all completed."""
+    poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
+    shown, shown_at, told = None, 0.0, set()
     while True:
-        attempts, view = executors.view_runs(sweep.jobs_root, [r.run_dir for r in runs])
+        attempts = {r.run_dir: read_attempts(r.run_dir) for r in runs}
+        view = poller.look(attempts)
         states = {r.name: decide(r, view) for r in runs}
-        line = " | ".join(f"{r.name} {progress(r, view, states[r.name])}" for r in runs)
-        if line != shown or time.time() - shown_at > every_s:
-            print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
-            shown, shown_at = line, time.time()
-        submitted = {name: last_submitted(a) for name, a in attempts.items()}
-        if not any(view.of(submitted[r.name].get("job_id")).live and states[r.name].state != "failed" for r in runs):
-            break  # nothing left that can go on (a run's COMPLETE comes before its job's end: wait for that too)
+        key = [(r.name, states[r.name].state) for r in runs]
+        if key != shown or time.time() - shown_at >= every_s:
+            print("\n".join(wait_block(runs, states, at=time.strftime("%H:%M:%S"), width=width)), flush=True)
+            shown, shown_at = key, time.time()
+        for r in runs:
+            now = states[r.name]
+            if now.state == "failed" and r.name not in told:
+                print(f"{r.name}: failed: {now.reason}" + (f" (log: {now.log})" if now.log else ""), flush=True)
+                told.add(r.name)
+        submitted = {r.name: last_submitted(attempts[r.run_dir]) for r in runs}
+        if not any(view.of(submitted[r.name].get("job_id")).live and states[r.name].state not in ("complete", "failed")
+                   for r in runs):
+            break  # nothing left that can go on (a COMPLETE run's job may still be leaving the queue)
         said = back.keep_going([s for s in submitted.values() if s.get("executor") == back.name])
         if said:
             print(said, flush=True)
-        time.sleep(poll_s)
+        time.sleep(tick_s)
     bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
     print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
     return not bad
@@ -314,11 +377,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
     p.add_argument("--retry", action="store_true",
                    help="submit failed runs again from their last checkpoint, with fresh requeue counts")
+    p.add_argument("--apply-changes", action="store_true",
+                   help="runs that have trained take the sweep file's new " + ", ".join(RESUME_SAFE) +
+                   " (safe on resume; other changes need a new run)")
 
 
 def run(args: argparse.Namespace) -> int:
     sweep, runs, back, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
-                                  max_parallel=args.max_parallel, retry=args.retry)
+                                  max_parallel=args.max_parallel, retry=args.retry,
+                                  apply_changes=args.apply_changes)
     if not args.wait or args.dry_run:
         return 0
     try:

@@ -21,6 +21,7 @@ from typing import Mapping
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs.layout import RunFolder, run_name
+from zbpscale.jobs.poller import MIN_POLL_S, POLL_S
 from zbpscale.text import closest, did_you_mean
 from zbpscale.train.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
@@ -252,6 +253,11 @@ class Sweep:
     visible_within_s: int = 180
     """Seconds after submission during which a job that the scheduler does not list yet counts as queued
     ("submitted, not yet visible to the scheduler"), never as gone."""
+    poll_s: float = POLL_S
+    """Seconds between two questions to the scheduler (squeue, sacct) while a command waits (submit --wait, status
+    --watch, cancel): they read the run folders as often as they like and ask early when a folder changes; a
+    scheduler that does not answer is asked less and less often, up to every 10 minutes (jobs/poller.py). Sites
+    ask for 60-120 s; at least 10."""
     gpu_peak_tflops: float = 989.0
     """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
     assumed_mfu: float = 0.35
@@ -275,6 +281,8 @@ class Sweep:
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s"):
             value = getattr(self, name)
             _need("Sweep", "Sweep.", name, value, _int(value) and value >= 0, "an integer >= 0")
+        _need("Sweep", "Sweep.", "poll_s", self.poll_s, _number(self.poll_s) and self.poll_s >= MIN_POLL_S,
+              f"a number >= {MIN_POLL_S:g} (seconds between questions to the scheduler; sites ask for 60-120)")
         _need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,
               _number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
         _need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,

@@ -1,6 +1,7 @@
 """Training one run: the model and its configs, the loop, and everything the loop writes into the run folder.
 
     schema.py       TrainConfig, the size presets and every derived number (torch-free: submit and status read it)
+    formats.py      config.json's formats and the migration of an older release's file to today's (torch-free)
     model.py        the OLMo2-style transformer with its physical (ZBP) and digital parts
     loop.py         train(cfg, run_dir): the loop, resume, evaluation, stop signals; loop's own command in cli.py
     dist.py         DDP set-up and collectives;  checkpoint.py  atomic checkpoints, RNG states, safe loading
@@ -8,8 +9,8 @@
     diagnostics.py  rho_k and the NSR constant c (rows typed in metrics.py);  numerics.py  what a run computed with
     watchdog.py     a hung collective ends the process;  cli.py  `python -m zbpscale.train`
 
-May import: zbpscale.zbp, zbpscale.data, the shared modules (errors, files, proc, signals, tables, text) and the
-run folder's nouns (zbpscale.jobs.layout, zbpscale.jobs.attempts: file names and exit codes). Never jobs'
+May import: zbpscale.zbp, zbpscale.data, the shared modules (errors, files, proc, signals, tables, text, version)
+and the run folder's nouns (zbpscale.jobs.layout, zbpscale.jobs.attempts: file names and exit codes). Never jobs'
 commands, state or executors, never zbpscale.results (tests/test_layout.py checks). A new diagnostic is a field
 of metrics.DiagRecord (or a row type there), computed in diagnostics.py and drawn in results/plot.py.
 """

@@ -28,13 +28,18 @@ from zbpscale import signals
 from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs.layout import RunFolder
+from zbpscale.lease import Lock, Rule
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, numerics
+from zbpscale.train.formats import migrate
 from zbpscale.train.metrics import MetricsLog, read_records
 from zbpscale.train.model import Transformer
 from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
 from zbpscale.train.watchdog import Watchdog
+from zbpscale.version import git_revision, version
 
+SETUP_S = 600.0  # no phase of a trainer's set-up (restoring a checkpoint, compiling the estimator) runs this long
+LEASE_SLACK_S = 120.0  # renewal period, the watchdog's own period and last words (scontrol requeue), clock skew
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 
 
@@ -82,22 +87,17 @@ def _autocast(env: dist.DistEnv, bf16: bool):
     return torch.autocast(env.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 
-def _git_revision() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
 def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """Refuse a config that differs from the run's config.json, read in today's format (an older release's file
+    is migrated first: the fields it lacks take the values that reproduce that release, train/formats.py)."""
     path = RunFolder(run_dir).config
     saved = RunFolder(run_dir).read_config()
     if saved is None:
         return
+    try:
+        saved = migrate(saved)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}", hint=err.hint) from None
     current = json.loads(json.dumps(cfg.to_dict()))
     if saved != current:
         fields = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
@@ -105,38 +105,61 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
                           hint="resume with the same settings, or train in a new run folder")
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] | None = None) -> str:
+def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] | None = None,
+          holder_gone: Rule | None = None) -> str:
     """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'. A hang (no step for
     cfg.step_timeout_s) ends the process with EXIT_HUNG after the trainer's end record and, on rank 0,
-    `on_hang(reason)` (the job layer's decision: requeue or fail)."""
+    `on_hang(reason)` (the job layer's decision: requeue or fail). `holder_gone(holder)`: the job layer's word
+    that the trainer whose lease holds the run folder is gone (its job ended), so that this one may take over."""
     run_dir = Path(run_dir)
     signals.install()  # from the start: a stop request during set-up is honoured at the first step
     try:
         env = dist.init(cfg.device)
         try:
-            with _one_writer(run_dir, env):
-                return _train(cfg, run_dir, env, on_hang)
+            with _one_writer(run_dir, env, lease_bound(cfg), holder_gone) as lock:
+                return _train(cfg, run_dir, env, on_hang, lock)
         finally:
             dist.shutdown(env)
     finally:
         signals.restore()
 
 
+def lease_bound(cfg: TrainConfig) -> float | None:
+    """How long another node waits on a silent trainer's lease before it takes the run folder over (None: never
+    by age). Rank 0 renews its lease at most every lease.RENEW_S, at each step (and between the phases of its
+    set-up), and a trainer that makes no step for step_timeout_s is ended by its own watchdog: a lease older
+    than step_timeout_s (or SETUP_S, the longest phase of a set-up) plus LEASE_SLACK_S is a trainer gone. With
+    the watchdog off (step_timeout_s 0) nothing bounds a live trainer's silence: only its pid (same node) or
+    its job's end (the job layer's holder_gone) frees its lease."""
+    return max(cfg.step_timeout_s, SETUP_S) + LEASE_SLACK_S if cfg.step_timeout_s > 0 else None
+
+
 @contextlib.contextmanager
-def _one_writer(run_dir: Path, env: dist.DistEnv):
-    """Hold the run folder's trainer lock (rank 0) while training; every rank refuses to start, in one line,
-    when another trainer holds it (a duplicate job, a second terminal): two trainers must never write one run."""
-    lock, holder = RunFolder(run_dir).lock() if env.is_main else (None, "")
+def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, gone: Rule | None):
+    """Hold the run folder's trainer lock (rank 0; yields it, None elsewhere) while training; every rank refuses
+    to start, in one line, when another trainer holds it (a duplicate job, a second terminal, a job of the run on
+    another node): two trainers must never write one run."""
+    lock, holder = RunFolder(run_dir).lock(stale_after_s=stale_after_s, gone=gone) if env.is_main else (None, "")
     try:
         busy = dist.all_reduce_sum([0.0 if lock or not env.is_main else 1.0], env)[0]
         if busy:
+            lease_file = RunFolder(run_dir).trainer_lease
             raise RunFolderBusy(f"{run_dir} is being trained by another trainer ({holder or 'see rank 0'}): "
                                 "refusing to start a second one", hint="zbpscale status shows its job; wait for it "
-                                "or cancel it")
-        yield
+                                f"or cancel it (if its holder is surely gone, remove {lease_file})")
+        yield lock
     finally:
         if lock:
-            lock.close()
+            lock.release()
+
+
+def _renew(lock: Lock | None, run_dir: Path, *, force: bool = False) -> None:
+    """Renew rank 0's lease (lease.Lock.renew: at most every few seconds unless forced). A lease another trainer
+    has taken over (this one was silent past lease_bound) ends this one at once, writing nothing more."""
+    if lock is not None and not lock.renew(force=force):
+        raise RunFolderBusy(f"{run_dir} was taken over by another trainer ({lock.taken_by()}) while this one was "
+                            "silent past its lease: stopping without writing more", hint="zbpscale status shows "
+                            "the run's job")
 
 
 @dataclass
@@ -156,16 +179,19 @@ class _Run:
     start: int
     accum: int
     bf16: bool
+    done: int = 0  # steps done so far (the loop keeps it): where an attempt stopped by an exception ended
+    lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes
 
 
-def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None) -> str:
+def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None,
+           lock: Lock | None = None) -> str:
     _check_config(run_dir, cfg)
     if RunFolder(run_dir).complete.exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
         return "completed"
     try:
-        r = _setup(cfg, run_dir, env)
+        r = _setup(cfg, run_dir, env, lock)
     except StoppedBeforeFirstStep:
         if env.is_main:
             print(f"stopped on signal {signals.received()} while compiling, before the first step: nothing new to "
@@ -181,21 +207,44 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
     dog = Watchdog(run_dir, env.rank, env.world_size, cfg.step_timeout_s, on_hang=hung).start()
     try:
         return _loop(r, dog)
+    except KeyboardInterrupt:  # a second Ctrl-C: a person stopped it on purpose, said in its records
+        _last_word(r, r.done - 1, "interrupted", "Ctrl-C twice: stopped without a checkpoint")
+        raise
+    except TrainingDiverged:  # its end record is written where it is found
+        raise
+    except RunFolderBusy:  # another trainer has the folder now (_renew): nothing more is written into it
+        raise
+    except ZbpError as err:  # e.g. a full disk at a checkpoint: the cause, for status, before the one-line error
+        _last_word(r, r.done - 1, "failed", f"{type(err).__name__}: {err}")
+        raise
     finally:
         dog.stop()
+
+
+def _last_word(r: _Run, step: int, status: str, reason: str) -> None:
+    """The end record of an attempt that stops on an exception; best effort (the disk may be full)."""
+    try:
+        r.log.write("end", step=step, status=status, reason=reason)
+        r.log.close()
+    except OSError:
+        pass
 
 
 def _loop(r: _Run, dog: Watchdog) -> str:
     cfg, env = r.cfg, r.env
     tokens_per_step = r.numbers["tokens_per_step"]
     last_ckpt, last_print, done, stop = time.monotonic(), 0.0, r.start, None
+    r.done = done
     times: list[float] = []  # this attempt's step times after its first (which pays first-use costs): the ETA
     dog.beat(done)
+    _renew(r.lock, r.run_dir)
     for step in range(r.start, cfg.steps):
         t0 = time.perf_counter()
         time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
         loss, grad_norm, lr, stop_votes, time_votes = _step(r, step, time_due)
         done, step_time = step + 1, time.perf_counter() - t0
+        r.done = done
+        _renew(r.lock, r.run_dir)  # before writing: after a long pause the folder may be another trainer's
         if step > r.start:
             times = (times + [step_time])[-50:]
         if step % cfg.log_every == 0 or done == cfg.steps:
@@ -205,6 +254,7 @@ def _loop(r: _Run, dog: Watchdog) -> str:
         val_loss = None
         if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
             val_loss = evaluate(r.ddp, r.val, env, r.bf16)
+            _renew(r.lock, r.run_dir)
             r.log.write("eval", step=step, tokens=done * tokens_per_step, val_loss=val_loss)
         if cfg.diag_every and done % cfg.diag_every == 0 and env.is_main:
             from zbpscale.train.diagnostics import diagnose
@@ -227,7 +277,7 @@ def _loop(r: _Run, dog: Watchdog) -> str:
     return _finish(r, done, stop)
 
 
-def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
+def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None = None) -> _Run:
     """Model, optimizer (restored from the newest checkpoint), data, the metrics log and the start record."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -240,8 +290,10 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     model = Transformer(cfg.model).to(env.device)
     optimizer = build_optimizer(model, cfg)
     start, saved_numerics = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
+    _renew(lock, run_dir)
     kept, differs = numerics.adopt(saved_numerics, env.device)  # compute as the checkpoint's attempt did
     impl_used, interrupted = _warm_up(cfg, env, bf16)
+    _renew(lock, run_dir)
     if dist.all_reduce_sum([float(interrupted)], env)[0]:  # every rank stops, whichever was interrupted
         raise StoppedBeforeFirstStep()
     ddp = DistributedDataParallel(model) if env.distributed else model
@@ -253,26 +305,35 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv) -> _Run:
     log = MetricsLog(run_dir, enabled=env.is_main)
     if env.is_main:
         attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir))
-        if start:
-            log.write("resume", from_step=start, dropped=log.rollback_to(start), kept=kept, differs=differs)
+        # Whatever an earlier attempt logged past this attempt's starting point (its checkpoint, or step 0 when it
+        # died before its first one) is redone now: drop it, so that every reader sees each step once.
+        dropped = log.rollback_to(start)
+        if start or dropped:
+            log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs)
         atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n")
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
         if start:
             print(f"resuming at step {start} of {cfg.steps}" + "".join(f"; {k}" for k in kept), flush=True)
+        elif dropped:
+            print(f"starting again at step 0: an earlier attempt stopped before its first checkpoint ({dropped} of "
+                  "its records dropped, to be redone)", flush=True)
         if differs:
             print(f"warning: not bit for bit with the attempt that wrote the checkpoint ({', '.join(differs)})",
                   flush=True)
+        elif start and saved_numerics is None:  # written by a release before 2026-12-01 (train/numerics.py)
+            print("note: the checkpoint does not say what it was computed with (an older release wrote it): bit for "
+                  "bit only where this attempt has its torch build, CPU model and thread count", flush=True)
         if numbers["val_batch"] < cfg.global_batch:
             print(f"note: the validation split holds fewer than {cfg.global_batch} windows of {cfg.seq_len + 1} "
                   f"tokens: evaluating on one batch of {numbers['val_batch']}", flush=True)
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
-                  derived=numbers, numerics=numerics.fingerprint(env.device), impl_used=impl_used, git=_git_revision(),
+                  derived=numbers, numerics=numerics.fingerprint(env.device), impl_used=impl_used, git=git_revision(),
                   host=os.uname().nodename,
-                  versions={"torch": torch.__version__, "python": sys.version.split()[0]})
+                  versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]})
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
-                val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16)
+                val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16, lock=lock)
 
 
 def _warm_up(cfg: TrainConfig, env: dist.DistEnv, bf16: bool) -> tuple[dict[str, str], bool]:
@@ -352,6 +413,7 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
 def _save(r: _Run, done: int) -> None:
     """Checkpoint `done` steps (rank 0 writes; every rank waits for it)."""
     if r.env.is_main:
+        _renew(r.lock, r.run_dir, force=True)  # still ours? a checkpoint is worth the look every time
         checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts)
     dist.barrier(r.env)
 
@@ -377,6 +439,7 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
     """The end of an attempt: the final checkpoint and COMPLETE marker, or (stop_signal not None: the ranks
     voted to stop) the record of a stop on a signal."""
     cfg, env = r.cfg, r.env
+    _renew(r.lock, r.run_dir, force=True)  # still ours? before the last checkpoint, COMPLETE and the end record
     if stop_signal is None:
         if env.is_main:
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts)

@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
-from zbpscale.files import atomic_write, check_fields, read_jsonl
+from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import process_start_time
 
 STEP_KINDS = ("train", "eval", "diag")
 
-EndStatus = Literal["completed", "checkpointed", "diverged", "hung", "failed"]
+EndStatus = Literal["completed", "checkpointed", "diverged", "hung", "failed", "interrupted"]
+"""How an attempt of the trainer ended; interrupted: a second Ctrl-C stopped it at once, without a checkpoint."""
 
 
 class StartRecord(TypedDict, total=False):
@@ -43,7 +44,8 @@ class StartRecord(TypedDict, total=False):
 
 
 class ResumeRecord(TypedDict, total=False):
-    """The attempt resumed from a checkpoint."""
+    """The attempt continues the run from a checkpoint, or from step 0 when an earlier attempt died before its first
+    checkpoint (from_step 0, dropped > 0)."""
 
     kind: Literal["resume"]
     time: float
@@ -176,7 +178,7 @@ class MetricsLog:
         if not self.enabled:
             return
         if self._fh is None:
-            self._fh = open(self.path, "a")
+            self._fh = open_append(self.path)
         self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
         self._fh.flush()
 

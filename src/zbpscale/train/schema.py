@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from zbpscale.errors import ConfigError
+from zbpscale.train.formats import FORMAT, migrate
 from zbpscale.zbp.config import ZBPConfig
 
 POS_EMBS = ("learned", "rope")
@@ -199,13 +200,16 @@ class TrainConfig:
         return self.model.max_seq_len
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """What config.json holds: the fields, and the config format they are in (train/formats.py)."""
+        return {"format": FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "the config") -> "TrainConfig":
-        """The config of `to_dict`; a ConfigError naming `source` for a missing, unknown or bad field."""
+        """The config of `to_dict`, or of an older release's config.json (migrated to today's format first); a
+        ConfigError naming `source` for a missing, unknown or bad field."""
         try:
-            d = dict(d)
+            d = migrate(d)
+            d.pop("format")
             model = dict(d.pop("model"))
             zbp = model.pop("zbp", None)
             model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
@@ -215,6 +219,13 @@ class TrainConfig:
         except (TypeError, KeyError, ValueError) as err:
             raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
                               hint="restore it, or train in a new run folder") from None
+
+
+RESUME_SAFE = ("eval_every", "eval_batches", "ckpt_every", "ckpt_every_s", "keep_ckpts", "step_timeout_s",
+               "diag_every", "log_every")
+"""TrainConfig fields that decide only when the trainer evaluates, checkpoints, logs or gives up on a hung step,
+never what it computes: a run may resume with other values of these and train bit for bit as it would have
+(tests/test_sweep_edits.py checks it against a straight run). Every other field changes the run."""
 
 
 def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -26,7 +27,10 @@ from typing import Callable
 
 from zbpscale.jobs.attempts import EXIT_HUNG
 from zbpscale.jobs.layout import RunFolder
+from zbpscale.proc import process_start_time
 
+HOST = socket.gethostname()
+PID_START = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
 STAMP_S = 1.0  # liveness stamp period; a stamp older than STALE_STAMPS periods is a rank that stopped
 STALE_STAMPS = 5
 
@@ -60,7 +64,8 @@ class Watchdog:
         """Rewrite this rank's stamp (a rename: readers see a whole one; no fsync: it only matters while we run)."""
         path = self.folder / f"{self.rank}.json"
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"step": self.step, "alive": time.time(), "pid": os.getpid()}))
+        tmp.write_text(json.dumps({"step": self.step, "alive": time.time(), "pid": os.getpid(), "pid_start": PID_START,
+                                   "host": HOST}))
         os.replace(tmp, path)
 
     def _watch(self) -> None:
@@ -80,8 +85,11 @@ class Watchdog:
                 continue
             if now - stamp["alive"] > STALE_STAMPS * STAMP_S:
                 stale.append(f"rank {rank} (pid {stamp['pid']}, silent for {now - stamp['alive']:.0f} s)")
-        return (f"{', '.join(stale)} stopped reporting" if stale else
-                "every rank is alive but blocked (a collective that never completes)")
+        if stale:
+            return f"{', '.join(stale)} stopped reporting"
+        if self.world == 1:
+            return "the trainer is alive but its step does not finish (a call that never returns)"
+        return "every rank is alive but blocked (a collective that never completes)"
 
     def _fire(self) -> None:
         reason = f"no step for {self.timeout_s:g} s after step {self.step}: {self.who()}"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.attempts import last_submitted, read_attempts
+from zbpscale.jobs.attempts import last_end, last_submitted, read_attempts
 from zbpscale.jobs.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.executors.local import LocalExecutor
 from zbpscale.jobs.executors.slurm import SlurmExecutor
@@ -47,14 +47,17 @@ def choose(requested: str, root: Path) -> Executor:
     return get("local", root)
 
 
-def view_all(root: Path, attempts_by_run: dict[str, list[dict]], *, now: float | None = None) -> View:
-    """One view of the latest job of every run, each asked of the executor that holds it (one call each)."""
+def view_all(root: Path, attempts_by_run: dict, *, now: float | None = None) -> View:
+    """One view of the latest job of every run ({run: its attempts}, any key), each asked of the executor that
+    holds it (one call each, whatever the number of runs); a job whose latest attempt's end its run folder
+    recorded is marked `ended` (its why), so accounting is not asked about it again."""
     now = time.time() if now is None else now
     by_kind: dict[str, list[dict]] = {}
     for attempts in attempts_by_run.values():
         sub = last_submitted(attempts)
         if sub.get("job_id"):
-            by_kind.setdefault(sub.get("executor", ""), []).append(sub)
+            end = last_end(attempts, sub["job_id"])
+            by_kind.setdefault(sub.get("executor", ""), []).append({**sub, "ended": end["why"]} if end else sub)
     view = View()
     for kind, submitted in by_kind.items():
         view.update(get(kind, root).view(submitted, now=now))

@@ -53,11 +53,13 @@ class JobView:
 
 @dataclass
 class View:
-    """Every job asked about (`jobs`; a job not in it is unknown to every source) and a line for each source
-    that could not answer (`notes`, said once in status)."""
+    """Every job asked about (`jobs`; a job not in it is unknown to every source), a line for each source
+    that could not answer (`notes`, said once in status), and what those sources said (`failed`, "" when every
+    source answered: a poller backs off, jobs/poller.py)."""
 
     jobs: dict[str, JobView] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    failed: str = ""
 
     def of(self, job: str | None) -> JobView:
         return self.jobs.get(job or "", JobView())
@@ -65,6 +67,7 @@ class View:
     def update(self, other: View) -> View:
         self.jobs.update(other.jobs)
         self.notes += [n for n in other.notes if n not in self.notes]
+        self.failed = "; ".join(f for f in (self.failed, other.failed) if f)
         return self
 
 
@@ -75,13 +78,18 @@ class Executor(abc.ABC):
     """What `submitted` events record as `executor`, and what `--executor` takes."""
     label: ClassVar[str]
     """The back end in a sentence ("the local queue")."""
+    rate_limited: ClassVar[bool] = False
+    """Its view asks a shared controller that sites rate-limit (SLURM's squeue and sacct): whatever waits asks it
+    at most once per Sweep.poll_s (jobs/poller.py). False: its view reads files, free as often as one likes."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
     @abc.abstractmethod
     def view(self, submitted: list[dict], *, now: float) -> View:
-        """The jobs of these `submitted` events (each with job_id, time and, when recorded, name and grace_s)."""
+        """The jobs of these `submitted` events (each with job_id, time and, when recorded, name and grace_s), in
+        one question per source; `ended` in an event: the `why` of the end its run folder recorded for the job's
+        latest attempt (executors.view_all), which a back end need not ask about again."""
 
     @abc.abstractmethod
     def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
@@ -91,6 +99,11 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
         """Ask a live job to stop: a running one checkpoints first, a waiting one is dropped."""
+
+    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> None:
+        """`cancel` each (run folder, job, its view); a back end that can ask for many at once overrides it."""
+        for run_dir, job, seen in jobs:
+            self.cancel(run_dir, job, seen)
 
     def check(self, runs: list[Run], *, quick: bool = False) -> None:
         """Refuse, with a ConfigError, runs this back end could never start (said in the dry run too; `quick`:

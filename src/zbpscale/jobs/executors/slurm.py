@@ -9,7 +9,9 @@ switched off, or hold an older job under a reused id. So:
     event (minus SUBMIT_SLACK_S for clocks): an id reused by another job is not ours; else from squeue's;
   - a job that neither lists within its grace window (`submitted.grace_s`) is queued, "submitted, not yet visible
     to the scheduler"; past it, it has ended without an account;
-  - squeue not answering makes every job UNKNOWN (left alone); accounting not answering is one note.
+  - squeue not answering makes every job UNKNOWN (left alone); accounting not answering is one note;
+  - one squeue asks about every job, one sacct about the jobs squeue no longer lists, and never about a job whose
+    run folder recorded its end (ENDED): a recorded end is final, and accounting is the costlier question.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node
            "CANCELLED": "cancelled in SLURM (scancel or an admin)", "BOOT_FAIL": "node boot failure",
            "TIMEOUT": "time limit reached without a checkpoint", "DEADLINE": "deadline reached"}
 """SLURM's end states that say more than the trainer could, in words."""
+ENDED = ("completed", "failed", "cancelled", "crashed")
+"""Ends (`why`) after which a SLURM job does not run again (TrainJob requeues only after a timeout, a preemption
+or a hang; an end written from the scheduler's account is a crash or a cancel): accounting is not asked again."""
 
 
 def ours(rows: list[dict], submitted: dict) -> dict | None:
@@ -49,20 +54,23 @@ def ours(rows: list[dict], submitted: dict) -> dict | None:
 class SlurmExecutor(Executor):
     name = "slurm"
     label = "SLURM"
+    rate_limited = True
 
     # ------------------------------------------------------------------------------------------------ view
     def view(self, submitted: list[dict], *, now: float) -> View:
-        ids = [s["job_id"] for s in submitted]
-        queued = slurm.squeue_rows(ids)
+        ids, errors = [s["job_id"] for s in submitted], []
+        queued = slurm.squeue_rows(ids, errors)
         view = View()
         if queued is None:
             view.notes.append("squeue not answering: runs with a job are left alone until it does")
         seen = {s["job_id"]: ours([queued[s["job_id"]]] if queued and s["job_id"] in queued else [], s)
                 for s in submitted}
-        ended = [s for s in submitted if not (seen[s["job_id"]] and seen[s["job_id"]]["state"] in slurm.ALIVE)]
-        accounted = slurm.sacct_rows([s["job_id"] for s in ended]) if ended else {}
+        unlisted = [s for s in submitted if not (seen[s["job_id"]] and seen[s["job_id"]]["state"] in slurm.ALIVE)
+                    and s.get("ended") not in ENDED]
+        accounted = slurm.sacct_rows([s["job_id"] for s in unlisted], errors) if unlisted else {}
         if accounted is None:
             view.notes.append("accounting not answering: states from squeue only")
+        view.failed = "; ".join(errors)
         for sub in submitted:
             job, row = sub["job_id"], seen[sub["job_id"]]
             if row and row["state"] in slurm.ALIVE:
@@ -77,7 +85,7 @@ class SlurmExecutor(Executor):
                 view.jobs[job] = JobView(row["state"], words=REASONS.get(row["state"], ""), source="squeue")
             elif queued is None:
                 view.jobs[job] = JobView(UNKNOWN, reason="squeue is not answering")
-            elif now - sub.get("time", 0) < sub.get("grace_s", GRACE_S):
+            elif not sub.get("ended") and now - sub.get("time", 0) < sub.get("grace_s", GRACE_S):
                 view.jobs[job] = JobView("PENDING", source="submit",
                                          reason="submitted, not yet visible to the scheduler")
             # else: gone from squeue, and accounting has no (current) word on it
@@ -91,20 +99,38 @@ class SlurmExecutor(Executor):
             print(f"{run.name}: {action} -> job {job} (logs in {RunFolder(run.run_dir.absolute()).logs})")
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
-        if seen.state == "RUNNING":
+        self.cancel_all([(run_dir, job, seen)])
+
+    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> None:
+        """One scancel for the running jobs (USR2 to their tasks: the trainer checkpoints, TrainJob stops) and one
+        for the waiting ones (dropped, their end recorded here)."""
+        running = [(run_dir, job) for run_dir, job, seen in jobs if seen.state == "RUNNING"]
+        waiting = [(run_dir, job, seen) for run_dir, job, seen in jobs if seen.state != "RUNNING"]
+        for run_dir, _ in running:
             RunFolder(run_dir).cancel.write_text("cancel\n")
-            _scancel("--signal=USR2", job)  # to the job's tasks: the trainer checkpoints, TrainJob stops
-        else:
-            _scancel(job)
+        if running:
+            _scancel("--signal=USR2", *(job for _, job in running))
+        if waiting:
+            _scancel(*(job for _, job, _ in waiting))
+        for run_dir, job, seen in waiting:
             record(run_dir, "end", job_id=job, executor=self.name, why="cancelled",
                    reason=f"cancelled while {seen.state.lower()}" + (f" ({seen.reason})" if seen.reason else ""))
 
 
+GONE = ("already completing or completed", "Invalid job id")
+"""What scancel says of a job that ended meanwhile: nothing left to cancel, not an error."""
+
+
 def _scancel(*args: str) -> None:
+    """One scancel for every job id in `args` (after its options); a job that ended meanwhile is no error."""
     try:
-        subprocess.run(["scancel", *args], check=True, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(["scancel", *args], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as err:
         raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
+    said = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    if out.returncode != 0 and not (said and all(any(g in ln for g in GONE) for ln in said)):
+        raise ZbpError(f"scancel {' '.join(args)} failed: {said[0] if said else f'exit status {out.returncode}'}",
+                       hint="is SLURM reachable here (squeue)?")
 
 
 # ------------------------------------------------------------------------------------------------ submitit
@@ -146,7 +172,7 @@ def _executor(folder: Path, params: dict, max_num_timeout: int = 0, python: list
 
 def submit_prep(sweep: Sweep) -> tuple[str, str]:
     """Submit the data-prep job on a training node; returns its job id and log."""
-    from zbpscale.jobs.executors.slurm_job import PrepJob
+    from zbpscale.entry import PrepJob
     from zbpscale.jobs.sweep import prep_config
 
     res = sweep.sizes[0].resources
@@ -165,7 +191,7 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
 def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log: str = "") -> str:
     """Write the run's resolved config and submit its job; returns the job id."""
     from zbpscale import signals
-    from zbpscale.jobs.executors.slurm_job import TrainJob
+    from zbpscale.entry import TrainJob
 
     run_dir = run.write_folder()
     params = sbatch_parameters(run)

@@ -38,16 +38,30 @@ def parse_time(text: str) -> float | None:
         return None
 
 
-def squeue_rows(job_ids: list[str]) -> dict[str, dict] | None:
+def no_answer(name: str, out: subprocess.CompletedProcess | None, timeout: float) -> str:
+    """Why a client did not answer, in one line: its first line on stderr (`slurm_load_jobs error: Socket timed
+    out on send/recv operation`, `... Resource temporarily unavailable`), or that it was silent or missing."""
+    if out is None:
+        return f"{name}: not installed here, or no answer within {timeout:g} s"
+    said = next((ln.strip() for ln in out.stderr.splitlines() if ln.strip()), "")
+    if not said:
+        return f"{name}: exit status {out.returncode}"
+    return said if said.startswith(f"{name}:") else f"{name}: {said}"
+
+
+def squeue_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str, dict] | None:
     """{job id: {state, reason, submit, name}} of the jobs the controller still knows (live ones, and ended ones
-    for its MinJobAge); None when squeue does not answer. The controller's word: no accounting lag."""
+    for its MinJobAge); None when squeue does not answer (why, in one line, appended to `errors` when given).
+    The controller's word: no accounting lag. One call for all the ids."""
     if not job_ids:
         return {}
     out = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%V|%j"], timeout=30)
-    if out is None:
+    if out is None or (out.returncode != 0 and "Invalid job id" not in out.stderr):
+        if errors is not None:
+            errors.append(no_answer("squeue", out, 30))
         return None
     if out.returncode != 0:  # a single id the controller no longer knows is an error; more than one is not
-        return {} if "Invalid job id" in out.stderr else None
+        return {}
     rows = {}
     for line in out.stdout.splitlines():
         job, state, reason, submit, name = (line.split("|", 4) + [""] * 5)[:5]
@@ -56,9 +70,10 @@ def squeue_rows(job_ids: list[str]) -> dict[str, dict] | None:
     return rows
 
 
-def sacct_rows(job_ids: list[str]) -> dict[str, list[dict]] | None:
+def sacct_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str, list[dict]] | None:
     """{job id: [{state, how, submit, name}, ...]} from accounting, every job that ever had the id (a cluster
-    whose ids restarted reuses them); None when sacct does not answer. sacct's ExitCode is the batch script's
+    whose ids restarted reuses them); None when sacct does not answer (why, appended to `errors` when given).
+    One call for all the ids. sacct's ExitCode is the batch script's
     `code:signal`; DerivedExitCode carries the highest signal of its steps, which is where a task killed by the
     OOM killer or `kill -9` shows (srun itself then exits 9, `FAILED 9:0`)."""
     if not job_ids:
@@ -66,6 +81,8 @@ def sacct_rows(job_ids: list[str]) -> dict[str, list[dict]] | None:
     out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o",
                 "JobIDRaw,State,ExitCode,DerivedExitCode,Submit,JobName"], timeout=20)
     if out is None or out.returncode != 0:
+        if errors is not None:
+            errors.append(no_answer("sacct", out, 20))
         return None
     rows: dict[str, list[dict]] = {}
     for line in out.stdout.splitlines():

@@ -1,6 +1,7 @@
 """The job side of a run: what every task of a run's submitit job executes, and the attempts record.
 
-`TrainJob(run_dir, ...)` is pickled by submitit at submit time and called once per task. It exports the
+`zbpscale.entry.TrainJob(run_dir, ...)` is pickled by submitit at submit time and called once per task; it calls
+`run_train_job` here (the entry's name stays, this module may move: zbpscale/entry.py). The job exports the
 distributed environment, runs the trainer on the run folder (which resumes by itself), and maps the result:
   completed          -> the job ends COMPLETED;
   checkpointed (the trainer caught USR2/SIGTERM and saved) -> rank 0 tells timeout from preemption, counts it
@@ -24,9 +25,14 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+# TrainJob and PrepJob are also importable from here because jobs pickled by the releases of 2026-12-02 (8006dfa up
+# to the entry module) name them zbpscale.jobs.executors.slurm_job.TrainJob / PrepJob: a requeue after an upgrade
+# unpickles them by that name. Their state is entry's (the same attributes).
+from zbpscale.entry import PrepJob, TrainJob  # noqa: F401
 from zbpscale.errors import ZbpError, report
-from zbpscale.jobs.attempts import EXIT_USAGE, read_attempts, record, retry_decision
+from zbpscale.jobs.attempts import EXIT_USAGE, last_end, read_attempts, record, retry_decision, unended_start
 from zbpscale.jobs.executors import slurm_commands as slurm
+from zbpscale.jobs.executors.slurm_sentinel import start_sentinel
 from zbpscale.jobs.layout import RunFolder
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
@@ -43,90 +49,126 @@ def classify_interruption(left_s: float | None, signal_delay_s: int) -> str:
     return "preempted"
 
 
-class TrainJob:
-    """The callable of a run's job (see the module docstring); thin on purpose."""
+def run_train_job(job: TrainJob) -> str:
+    """One task of a run's job (`job`: its entry.TrainJob, which holds the run folder and the retry bounds)."""
+    from zbpscale import signals
 
-    def __init__(self, run_dir: str, *, max_timeouts: int, max_preemptions: int, signal_delay_s: int,
-                 max_crashes: int = 3):
-        self.run_dir = str(run_dir)
-        self.max_timeouts, self.max_preemptions, self.max_crashes = max_timeouts, max_preemptions, max_crashes
-        self.signal_delay_s = signal_delay_s
+    signals.install()  # first: the time-limit signal may arrive while torch is still importing
+    import submitit
 
-    def __call__(self) -> str:
-        from zbpscale import signals
+    from zbpscale.train.loop import train
+    from zbpscale.train.schema import TrainConfig
 
-        signals.install()  # first: the time-limit signal may arrive while torch is still importing
-        import submitit
-
-        from zbpscale.train.loop import train
-        from zbpscale.train.schema import TrainConfig
-
-        env = submitit.JobEnvironment()
-        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-        run_dir, main = Path(self.run_dir), env.global_rank == 0
-        job_id, started = str(env.job_id), time.time()
+    env = submitit.JobEnvironment()
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+    run_dir, main = Path(job.run_dir), env.global_rank == 0
+    job_id, started = str(env.job_id), time.time()
+    if main:
+        lost = unended_start(read_attempts(run_dir), job_id)
+        if lost is not None:  # the job's last attempt died without a word and SLURM started the job again
+            record(run_dir, "end", job_id=job_id, executor="slurm", why="crashed", source="restart",
+                   reason="no end record: SLURM started the job again (a lost node, or the job requeued by the "
+                          f"scheduler) after its attempt on {lost.get('nodes') or lost.get('host', '?')}")
+        record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
+               ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""))
+    sentinel = None
+    try:
+        cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(RunFolder(run_dir).config))
+        if main:  # watches from outside for a trainer too frozen for its own watchdog
+            sentinel = start_sentinel(run_dir, job_id, since=started, timeout_s=cfg.step_timeout_s,
+                                      max_crashes=job.max_crashes)
+        status = train(cfg, run_dir, on_hang=lambda reason: _hung(job, run_dir, job_id, reason),
+                       holder_gone=holder_gone)
+    except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
         if main:
-            record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
-                   ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""))
-        try:
-            cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(RunFolder(run_dir).config))
-            status = train(cfg, run_dir, on_hang=lambda reason: self._hung(run_dir, job_id, reason))
-        except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
-            if main:
-                record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")
-            report(err)
-            raise SystemExit(EXIT_USAGE) from None
-        except BaseException as err:
-            if main:
-                last = (str(err).strip().splitlines() or [""])[-1]
-                why = "crashed" if lost_peer(err) else "failed"  # a lost rank is no decision: a submit resumes
-                record(run_dir, "end", job_id=job_id, why=why, reason=f"{type(err).__name__}: {last}")
-            raise
-        # The trainer has put submitit's handlers back. A stop request from now on (a late time-limit warning, a
-        # preemption while requeueing) has nothing left to stop, and submitit's handler would fail the job.
-        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        if status == "completed":
-            if main:
-                record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
-            return "completed"
-        if RunFolder(run_dir).cancel.exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
-            if main:
-                record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
-            return "cancelled"
-        if cancelled_by_scheduler(job_id):  # scancel: SIGTERM, then the job is killed
-            if main:
-                record(run_dir, "end", job_id=job_id, why="cancelled", reason="scancel; checkpointed")
-            return "cancelled"
+            record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")
+        report(err)
+        raise SystemExit(EXIT_USAGE) from None
+    except BaseException as err:
         if main:
-            self._requeue_or_fail(run_dir, job_id)
+            last = (str(err).strip().splitlines() or [""])[-1]
+            why = "crashed" if lost_peer(err) else "failed"  # a lost rank is no decision: a submit resumes
+            record(run_dir, "end", job_id=job_id, why=why, reason=f"{type(err).__name__}: {last}")
+        raise
+    finally:
+        if sentinel is not None:
+            sentinel.kill()
+            sentinel.wait()
+    # The trainer has put submitit's handlers back. A stop request from now on (a late time-limit warning, a
+    # preemption while requeueing) has nothing left to stop, and submitit's handler would fail the job.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    if main and last_end(read_attempts(run_dir), job_id):  # decided already: the sentinel requeued it as hung
         _wait_to_be_requeued(run_dir, job_id, since=started)
+    if status == "completed":
+        if main:
+            record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
+        return "completed"
+    if RunFolder(run_dir).cancel.exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
+        if main:
+            record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
+        return "cancelled"
+    if cancelled_by_scheduler(job_id):  # scancel: SIGTERM, then the job is killed
+        if main:
+            record(run_dir, "end", job_id=job_id, why="cancelled", reason="scancel; checkpointed")
+        return "cancelled"
+    if main:
+        _requeue_or_fail(job, run_dir, job_id)
+    _wait_to_be_requeued(run_dir, job_id, since=started)
 
-    def checkpoint(self):
-        """submitit's own fallback, for a signal that beats `__call__` to it: requeue the same call (the run
-        folder, not this object, holds the state)."""
-        import submitit
 
-        return submitit.helpers.DelayedSubmission(self)
+def resubmission(job: TrainJob):
+    """submitit's own fallback, for a signal that beats `run_train_job` to it: requeue the same call (the run
+    folder, not the job object, holds the state)."""
+    import submitit
 
-    def _hung(self, run_dir: Path, job_id: str, reason: str) -> None:
-        """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it
-        and requeue the job from the last checkpoint, counted as a crash."""
-        retry = retry_decision(read_attempts(run_dir), "hung", {"crashed": self.max_crashes}, reason)
-        record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
-               reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")
-        if retry.ok:
-            _requeue(job_id)
+    return submitit.helpers.DelayedSubmission(job)
 
-    def _requeue_or_fail(self, run_dir: Path, job_id: str) -> None:
-        why = classify_interruption(slurm.seconds_left(job_id), self.signal_delay_s)
-        bounds = {"timeout": self.max_timeouts, "preempted": self.max_preemptions}
-        retry = retry_decision(read_attempts(run_dir), why, bounds)
-        if not retry.ok:
-            record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
-            raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
-                            hint="submit again with --retry (after raising the sweep's bound or time limit)")
-        record(run_dir, "end", job_id=job_id, why=why, reason=retry.reason)
+
+def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
+    """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it
+    and requeue the job from the last checkpoint, counted as a crash."""
+    if _record_hang(run_dir, job_id, reason, job.max_crashes):
         _requeue(job_id)
+
+
+def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: int, pids: tuple[int, ...]) -> None:
+    """The sentinel (jobs/sentinel.py) found the trainer frozen: record the hang, then end the frozen attempt:
+    the job requeued from the last checkpoint, or, over max_crashes, its tasks killed so that it ends failed. The
+    frozen ranks of this node (`pids`) are killed first: woken by the scheduler's SIGCONT and SIGTERM instead, a
+    trainer would checkpoint and take the requeue for a cancel (a job that ended is still requeued)."""
+    requeue = _record_hang(run_dir, job_id, reason, max_crashes)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if requeue:
+        _requeue(job_id)
+        return
+    try:
+        subprocess.run(["scancel", "--signal=KILL", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        print(f"scancel --signal=KILL {job_id} did not go through ({err})", file=sys.stderr, flush=True)
+
+
+def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> bool:
+    """The attempt's end (hung, or failed over max_crashes); whether it may be requeued."""
+    retry = retry_decision(read_attempts(run_dir), "hung", {"crashed": max_crashes}, reason)
+    record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
+           reason=f"{reason}; {retry.reason}" if retry.ok else f"{retry.reason} (last: {reason})")
+    return retry.ok
+
+
+def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str) -> None:
+    why = classify_interruption(slurm.seconds_left(job_id), job.signal_delay_s)
+    bounds = {"timeout": job.max_timeouts, "preempted": job.max_preemptions}
+    retry = retry_decision(read_attempts(run_dir), why, bounds)
+    if not retry.ok:
+        record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
+        raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
+                        hint="submit again with --retry (after raising the sweep's bound or time limit)")
+    record(run_dir, "end", job_id=job_id, why=why, reason=retry.reason)
+    _requeue(job_id)
 
 
 def _requeue(job_id: str) -> None:
@@ -136,6 +178,22 @@ def _requeue(job_id: str) -> None:
         # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
         print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
               file=sys.stderr, flush=True)
+
+
+def holder_gone(holder) -> bool:
+    """Whether SLURM says the trainer whose lease holds a run folder is gone (a lease.Rule, asked only of a lease
+    its pid cannot answer for: one on another node): an earlier run of this very job (a requeued job keeps its id
+    and counts its restarts, and SLURM starts it again only after the last run ended), or a job that squeue, else
+    sacct, calls ended. Unknown (no answer, no record) is not gone."""
+    if not holder.job.replace("_", "").isdigit():  # no job, or another executor's
+        return False
+    if holder.job == os.environ.get("SLURM_JOB_ID"):
+        return holder.restarts < int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    state = slurm.controller_state(holder.job)
+    if state is None:
+        rows = (slurm.sacct_rows([holder.job]) or {}).get(holder.job, [])
+        return bool(rows) and all(row["state"] not in slurm.ALIVE for row in rows)
+    return state not in slurm.ALIVE
 
 
 def lost_peer(err: BaseException) -> bool:
@@ -168,14 +226,10 @@ def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: f
     raise SystemExit(1)
 
 
-class PrepJob:
+def run_prep_job(job: PrepJob) -> str:
     """The data-prep job that training jobs depend on (afterok) when the sweep's data are missing."""
+    from zbpscale.data.prepare import PrepConfig, prepare
 
-    def __init__(self, prep_config):
-        self.prep_config = prep_config
-
-    def __call__(self) -> str:
-        from zbpscale.data.prepare import prepare
-
-        prepare(self.prep_config, log=lambda line: print(line, flush=True))
-        return "prepared"
+    cfg = job.prep_config if isinstance(job.prep_config, PrepConfig) else PrepConfig(**job.prep_config)
+    prepare(cfg, log=lambda line: print(line, flush=True))
+    return "prepared"

@@ -1,6 +1,6 @@
-"""The local queue's driver: `python -m zbpscale.jobs.executors.local_queue.driver JOBS_ROOT`, started by submit.
+"""The local queue's driver: `python -m zbpscale.entry local-driver JOBS_ROOT` (zbpscale/entry.py), started by submit.
 
-One driver per queue (a kernel lock says which). Every tick it
+One driver per queue (its lock says which: queue.py). Every tick it renews its lease, and
   1. applies cancel requests (a queued job is dropped; a running one gets SIGUSR2, checkpoints, stops);
   2. reaps finished attempts and records them in the run's attempts.jsonl, as the SLURM job does:
        all ranks exit 0 and COMPLETE is there         -> completed
@@ -8,6 +8,7 @@ One driver per queue (a kernel lock says which). Every tick it
        exit 75 otherwise (a dead driver's PDEATHSIG, an outside SIGTERM) -> preempted, within max_preemptions
        exit 2 (a user's mistake) or 3 (diverged)       -> failed: retrying cannot help
        exit 4 (the hang watchdog: no step for step_timeout_s) -> hung, requeued like a crash
+       a trainer frozen past step_timeout_s (jobs/sentinel.py; its watchdog cannot act) -> killed, hung, likewise
        anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
                                                           max_crashes, with the log's last line as the reason;
        (the retry rule is zbpscale.jobs.attempts.retry_decision, shared with the SLURM job)
@@ -28,14 +29,16 @@ import time
 from pathlib import Path
 
 from zbpscale import signals
+from zbpscale.jobs import sentinel
 from zbpscale.jobs.attempts import EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.state import step_timeout
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.train.metrics import tail_records
 
-RANK_MODULE = "zbpscale.jobs.executors.local_queue.rank"  # python -m RANK_MODULE RUN_DIR: one rank
+RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
@@ -51,6 +54,9 @@ class Driver:
         self.inventory = gpu_inventory()
         self.procs: dict[str, list[subprocess.Popen]] = {}  # job id -> ranks we started
         self.first_exit: dict[str, float] = {}
+        self.timeouts: dict[str, float] = {}  # job id -> its run's step_timeout_s
+        self.checked: dict[str, float] = {}  # job id -> when its hang was last checked
+        self.hangs: dict[str, str] = {}  # job id -> what catch_hang saw
         self.beat = 0.0
 
     # ------------------------------------------------------------------------------------------------ loop
@@ -59,13 +65,16 @@ class Driver:
         log(f"driver {os.getpid()} on {socket.gethostname()}: GPUs {self.inventory or 'none'}")
         try:
             while True:
+                if not lock.renew():  # judged gone (silent past queue.STALE_S) and replaced: it has the queue now
+                    log(f"another driver has taken the queue over ({lock.taken_by()}): driver exits")
+                    return 0
                 self.tick()
                 if not self.live() and self._leave(lock):
                     log("queue empty: driver exits")
                     return 0
                 time.sleep(TICK_S)
         finally:
-            lock.close()
+            lock.release()
 
     def live(self) -> list[Entry]:
         return [e for e in self.q.entries() if e.state in LIVE]
@@ -75,7 +84,7 @@ class Driver:
             if self.live():
                 return False
             self.q.write_driver_info({**self.info(), "exited": time.time()})
-            lock.close()  # release before submit.lock, so a waiting submitter starts a new driver
+            lock.release()  # before submit.lock, so a waiting submitter starts a new driver
             return True
 
     def tick(self) -> None:
@@ -122,6 +131,8 @@ class Driver:
 
     def launch(self, e: Entry, gpus: tuple[str, ...]) -> None:
         e.attempts += 1
+        for seen in (self.timeouts, self.checked, self.hangs):  # each attempt reads its run's config afresh
+            seen.pop(e.job_id, None)
         e.state, e.started, e.assigned, e.port = "running", time.time(), list(gpus), _free_port()
         e.signalled, e.signalled_at = "", 0.0
         log_dir = Path(e.log_dir)
@@ -131,7 +142,7 @@ class Driver:
             env = {**os.environ, "ZBPSCALE_DRIVER_PID": str(os.getpid()), "ZBPSCALE_JOB_ID": e.job_id,
                    **rank_env(rank=rank, world_size=e.ranks, gpu=gpus[rank] if gpus else None, port=e.port,
                               threads=e.threads)}
-            rank_cmd = [*signals.BLOCKED_PYTHON, "-m", RANK_MODULE, e.run_dir]  # stop signals held back
+            rank_cmd = [*signals.BLOCKED_PYTHON, *RANK_COMMAND, e.run_dir]  # stop signals held back
             cmd = e.command if e.kind == "command" else rank_cmd
             with open(log_dir / f"{e.job_id}_{rank}.log", "ab") as out:
                 out.write(f"=== {e.job_id} attempt {e.attempts} rank {rank} started "
@@ -173,6 +184,26 @@ class Driver:
         elif not e.signalled and now >= e.started + e.time_s - e.signal_delay_s:
             log(f"{e.job_id} {e.name}: time limit in {e.signal_delay_s:g} s, SIGUSR2")
             self.signal(e, signal.SIGUSR2, "timeout")
+        elif not e.signalled and e.kind == "train" and now >= self.checked.get(e.job_id, 0) + sentinel.CHECK_S:
+            self.checked[e.job_id] = now
+            self.catch_hang(e, now)
+
+    def catch_hang(self, e: Entry, now: float) -> None:
+        """A trainer frozen past its step_timeout_s (jobs/sentinel.py: its own watchdog cannot act): say what is
+        seen in the run's log and records, kill its ranks (SIGKILL ends a stopped process too) and requeue it, as
+        a hang (settle)."""
+        run_dir = Path(e.run_dir)
+        if e.job_id not in self.timeouts:
+            self.timeouts[e.job_id] = step_timeout(RunFolder(run_dir))
+        hang = sentinel.check(run_dir, since=e.started, timeout_s=self.timeouts[e.job_id], now=now)
+        if hang is None:
+            return
+        log(f"{e.job_id} {e.name}: hung: {hang.reason}; killing its ranks")
+        with open(Path(e.log_dir) / f"{e.job_id}_0.log", "a") as out:
+            out.write(f"driver: {hang.reason}\n" + (f"{hang.detail}\n" if hang.detail else ""))
+        sentinel.record_hang(run_dir, hang)
+        self.hangs[e.job_id] = hang.reason
+        self.signal(e, signal.SIGKILL, "hung")
 
     def signal(self, e: Entry, sig: int, why: str) -> None:
         for p in self.procs.get(e.job_id, []):
@@ -202,6 +233,8 @@ class Driver:
             self.finish(e, "completed", "all steps done")
         elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
             self.finish(e, "cancelled", "zbpscale cancel; checkpointed" if interrupted else "zbpscale cancel; killed")
+        elif e.signalled == "hung":  # frozen, and killed by this driver (catch_hang)
+            self.requeue(e, "hung", codes, how=self.hangs.pop(e.job_id, "hung: killed by the driver"))
         elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
         elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
@@ -270,15 +303,14 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     queue = LocalQueue(argv[0])
-    lock = queue.try_driver_lock()  # first, before the GPU inventory (which may import torch)
-    for _ in range(40):  # a liveness probe (driver_alive) holds the lock for an instant: try again a while
-        if lock is not None:
-            break
-        time.sleep(0.05)
+    for _ in range(40):  # first, before the GPU inventory (which may import torch)
         lock = queue.try_driver_lock()
-    if lock is None:
-        return 0  # another driver has the queue
-    return Driver(queue).run(lock)
+        if lock is not None:
+            return Driver(queue).run(lock)
+        if queue.driver_alive():
+            return 0  # another driver has the queue
+        time.sleep(0.05)  # the kernel lock was busy for an instant only: driver_alive's probe
+    return 0
 
 
 if __name__ == "__main__":

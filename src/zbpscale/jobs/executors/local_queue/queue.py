@@ -2,8 +2,9 @@
 
 One queue serves every sweep under a jobs root (so two sweeps on one node share its GPUs), in `<root>/.localq/`:
 
-    driver.lock     flock held by the live driver for its whole life (released by the kernel when it dies)
-    submit.lock     flock held while entries are added, and while the driver decides to exit
+    driver.lock     held by the live driver for its whole life (lease.try_lock: a flock where it works, and
+                    driver.lease, renewed every tick; a driver killed on this node is seen gone at once)
+    submit.lock     held while entries are added, and while the driver decides to exit (with submit.lease)
     driver.json     the driver's pid, host, GPU inventory, and a heartbeat (`updated`)
     driver.log      the driver's own log
     settings.json   max_parallel (re-read by the driver every tick)
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import subprocess
@@ -30,10 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zbpscale.files import atomic_write
+from zbpscale.lease import kernel_held, lease_path, live_holder, read_holder, try_lock
 
 QUEUE_DIR = ".localq"
 LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (attempts.py's words)
 SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see slurm.ALIVE)
+STALE_S = 300.0
+"""A queue lease not renewed for this long is its holder gone (seen from another node: on this one, its pid says).
+The driver renews every tick, and is slowest before its first (the GPU inventory may import torch); a submit
+holds submit.lock for a few file writes and the driver's start-up (ensure_driver: at most 20 s)."""
 
 
 @dataclass
@@ -92,6 +97,11 @@ class Entry:
     """Why it ended (final states)."""
 
 
+_ENTRY_FIELDS = {f.name for f in dataclasses.fields(Entry)}
+"""What an entry file may say: a field written by a newer release is left out (an older one's missing fields take
+Entry's defaults), so that a driver reads the entries of any release."""
+
+
 class LocalQueue:
     """Paths and file operations of one queue folder (see the module docstring)."""
 
@@ -107,8 +117,9 @@ class LocalQueue:
         if self.entries_dir.is_dir():
             for path in self.entries_dir.glob("*.json"):
                 try:
-                    out.append(Entry(**json.loads(path.read_text())))
-                except (json.JSONDecodeError, TypeError, OSError):
+                    fields = json.loads(path.read_text())
+                    out.append(Entry(**{k: v for k, v in fields.items() if k in _ENTRY_FIELDS}))
+                except (json.JSONDecodeError, TypeError, OSError, AttributeError):
                     continue  # a file being replaced; the next read sees it
         return sorted(out, key=lambda e: e.seq)
 
@@ -161,44 +172,35 @@ class LocalQueue:
         _write_json(self.dir / "driver.json", info)
 
     @contextlib.contextmanager
-    def submit_lock(self):
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "submit.lock", "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def submit_lock(self, poll_s: float = 0.02):
+        """Hold submit.lock (waiting for it) while entries are added."""
+        while True:
+            lock, _ = try_lock(self.dir / "submit.lock", stale_after_s=STALE_S)
+            if lock is not None:
+                break
+            time.sleep(poll_s)
+        with lock:
+            yield
 
     def try_driver_lock(self):
-        """The open, exclusively locked driver.lock, or None when another driver holds it."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.dir / "driver.lock", "a")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            return None
-        return fh
+        """The held driver lock (a lease.Lock: renew it, release it), or None when another driver holds it."""
+        return try_lock(self.dir / "driver.lock", stale_after_s=STALE_S)[0]
 
     def driver_alive(self) -> bool:
-        """Whether a driver holds the queue (a kernel lock: right even after kill -9 and pid reuse)."""
-        if not (self.dir / "driver.lock").exists():
-            return False
-        fh = self.try_driver_lock()
-        if fh is None:
-            return True
-        fh.close()
-        return False
+        """Whether a driver holds the queue: its lease names a process not provably gone (on this node: its pid
+        and start time, so right after kill -9 and pid reuse); without a lease, a driver of an older release
+        holding the kernel lock (it outlives an upgrade). Writes nothing."""
+        path = self.dir / "driver.lock"
+        if read_holder(lease_path(path)) is None:
+            return kernel_held(path)
+        return live_holder(path, stale_after_s=STALE_S) is not None
 
     def start_driver(self) -> None:
         """Start a detached driver (its own session: the terminal closing or Ctrl-C does not reach it)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         log = open(self.dir / "driver.log", "ab")
-        package_root = str(Path(__file__).resolve().parents[2])  # importable from any cwd, installed or not
-        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
-        subprocess.Popen([sys.executable, "-m", "zbpscale.jobs.executors.local_queue.driver", str(self.dir.parent)],
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": driver_pythonpath()}
+        subprocess.Popen([sys.executable, "-m", "zbpscale.entry", "local-driver", str(self.dir.parent)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                          close_fds=True, env=env, cwd=str(self.dir))
         log.close()
@@ -212,6 +214,21 @@ class LocalQueue:
         while not self.driver_alive() and time.time() < deadline:
             time.sleep(0.05)
         return True
+
+
+def driver_pythonpath() -> str:
+    """PYTHONPATH for the driver (and the ranks it starts, which inherit it): this process's, led by the folder that
+    holds the zbpscale package it runs, so that the driver (started in the queue's folder) imports the same code
+    wherever it came from: a source folder, an editable install, or PYTHONPATH. An installed package's folder is a
+    site directory, which the interpreter finds by itself: it is not added (it would overtake PYTHONPATH)."""
+    import site
+
+    import zbpscale
+
+    root = str(Path(zbpscale.__file__).resolve().parents[1])
+    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return os.pathsep.join(given if root in sites or root in given else [root, *given])
 
 
 def _read_json(path: Path):

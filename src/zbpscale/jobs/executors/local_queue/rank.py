@@ -1,4 +1,6 @@
-"""One rank of a local-queue run: `python -m zbpscale.jobs.executors.local_queue.rank RUN_DIR`, started by the driver.
+"""One rank of a local-queue run: `python -m zbpscale.entry local-rank RUN_DIR` (zbpscale/entry.py), started by the
+driver. Drivers of the releases of 2026-12-02 (8006dfa up to the entry module) start it by this module's own name,
+`python -m zbpscale.jobs.executors.local_queue.rank RUN_DIR`, which therefore still works.
 
 The environment (RANK, WORLD_SIZE, MASTER_PORT, its own GPU in CUDA_VISIBLE_DEVICES) comes from the driver.
 The stop flag is installed before torch is imported, and the kernel is asked to send SIGUSR2 if the driver

@@ -1,0 +1,163 @@
+"""The polite poller: how every command that waits (submit --wait, status --watch, cancel) asks the scheduler.
+
+Reading run folders is free; asking SLURM is an RPC to a controller that sites rate-limit (they ask for 60-120 s
+between polls, and `rl_enable` makes excess calls fail). So a waiter reads the folders as often as it likes and
+asks a rate-limited back end (`Executor.rate_limited`) through one `Poller`:
+  - at most once per `poll_s` (Sweep.poll_s: 60 s unless the sweep says otherwise, never under MIN_POLL_S), one
+    question for every job of every run it watches (SLURM: one squeue, and one sacct for the jobs squeue no longer
+    lists whose end their run folder has not recorded; executors.view_all);
+  - plus once early when the folders suggest a change (`folder_marks`: an attempts event that the scheduler's
+    account did not write, a COMPLETE marker, a heartbeat gone stale), SETTLE_S after it is first seen (a trainer
+    writes its end moments before its job leaves the queue) and no sooner than EARLY_GAP_S after the last ask;
+  - a scheduler that does not answer (squeue or sacct: `Socket timed out`, `Resource temporarily unavailable`, a
+    daemon down) is asked again after `backoff_s` (doubling, up to MAX_BACKOFF_S), said once, and never turned
+    into a run state: every job keeps its last-seen state, and one the poller has no answer for is UNKNOWN (left
+    alone), never ended or failed.
+Back ends whose view reads files (the local queue) are asked on every look. Decides nothing, writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from zbpscale.files import read_json
+from zbpscale.jobs import executors
+from zbpscale.jobs.attempts import last_submitted
+from zbpscale.jobs.executors import UNKNOWN, JobView, View
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.tables import age
+
+POLL_S = 60.0
+"""Seconds between two questions to a rate-limited scheduler (Sweep.poll_s's default)."""
+MIN_POLL_S = 10.0
+"""The least Sweep.poll_s a sweep may set."""
+MAX_BACKOFF_S = 600.0
+"""The longest wait before asking a scheduler that did not answer again (submitit's sacct interval)."""
+EARLY_GAP_S = 10.0
+"""An early ask (a folder changed) comes no sooner than this after the last ask."""
+SETTLE_S = 5.0
+"""An early ask waits this long after the change is first seen: the folder changes before the scheduler does."""
+STALE_S = 120.0
+"""A heartbeat older than this (the trainer rewrites it every few seconds while it steps) suggests a dead job."""
+
+
+def backoff_s(failures: int, poll_s: float) -> float:
+    """Seconds until the next ask after `failures` asks in a row went unanswered: poll_s doubled for each, at
+    most MAX_BACKOFF_S (never less than poll_s)."""
+    return poll_s if failures <= 0 else max(poll_s, min(MAX_BACKOFF_S, poll_s * 2 ** failures))
+
+
+def poll_s_of(target: str | Path | None) -> float:
+    """The poll_s of a command's target: a sweep file's own, else (a folder of runs) POLL_S."""
+    path = Path(target or "jobs")
+    if path.is_file() and path.suffix == ".py":
+        from zbpscale.jobs.sweep import load_sweep
+
+        return load_sweep(path).poll_s
+    return POLL_S
+
+
+def folder_marks(run_dir: Path, attempts: list[dict], *, now: float, stale_s: float = STALE_S) -> tuple:
+    """What of a run folder, when it changes, suggests that the scheduler has news: the number of attempts events
+    the scheduler's account did not write (a submit, a start, an end by the job itself), the COMPLETE marker, and
+    whether the heartbeat has gone stale."""
+    folder = RunFolder(run_dir)
+    beat = read_json(folder.heartbeat).get("time")
+    own = sum(1 for a in attempts if not a.get("source"))
+    return own, folder.complete.exists(), beat is not None and now - beat > stale_s
+
+
+def _rate_limited(attempts: list[dict]) -> bool:
+    sub = last_submitted(attempts)
+    kind = executors.KINDS.get(sub.get("executor") or "slurm")
+    return bool(sub.get("job_id")) and kind is not None and kind.rate_limited
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class Poller:
+    """The scheduler's view of the runs' latest jobs for a command that looks again and again (see the module
+    docstring); `look` is as cheap as reading the run folders except when an ask is due. `say`: where the one
+    line about a scheduler that stopped (or started again) answering goes; None: only the view's notes say it."""
+
+    def __init__(self, root: Path, *, poll_s: float = POLL_S, clock: Callable[[], float] = time.time,
+                 say: Callable[[str], None] | None = None):
+        self.root, self.poll_s, self.clock, self.say = Path(root), float(poll_s), clock, say
+        self.asks = 0  # questions asked of the rate-limited back ends so far (one per back end per ask)
+        self.asked_at: float | None = None
+        self.answered_at: float | None = None
+        self.next_at = 0.0
+        self.failures = 0
+        self.error = ""
+        self.jobs: dict[str, JobView] = {}  # the last answer about each job
+        self.asked: set[str] = set()  # the jobs of the last answered ask (not in `jobs`: no source lists them)
+        self.notes: list[str] = []
+        self.marks: dict = {}  # each run's folder_marks at the last ask
+        self.changed_at: float | None = None
+
+    def look(self, attempts_by_run: dict) -> View:
+        """The view of the latest job of every run ({run folder: its attempts}): the free back ends asked now,
+        the rate-limited ones as last answered unless an ask is due."""
+        now = self.clock()
+        polite = {d: a for d, a in attempts_by_run.items() if _rate_limited(a)}
+        view = executors.view_all(self.root, {d: a for d, a in attempts_by_run.items() if d not in polite}, now=now)
+        if polite:
+            marks = {d: folder_marks(d, a, now=now) for d, a in polite.items()}
+            if self.due(now, marks):
+                self._ask(polite, marks, now)
+            view.update(self._seen(polite, marks))
+        return view
+
+    def due(self, now: float, marks: dict) -> bool:
+        """Whether to ask now: never asked; poll_s (or the back-off) since the last ask; or, when answering, the
+        folders changed since the last ask, SETTLE_S ago, and EARLY_GAP_S have passed since it."""
+        if self.asked_at is None or now >= self.next_at:
+            return True
+        if self.failures or marks == self.marks:
+            self.changed_at = None if marks == self.marks else self.changed_at
+            return False
+        self.changed_at = now if self.changed_at is None else self.changed_at
+        return now >= self.changed_at + SETTLE_S and now >= self.asked_at + EARLY_GAP_S
+
+    def _ask(self, attempts_by_run: dict, marks: dict, now: float) -> None:
+        fresh = executors.view_all(self.root, attempts_by_run, now=now)
+        kinds = {last_submitted(a).get("executor") or "slurm" for a in attempts_by_run.values()}
+        self.asks += len(kinds)
+        self.asked_at, self.marks, self.changed_at = now, marks, None
+        if not fresh.failed:
+            if self.failures and self.say:
+                self.say(f"the scheduler answers again ({_clock(now)})")
+            self.failures, self.error, self.answered_at, self.next_at = 0, "", now, now + self.poll_s
+            self.jobs, self.notes = dict(fresh.jobs), list(fresh.notes)
+            self.asked = {last_submitted(a)["job_id"] for a in attempts_by_run.values()}
+            return
+        self.failures += 1
+        delay = backoff_s(self.failures, self.poll_s)
+        self.next_at, self.error = now + delay, fresh.failed
+        self.jobs.update({job: seen for job, seen in fresh.jobs.items() if seen.source == "squeue"})
+        if self.failures == 1 and self.say:
+            self.say(f"the scheduler is not answering ({fresh.failed}): asking again in {age(delay)}, then less "
+                     f"often (at most every {age(MAX_BACKOFF_S)}) until it does; runs keep their last-seen states")
+
+    def _seen(self, attempts_by_run: dict, marks: dict) -> View:
+        """The last answers, for the runs' jobs now: a job nobody answered for, or one last seen ended whose run
+        folder changed since, is UNKNOWN (left alone) until the next ask."""
+        view = View(notes=list(self.notes))
+        if self.failures:
+            since = f"as of its last answer at {_clock(self.answered_at)}" if self.answered_at else "unknown"
+            view.notes.append(f"the scheduler is not answering ({self.error}): states {since}; asking again at "
+                              f"{_clock(self.next_at)}")
+        for run_dir, attempts in attempts_by_run.items():
+            job = last_submitted(attempts)["job_id"]
+            seen, changed = self.jobs.get(job), marks[run_dir] != self.marks.get(run_dir)
+            if seen is not None and (seen.live or not changed):
+                view.jobs[job] = seen
+            elif job not in self.asked or changed:
+                view.jobs[job] = JobView(UNKNOWN, reason="its run folder changed since the scheduler was last asked"
+                                         if job in self.asked else "the scheduler has not been asked about it yet")
+            # else: asked, and no source lists it
+        return view

@@ -1,0 +1,117 @@
+"""When a sweep file changes under a half-done sweep: the sweep file is the truth for what it still decides.
+
+Each submit (and dry run) compares every run folder's config.json (in today's format) with what the sweep file
+now gives (`config_changes`), and `config_notes` decides, one line per run that differs:
+  - a run that has not trained (no checkpoint, no live attempt) is rewritten to match;
+  - a run that has trained goes on as it was trained, except that `--apply-changes` gives it the new values of
+    the fields safe on resume (train/schema.py RESUME_SAFE: they decide when it evaluates, checkpoints or logs,
+    never what it computes); any other change needs a new run (another name), said in the line.
+A dry run says what the submit would do and writes nothing. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zbpscale.errors import ZbpError
+from zbpscale.files import atomic_write
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.state import RunState
+from zbpscale.jobs.sweep import Run
+from zbpscale.train.schema import RESUME_SAFE, TrainConfig
+
+
+def config_notes(runs: list[Run], states: dict[str, RunState], *, apply: bool, dry_run: bool) -> list[str]:
+    """The sweep file is the truth for what it still decides. A run folder whose config.json differs from what
+    the file now gives: a run that has not trained (no checkpoint, no live attempt) is rewritten to match; a run
+    that has trained keeps its config (it resumes as it was trained), except, with `apply` (--apply-changes),
+    the fields that are safe to change on resume (schema.RESUME_SAFE). One line per run either way; a dry run
+    writes nothing and says what the submit would do."""
+    notes = []
+    for run in runs:
+        changes = config_changes(run)
+        if not changes:
+            continue
+        folder, state = RunFolder(run.run_dir), states[run.name].state
+        shown = lambda names: ", ".join(f"{n} {changes[n][0]!r} -> {changes[n][1]!r}" for n in names)  # noqa: E731
+        if not folder.list_checkpoints() and state not in ("complete", "running", "stalled", "unknown"):
+            if not dry_run:
+                rewrite_config(run)
+            notes.append(f"{run.name}: config.json {'will be ' if dry_run else ''}rewritten from the sweep file, "
+                         f"which changed since it was written (it has not trained yet): {shown(changes)}")
+            continue
+        safe = [n for n in changes if n in RESUME_SAFE] if apply and state != "complete" else []
+        if safe:
+            if not dry_run:
+                rewrite_config(run, safe)
+            when = "when it next resumes" if state in ("running", "stalled", "unknown") else "as it resumes"
+            notes.append(f"{run.name}: --apply-changes {'will apply' if dry_run else 'applied'} {shown(safe)} "
+                         f"(safe on resume; it takes them {when})")
+        kept = [n for n in changes if n not in safe]
+        if not kept:
+            continue
+        can = [n for n in kept if n in RESUME_SAFE]
+        then = [f"--apply-changes applies {', '.join(can)} (safe on resume)"] if can and state != "complete" else []
+        if len(can) < len(kept):
+            other = ", ".join(n for n in kept if n not in can)
+            then.append(f"for {other}, train a new run (another name: a seed or an arm of the sweep), or move its "
+                        "folder aside to start it anew")
+        notes.append(f"{run.name}: the sweep file changed since it trained ({shown(kept)}); it "
+                     f"{'stays as it was trained' if state == 'complete' else 'goes on as it was trained'}: "
+                     + "; ".join(then))
+    return notes
+
+
+def config_changes(run: Run) -> dict[str, tuple]:
+    """{field: (the run folder's value, the sweep file's)} where the run's config.json (in today's format)
+    differs from what the sweep file now gives; nested fields dotted (model.d_model, model.zbp.n). {} without a
+    config, or with one the trainer would refuse (the run is broken: said elsewhere). A data_dir that moved,
+    with the same prepared data there (equal manifests), is no change."""
+    from zbpscale.data import manifest_path
+
+    try:
+        saved = RunFolder(run.run_dir).read_config()
+        if saved is None:
+            return {}
+        have = _flat(TrainConfig.from_dict(saved).to_dict())
+    except ZbpError:
+        return {}
+    want = _flat(json.loads(json.dumps(run.train_config().to_dict())))
+    changes = {k: (have.get(k), want.get(k)) for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)}
+    if "data_dir" in changes:
+        manifests = [manifest_path(Path(d)) for d in changes["data_dir"]]
+        if all(m.is_file() for m in manifests) and manifests[0].read_bytes() == manifests[1].read_bytes():
+            del changes["data_dir"]
+    return changes
+
+
+def rewrite_config(run: Run, fields: list[str] | None = None) -> None:
+    """Write the sweep file's values into the run's config.json: all of them (`fields` None: as a new run
+    would get), or only `fields` (dotted names of config_changes)."""
+    folder = RunFolder(run.run_dir)
+    want = json.loads(json.dumps(run.train_config().to_dict()))
+    if fields is None:
+        config = want
+    else:
+        config = TrainConfig.from_dict(folder.read_config() or {}, source=str(folder.config)).to_dict()
+        config = json.loads(json.dumps(config))
+        for name in fields:
+            *path, last = name.split(".")
+            have, new = config, want
+            for key in path:
+                have, new = have[key], new[key]
+            have[last] = new[last]
+    TrainConfig.from_dict(config, source=str(folder.config))  # still a config the trainer takes
+    atomic_write(folder.config, json.dumps(config, indent=1) + "\n")
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """A nested config as {dotted name: value} (lists as tuples; a None sub-config as None)."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return flat

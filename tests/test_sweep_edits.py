@@ -1,0 +1,130 @@
+"""`zbpscale submit` when the sweep file changed under a half-done sweep (jobs/sweep_edits.py, #33 item 2).
+
+A sweep of two nano runs: nano-bp trained 4 of 8 steps and stopped at a checkpoint; nano-bp-s1's folder was written
+by the first submit but it never started. Then the sweep file's lr and eval_every change. Compared: every byte of
+the jobs folder before and after a dry run (a dry run writes nothing); the config each run then trains with (its
+start record) with the sweep file's values, the run that never started taking all of them, the one that trained
+keeping its own unless --apply-changes gives it the fields safe on resume; and, for those, its per-step losses
+with a straight run of its original config in its own process (bitwise: eval and checkpoint cadence change what
+is measured, not what is trained).
+"""
+
+import hashlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import trainer_env
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.train.metrics import read_records
+
+SWEEP = """\
+from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(
+    name="edited",
+    sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * 40, lr={lr}, resources=CPU),),
+    arms=(arm("bp"),),
+    seeds=(0, 1),
+    data=Data(dir={data!r}, source="embedded"),
+    train=(("eval_every", {eval_every}), ("eval_batches", 1), ("ckpt_every", 2), ("ckpt_every_s", 0)),
+)
+"""
+
+
+def write(sweep: Path, data_dir: Path, *, lr: float, eval_every: int) -> None:
+    sweep.write_text(SWEEP.format(lr=lr, data=str(data_dir), eval_every=eval_every))
+
+
+def zbpscale(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", *args, "--executor", "local"], cwd=cwd,
+                         capture_output=True, text=True, timeout=600, env=trainer_env(1))
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def trained_config(run: Path) -> dict:
+    return [r for r in read_records(run) if r["kind"] == "start"][-1]["config"]
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
+
+
+def half_done(tmp_path: Path, data_dir: Path) -> tuple[Path, Path, Path]:
+    """The sweep file (40 steps, lr 3e-3, eval_every 3), nano-bp stopped by SIGUSR2 (as a time limit does) once it
+    has a checkpoint, nano-bp-s1 written but never started; then the sweep file edited (lr 1e-3, eval_every 2)."""
+    (tmp_path / "sweeps").mkdir()
+    sweep = tmp_path / "sweeps" / "edited.py"
+    write(sweep, data_dir, lr=3e-3, eval_every=3)
+    from zbpscale.jobs.sweep import expand, load_sweep
+
+    for run in expand(load_sweep(sweep)):
+        run.write_folder()  # what the first submit leaves
+    trained, fresh = tmp_path / "jobs" / "edited" / "nano-bp", tmp_path / "jobs" / "edited" / "nano-bp-s1"
+    proc = subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(trained)], env=trainer_env(1),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while not RunFolder(trained).list_checkpoints():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR2)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 75 and not read_records(fresh)  # checkpointed and stopped (EXIT_REQUEUE)
+    write(sweep, data_dir, lr=1e-3, eval_every=2)
+    return sweep, trained, fresh
+
+
+def evals(run: Path) -> list[int]:
+    return [r["step"] for r in read_records(run) if r["kind"] == "eval"]
+
+
+def folder_bytes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_edited_sweep_file_rewrites_a_run_not_started_and_names_what_a_trained_run_keeps(tmp_path, data_dir):
+    sweep, trained, fresh = half_done(tmp_path, data_dir)
+    before = folder_bytes(tmp_path / "jobs")
+    plan = zbpscale(str(sweep), "--dry-run", cwd=tmp_path).stdout.replace("\n", " ")
+    assert folder_bytes(tmp_path / "jobs") == before  # a dry run writes nothing
+    assert ("nano-bp-s1: config.json will be rewritten from the sweep file, which changed since it was written (it "
+            "has not trained yet): eval_every 3 -> 2, lr 0.003 -> 0.001") in " ".join(plan.split())
+    said = " ".join(plan.split())
+    assert ("nano-bp: the sweep file changed since it trained (eval_every 3 -> 2, lr 0.003 -> 0.001); it goes on as "
+            "it was trained: --apply-changes applies eval_every (safe on resume); for lr, train a new run") in said
+
+    out = zbpscale(str(sweep), "--wait", cwd=tmp_path)
+    assert "nano-bp-s1: config.json rewritten from the sweep file" in " ".join(out.stdout.split())
+    assert (trained_config(fresh)["lr"], trained_config(fresh)["eval_every"]) == (1e-3, 2)  # what the file says now
+    assert (trained_config(trained)["lr"], trained_config(trained)["eval_every"]) == (3e-3, 3)  # as it was trained
+    assert evals(fresh) == [d - 1 for d in range(1, 41) if d % 2 == 0]
+    assert evals(trained) == [d - 1 for d in range(1, 41) if d % 3 == 0 or d == 40]
+
+
+def test_apply_changes_gives_a_trained_run_the_fields_safe_on_resume_and_it_trains_bit_for_bit(tmp_path, data_dir):
+    sweep, trained, fresh = half_done(tmp_path, data_dir)
+    original = RunFolder(trained).config.read_text()
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    RunFolder(reference).config.write_text(original)
+    straight = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(reference)],
+                              env=trainer_env(1), capture_output=True, text=True, timeout=300)
+    assert straight.returncode == 0, straight.stdout + straight.stderr
+
+    stopped = RunFolder(trained).list_checkpoints()[-1][0]
+    out = zbpscale(str(sweep), "--wait", "--apply-changes", cwd=tmp_path).stdout
+    said = " ".join(out.split())
+    assert "nano-bp: --apply-changes applied eval_every 3 -> 2 (safe on resume; it takes them as it resumes)" in said
+    assert "nano-bp: the sweep file changed since it trained (lr 0.003 -> 0.001)" in said
+    resumed = trained_config(trained)
+    assert (resumed["lr"], resumed["eval_every"]) == (3e-3, 2)
+    assert evals(trained) == [d - 1 for d in range(1, 41)  # every 3 steps until the stop, then every 2
+                              if (d % 3 == 0 if d <= stopped else d % 2 == 0) or d == 40]
+    assert losses(trained) == losses(reference)  # the cadence changed, the training did not
+    assert textwrap.dedent(original) != RunFolder(trained).config.read_text()
