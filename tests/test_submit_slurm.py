@@ -254,6 +254,7 @@ def test_a_frozen_trainer_is_caught_by_its_sentinel_requeued_and_finishes_bitwis
     ends = [a for a in read_attempts(run) if a["event"] == "end"]
     assert [a["why"] for a in ends] == ["hung", "completed"], ends
     assert f"rank 0 (pid {pid}" in ends[0]["reason"] and "stopped (SIGSTOP or a debugger)" in ends[0]["reason"]
+    assert ends[0]["reason"].count("no step for") == 1 and ends[0]["reason"].endswith("; requeue 1/3")
     assert [r["status"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
     assert losses(run) == straight_losses(run, tmp_path / "reference")
     assert step_records(run) == step_records(tmp_path / "reference")

@@ -155,7 +155,7 @@ def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> b
     """The attempt's end (hung, or failed over max_crashes); whether it may be requeued."""
     retry = retry_decision(read_attempts(run_dir), "hung", {"crashed": max_crashes}, reason)
     record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
-           reason=f"{reason}; {retry.reason}" if retry.ok else f"{retry.reason} (last: {reason})")
+           reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
     return retry.ok
 
 
