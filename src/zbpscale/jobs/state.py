@@ -36,7 +36,7 @@ from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, Job
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import pid_alive
 from zbpscale.tables import age
-from zbpscale.train.metrics import tail_records
+from zbpscale.train.metrics import HEARTBEAT_S, tail_records
 
 State = Literal["running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken",
                 "complete"]
@@ -87,8 +87,6 @@ def check_config(folder: RunFolder) -> None:
 STALL_S = 900.0
 """A running job silent this long is stalled, for a run without a hang bound (step_timeout_s 0), and for any run
 before its attempt's first step (set-up, the estimator's compile)."""
-HEARTBEAT_S = 5.0
-"""The trainer rewrites its heartbeat this often while it steps (train/metrics.py MetricsLog.heartbeat_s)."""
 
 
 def step_timeout(folder: RunFolder) -> float:

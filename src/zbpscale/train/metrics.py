@@ -21,6 +21,8 @@ from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import process_start_time
 
 STEP_KINDS = ("train", "eval", "diag")
+HEARTBEAT_S = 5.0
+"""How often the trainer rewrites heartbeat.json while it steps (MetricsLog's default)."""
 
 EndStatus = Literal["completed", "checkpointed", "diverged", "hung", "failed", "interrupted"]
 """How an attempt of the trainer ended; interrupted: a second Ctrl-C stopped it at once, without a checkpoint."""
@@ -151,7 +153,7 @@ def by_kind(records: list[Record]) -> dict[str, list[Record]]:
 class MetricsLog:
     """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds."""
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = 5.0):
+    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S):
         self.run_dir, self.enabled, self.heartbeat_s = Path(run_dir), enabled, heartbeat_s
         self._pid_start = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
         self.folder = RunFolder(run_dir)

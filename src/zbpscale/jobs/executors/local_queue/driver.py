@@ -54,7 +54,6 @@ class Driver:
         self.inventory = gpu_inventory()
         self.procs: dict[str, list[subprocess.Popen]] = {}  # job id -> ranks we started
         self.first_exit: dict[str, float] = {}
-        self.timeouts: dict[str, float] = {}  # job id -> its run's step_timeout_s
         self.checked: dict[str, float] = {}  # job id -> when its hang was last checked
         self.hangs: dict[str, str] = {}  # job id -> what catch_hang saw
         self.beat = 0.0
@@ -131,7 +130,7 @@ class Driver:
 
     def launch(self, e: Entry, gpus: tuple[str, ...]) -> None:
         e.attempts += 1
-        for seen in (self.timeouts, self.checked, self.hangs):  # each attempt reads its run's config afresh
+        for seen in (self.checked, self.hangs):  # an earlier attempt's
             seen.pop(e.job_id, None)
         e.state, e.started, e.assigned, e.port = "running", time.time(), list(gpus), _free_port()
         e.signalled, e.signalled_at = "", 0.0
@@ -193,9 +192,7 @@ class Driver:
         seen in the run's log and records, kill its ranks (SIGKILL ends a stopped process too) and requeue it, as
         a hang (settle)."""
         run_dir = Path(e.run_dir)
-        if e.job_id not in self.timeouts:
-            self.timeouts[e.job_id] = step_timeout(RunFolder(run_dir))
-        hang = sentinel.check(run_dir, since=e.started, timeout_s=self.timeouts[e.job_id], now=now)
+        hang = sentinel.check(run_dir, since=e.started, timeout_s=step_timeout(RunFolder(run_dir)), now=now)
         if hang is None:
             return
         log(f"{e.job_id} {e.name}: hung: {hang.reason}; killing its ranks")
