@@ -11,7 +11,14 @@ s60 takes the reference shape's figures (d512 L8 H8, the nearest measured: 2.28 
 interpolation between s124 and s1b in log non-embedding parameters. tools/gpu_check.sh prints new s124 and
 s1b figures (per estimator); paste them here when the kernels change.
 
+Seeds 0, 1, 2 at every size: the gap's power law is fitted once per seed and its interval comes from the spread
+of the seeds' exponents (results/fit.py), so every seed runs every size; three seeds are the fewest that give
+that interval two degrees of freedom. A seed costs what one ladder costs, 852 GPU-hours at the plan's 35% MFU
+(s1b 736 of them), 2,555 for the three; the plan prints it ("seeds 0, 1, 2: ... GPU-hours each"). Seed 0 alone
+first, then the others:
+
     python -m zbpscale.submit sweeps/ladder.py --dry-run
+    python -m zbpscale.submit sweeps/ladder.py --only '*-bp,*-zbp_n16,*-zbp_n64'      # seed 0 (names without -s)
 """
 
 from zbpscale.sweep import Data, Resources, Size, Sweep, arm
@@ -33,6 +40,7 @@ SWEEP = Sweep(
         arm("zbp_n64", step_time_ratio={"s60": 4.78, "s124": 5.89, "s350": 5.10, "s1b": 4.46}),
         # arm("zbp_n4", step_time_ratio=1.5),   # optional: the cheapest estimator (not measured on GPU)
     ),
+    seeds=(0, 1, 2),
     data=Data(dir="data/fineweb-edu", source="fineweb-edu", config="sample-100BT", tokens=25_000_000_000,
               workers=16),
     train=(("eval_every", 500), ("eval_batches", 20), ("ckpt_every", 1000), ("ckpt_every_s", 1800),

@@ -1,11 +1,15 @@
-"""Shared test set-up: offline mode for every hub client, deterministic torch on 2 cores."""
+"""Shared test set-up: offline mode for every hub client and W&B, deterministic torch on 2 cores; readers of what
+the experiment trackers wrote."""
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")  # W&B never waits on a network here, whatever key a shell holds
 
+import json  # noqa: E402
+import struct  # noqa: E402
 import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -218,7 +222,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("bp",), tasks: int = 1,
                 time_min: int = 30, signal_delay_s: int = 30, max_timeouts: int = 20, ckpt_every: int = 0,
-                max_crashes: int = 3, nodes: int = 1, step_timeout_s: float = 1800.0) -> Path:
+                max_crashes: int = 3, nodes: int = 1, step_timeout_s: float = 1800.0, trackers=()) -> Path:
     """A sweep file of the nano model on CPU (batch 4 x 32 tokens: a fraction of a second per step), one size,
     the given arms, jobs under folder/jobs; returns its path."""
     arms_src = ", ".join(f"arm({a!r})" for a in arms)
@@ -238,6 +242,7 @@ def write_sweep(folder: Path, name: str, data_dir: Path, *, steps: int, arms=("b
             max_timeouts={max_timeouts},
             max_crashes={max_crashes},
             signal_delay_s={signal_delay_s},
+            trackers={tuple(trackers)!r},
         )
         """))
     return path
@@ -279,3 +284,78 @@ def results_sweep(tmp_path_factory, data_dir):
             RunFolder(run.run_dir).config.write_text(json.dumps(cfg.to_dict(), indent=1) + "\n")
             train(cfg, run.run_dir)
     return path
+
+
+# ---------------------------------------------------------------- what experiment trackers wrote
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of `tag` as TensorBoard shows it (purged events left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from zbpscale.jobs.layout import RunFolder
+
+    acc = EventAccumulator(str(RunFolder(run_dir).tensorboard), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def wandb_records(path: Path) -> list:
+    """The records of one W&B run file (run-<id>.wandb): a 7-byte header, then LevelDB log blocks of 32 KiB whose
+    chunks (crc 4, length 2, type 1: full, first, middle, last) hold serialized wandb Record protobufs."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, found, part = path.read_bytes(), 7, [], b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 2):
+            part = chunk
+        elif kind in (3, 4):
+            part += chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(part)
+            found.append(record)
+    return found
+
+
+def wandb_runs(run_dir: Path) -> list[tuple[str, list]]:
+    """(folder name, records) of each offline W&B folder of a run, oldest first."""
+    from zbpscale.jobs.layout import RunFolder
+
+    folders = sorted(RunFolder(run_dir).wandb.glob("offline-run-*"))
+    return [(f.name, [r for p in f.glob("run-*.wandb") for r in wandb_records(p)]) for f in folders]
+
+
+def wandb_history(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    rows = []
+    for _, records in wandb_runs(run_dir):
+        for r in records:
+            if r.WhichOneof("record_type") == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+                if key in items:
+                    rows.append((r.history.step.num, items[key]))
+    return rows
+
+
+FAKE_WANDB_KEY = "zbp-test-key-0123456789abcdef0123456789abcdef"
+"""A W&B API key put in a job's environment (with WANDB_MODE=offline): it must appear in no file of the jobs."""
+
+
+def check_trackers(run_dir: Path, jobs: Path) -> None:
+    """What a run's experiment trackers wrote against its metrics.jsonl, after however many attempts: one W&B run
+    (the id of trackers.json) in every offline folder, every train step once in W&B and in TensorBoard with the
+    JSONL's loss (TensorBoard's rounded to float32), and FAKE_WANDB_KEY in no file under `jobs`."""
+    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.train.metrics import read_records
+
+    losses = [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
+    run_id = json.loads(RunFolder(run_dir).trackers.read_text())["wandb"]["id"]
+    ids = {r.run.run_id for _, records in wandb_runs(run_dir) for r in records if r.WhichOneof("record_type") == "run"}
+    assert ids == {run_id}
+    assert wandb_history(run_dir, "train/loss") == losses
+    assert tensorboard_scalars(run_dir, "train/loss") == [(s, float(torch.tensor(v, dtype=torch.float32)))
+                                                          for s, v in losses]
+    assert [p for p in jobs.rglob("*") if p.is_file() and FAKE_WANDB_KEY.encode() in p.read_bytes()] == []

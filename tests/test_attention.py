@@ -19,7 +19,7 @@ import zbpscale.train.model
 import zbpscale.zbp.attention
 from zbpscale.train.model import Attention, Transformer
 from zbpscale.train.schema import ModelConfig
-from zbpscale.zbp import ZBPClock, ZBPConfig, call_seed, causal_softmax, zbp_apply
+from zbpscale.zbp import ZBPClock, ZBPConfig, call_seed, call_seq0, causal_softmax, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 
 B, H, T, HD = 2, 3, 16, 8
@@ -116,7 +116,7 @@ def explicit_core_hook(model):
     cfg, clock = model.cfg.zbp, model.zbp_clock
 
     def hook(layer, core, s, box, mask):
-        return zbp_apply(box, s, cfg, call_seed(cfg, clock, layer, core))
+        return zbp_apply(box, s, cfg, call_seed(cfg, clock, layer, core), seq0=call_seq0(cfg, clock))
 
     return hook
 
@@ -135,7 +135,7 @@ def test_transformer_gradients_equal_the_explicit_core(pos_emb, zbp):
         block.attn.core_hook = explicit_core_hook(reference)
     idx, tgt = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
     for m in (model, reference):
-        m.set_zbp_clock(step=3)
+        m.set_zbp_clock(step=3, seq0=5)  # a micro-batch from sequence 5 of the global batch on
         m(idx, tgt)[1].backward()
     for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
         assert rel(p.grad, p_ref.grad) < 1e-9, name

@@ -150,7 +150,7 @@ def test_attention_sliced_in_backward_equals_the_explicit_core(monkeypatch):
 
 def triton_equals_the_references():
     """Run by test_triton_kernels_in_the_interpreter in a child process (TRITON_INTERPRET=1)."""
-    from zbpscale.zbp import closed_triton, fused_triton
+    from zbpscale.zbp import closed_form, closed_triton, fused_triton
 
     for box in ("causal12", "rows", "swiglu"):
         f, x, g, mask = case(box)
@@ -175,6 +175,22 @@ def triton_equals_the_references():
         whole = back.estimate("softmax", x, g, **kw)
         piece = back.estimate("softmax", x[4:].contiguous(), g[4:].contiguous(), row0=4 * 12, **kw)
         assert torch.equal(piece, whole[4:]), back.__name__
+    # tokens of a micro-batch with their offset in the global batch (ZBPConfig.seeding 'global'): the SwiGLU
+    # kernels draw a token's probes by its index there, as the CPU path does
+    _, x, g, _ = case("swiglu")
+    x, g = x.reshape(-1, x.shape[-1])[:6], g.reshape(-1, g.shape[-1])[:6]
+    for back in (closed_triton, fused_triton):
+        kw = dict(n=8, central=False, eps=1e-3, seed=2, causal=False)
+        if back is fused_triton:
+            kw["probe"] = "rademacher"
+        whole = back.estimate("swiglu", x, g, **kw)
+        piece = back.estimate("swiglu", x[4:].contiguous(), g[4:].contiguous(), row0=4, **kw)
+        assert torch.equal(piece, whole[4:]), back.__name__
+        unplaced = back.estimate("swiglu", x[4:].contiguous(), g[4:].contiguous(), **kw)
+        assert not torch.equal(piece, unplaced)  # the check can fail: without the offset the probes differ
+    cpu = closed_form.swiglu_vjp(x[4:], g[4:], n=8, central=False, eps=1e-3, seed=2, row0=4)
+    assert rel(closed_triton.estimate("swiglu", x[4:].contiguous(), g[4:].contiguous(), n=8, central=False,
+                                      eps=1e-3, seed=2, causal=False, row0=4), cpu) < 1e-5  # the same probes
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

@@ -125,7 +125,7 @@ def test_results_never_load_submit_and_status_never_loads_torch():
 
 OWNED = {"config.json", "plan.json", "metrics.jsonl", "heartbeat.json", "attempts.jsonl", "checkpoints", "logs",
          "COMPLETE", "CANCEL", ".trainer.lock", ".ranks", "manifest.json", "summary.json", "summary.csv", "table.md",
-         "figures", "runs"}
+         "figures", "runs", "trackers.json", "tensorboard", "wandb"}
 OWNERS = {"zbpscale.jobs.layout", "zbpscale.results.bundle", "zbpscale.data"}  # data: its prep's manifest
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import straight_losses, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, straight_losses, wheel_env, write_sweep
 from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
@@ -281,10 +281,13 @@ def last_step(run_dir: Path) -> int:
 def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes(tmp_path, data_dir):
     """Fault: kill -9 of the trainer rank. With max_crashes=1 the first kill is a crash, requeued from the last
     checkpoint; the second is over the bound and the run fails. A plain resubmit leaves it alone and says how to
-    retry; `submit --retry` resumes it. Every step once, bitwise equal to a run never killed."""
-    sweep = write_sweep(tmp_path, "crash", data_dir, steps=150, ckpt_every=5, max_crashes=1)
+    retry; `submit --retry` resumes it. Every step once, bitwise equal to a run never killed; and once in its
+    experiment trackers (one W&B run over the three attempts; the W&B key of the queue's environment in no file)."""
+    sweep = write_sweep(tmp_path, "crash", data_dir, steps=150, ckpt_every=5, max_crashes=1,
+                        trackers=("tensorboard", "wandb"))
     run = tmp_path / "jobs" / "crash" / "nano-bp"
-    submit(sweep)
+    env = {**os.environ, "WANDB_API_KEY": FAKE_WANDB_KEY, "WANDB_MODE": "offline"}
+    submit(sweep, env=env)
     for attempt, step in ((1, 12), (2, 40)):
         wait_until(lambda: len([a for a in read_attempts(run) if a["event"] == "start"]) == attempt
                    and last_step(run) >= step, 120, f"step {step} of attempt {attempt}")
@@ -300,14 +303,15 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
         after = re.search(r"killed by SIGKILL after step (\d+)", reason)
         assert after and int(after.group(1)) > step and "loss" not in reason, reason
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
-    again = submit(sweep)
+    again = submit(sweep, env=env)
     assert "left alone: nano-bp (failed)" in again.stdout and "--retry" in again.stdout
-    out = submit(sweep, "--retry", "--wait", timeout=600)
+    out = submit(sweep, "--retry", "--wait", timeout=600, env=env)
     assert "nano-bp: retry" in out.stdout
     assert "nano-bp: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F were 0/0/2" \
         in out.stdout
     assert ends(run) == ["crashed", "failed", "completed"]
     assert losses(run) == reference_losses(run, tmp_path)
+    check_trackers(run, tmp_path / "jobs")
 
 
 def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir):

@@ -118,6 +118,28 @@ def test_future_tokens_never_change_earlier_logits(arm, pos_emb):
     assert torch.all(model.wte.weight.grad[only_later] == 0)
 
 
+@pytest.mark.parametrize("seeding", ["global", "micro"])
+def test_zbp_gradients_do_not_depend_on_how_the_global_batch_is_split(seeding):
+    """A global batch of 4 sequences as one micro-batch, or as two of 2 accumulated (what 1 rank and 2 ranks
+    compute, or two micro batch sizes), in fp64: with seeding 'global' each sequence draws its probes by its index
+    in the global batch (the clock's seq0) and the ZBP gradients agree to rounding; with 'micro' they differ. (The
+    fast paths' offsets: tests/test_zbp.py, pieces at their seq0, and tests/test_attention.py at seq0 5.)"""
+    torch.manual_seed(0)
+    model = Transformer(dataclasses.replace(MICRO, zbp=ZBPConfig(n=4, seeding=seeding))).double()
+    x, y = torch.randint(0, 50, (4, 4)), torch.randint(0, 50, (4, 4))
+
+    def grads(micro: int) -> torch.Tensor:
+        model.zero_grad()
+        for m in range(4 // micro):
+            model.set_zbp_clock(step=3, micro=m, seq0=m * micro)
+            rows = slice(m * micro, (m + 1) * micro)
+            (model(x[rows], y[rows])[1] * micro / 4).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    whole, split = grads(4), grads(2)
+    assert torch.allclose(split, whole, rtol=1e-9, atol=1e-12) == (seeding == "global")
+
+
 def markov_batches(vocab: int, steps: int, batch: int, T: int, seed: int = 0):
     """Sequences from a fixed random Markov chain where each token has 2 likely successors."""
     gen = torch.Generator().manual_seed(seed)

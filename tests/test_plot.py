@@ -7,7 +7,10 @@ bytes, the PNG decoded by matplotlib); runs without a val loss with the table (l
 (left out, with a note); runs in progress with their markings. Through the console script, on run folders
 written by the test: a gap with the val losses the test wrote at the latest eval both runs made (not their
 last ones), the status words with the steps written, and the one line `plot` prints for a bundle without
-evals with what its configs say about diag_every.
+evals with what its configs say about diag_every. With seeds: the table over seeds (mean, sample sd and n of the
+final and best val losses and of the gap, each seed against bp of its own seed) with numbers worked by hand on
+run folders of 3 seeds; the gap fit with the mean of the seeds' own least-squares lines; the legends with what
+the error bars and the band are, and "one seed" where there is one.
 """
 
 import dataclasses
@@ -21,6 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import config_json
+from zbpscale.jobs.layout import run_name
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
@@ -82,20 +86,31 @@ def test_runs_without_val_loss_are_in_the_table_and_noted_not_drawn(smoke_plot):
     assert "![gap_vs_scale](figures/gap_vs_scale.png)" in table
 
 
+def test_a_real_one_seed_sweep_says_one_seed_on_its_figures(smoke_plot, tmp_path):
+    """#35: collect + plot of a sweep of one seed (trained for real): the gap figure's legend and the NSR figure
+    say "one seed", and table.md has no table over seeds."""
+    bundle, _, _ = smoke_plot
+    figures, drawn = drawn_plot(None, [], bundle=bundle)
+    assert "one seed: no error bars" in legend(drawn["gap_vs_scale"].axes[0])
+    assert drawn["gap_vs_scale"].axes[0].get_title().endswith("(one seed)")
+    assert drawn["nsr_c"].get_suptitle().startswith("one seed")
+    assert "Over seeds" not in (bundle / "table.md").read_text() and figures.gap_points
+
+
 # ---------------------------------------------------------------- a synthetic ladder with a known gap
 
 A, B = 40.0, -0.3  # gap = A * N^B
 
 
-def row(size: str, arm: str, loss: float | None, state: str = "complete") -> dict:
+def row(size: str, arm: str, loss: float | None, state: str = "complete", seed: int = 0, **extra) -> dict:
     cfg = SIZES[size]
     fields = {f: None for f in FIELDS}
-    fields.update(run=f"{size}-{arm}", size=size, arm=arm, seed=0, params=n_params(cfg),
+    fields.update(run=run_name(size, arm, seed), size=size, arm=arm, seed=seed, params=n_params(cfg),
                   params_non_embedding=n_params(cfg, embeddings=False), state=state,
                   in_progress=state in ("running", "queued"), steps=10 if loss else 0, tokens=1000 if loss else 0,
                   final_val_loss=loss,
                   final_val_tokens=1000 if loss else None, best_val_loss=loss, wall_time_s=60.0, gpu_hours=0.5,
-                  attempts=1, timeouts=0, preemptions=0)
+                  attempts=1, timeouts=0, preemptions=0, **extra)
     return dataclasses.asdict(RunSummary(**fields))
 
 
@@ -200,14 +215,14 @@ TOKENS_PER_STEP = 64  # batch 2 x 32 tokens
 
 
 def make_run(sweep: Path, name: str, *, steps: int, done: int, eval_every: int, val, end: str = "completed",
-             diag_every: int = 4) -> dict[int, float]:
+             diag_every: int = 4, seed: int = 0) -> dict[int, float]:
     """A run folder as the trainer and a local job leave it: `done` of `steps` steps, an eval every `eval_every`
     steps (and at the last) with val loss val(steps done); `end`: why its job ended (COMPLETE when all steps are
     done). Returns {steps done: val loss}, as written."""
     run, t0 = sweep / name, time.time() - 3600
     run.mkdir(parents=True)
     config = json.loads(config_json(steps=steps, global_batch=2, eval_every=eval_every, diag_every=diag_every,
-                                    device="cpu"))
+                                    device="cpu", seed=seed))
     (run / "config.json").write_text(json.dumps(config))
     derived = {"params": 1000, "params_non_embedding": 500, "total_steps": steps, "tokens_per_step": TOKENS_PER_STEP,
                "total_tokens": steps * TOKENS_PER_STEP}
@@ -236,7 +251,9 @@ def zbpscale(*args, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def table_rows(bundle: Path) -> dict[str, dict[str, str]]:
-    lines = [line for line in (bundle / "table.md").read_text().splitlines() if line.startswith("| ")]
+    """The rows of table.md's per-run table (after the table over seeds, when there is one), by run."""
+    text = (bundle / "table.md").read_text().split("Runs:")[-1]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
     head = [h.strip() for h in lines[0].strip("|").split("|")]
     return {cells[0]: dict(zip(head, cells)) for cells in
             ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
@@ -312,3 +329,150 @@ def test_the_docs_copy_of_the_mini_ladder_shows_only_files_that_exist():
         assert links, doc
         for link in links:
             assert (doc.parent / link).is_file(), (doc.name, link)
+
+
+# ---------------------------------------------------------------- seeds: the table over seeds and the figures
+
+def seeds_table(bundle: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """The rows of table.md's first table (the runs over seeds), by (size, arm)."""
+    text = (bundle / "table.md").read_text()
+    lines = [line for line in text.split("Runs:")[0].splitlines() if line.startswith("| ")]
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, [c.strip() for c in line.strip("|").split("|")])) for line in lines[1:]]
+    return {(r["size"], r["arm"]): r for r in rows}
+
+
+def test_the_table_over_seeds_pairs_each_gap_with_bp_of_its_seed(tmp_path):
+    """Run folders of 3 seeds (nano: every seed of both arms; tiny: zbp_n4 of seeds 0, 1 and 3, bp of 0, 1, 2),
+    collected and plotted: each size and arm's mean ± sample sd and n of the final and best val losses, and of
+    the gap taken seed by seed against bp of the same seed, equal the numbers worked by hand."""
+    sweep = tmp_path / "jobs" / "seeds"
+    final = {("nano", "bp"): (3.0, 3.1, 2.9), ("nano", "zbp_n4"): (3.5, 3.4, 3.6),
+             ("tiny", "bp"): (3.0, 3.2, 2.6), ("tiny", "zbp_n4"): (3.3, 3.6, None, 3.9)}
+    for (size, arm), losses in final.items():
+        for seed, loss in enumerate(losses):
+            if loss is not None:  # val at step 2 below the final one by 0.1 x (seed + 1): the best val loss
+                make_run(sweep, run_name(size, arm, seed), steps=4, done=4, eval_every=2, seed=seed,
+                         val=lambda s, loss=loss, seed=seed: loss - 0.1 * (seed + 1) if s == 2 else loss)
+    rows = collect(sweep, tmp_path / "out", log=lambda line: None)
+    assert [(r.run, r.seed) for r in rows if r.size == "tiny" and r.arm == "zbp_n4"] == \
+        [("tiny-zbp_n4", 0), ("tiny-zbp_n4-s1", 1), ("tiny-zbp_n4-s3", 3)]
+    figures = plot(tmp_path / "out", log=lambda line: None)
+    table = seeds_table(tmp_path / "out")
+
+    # by hand: nano bp 3.0, 3.1, 2.9 -> mean 3.0, sd sqrt((0 + 0.01 + 0.01) / 2) = 0.1; best = final - 0.1 (s + 1):
+    # 2.9, 2.9, 2.6 -> mean 2.8, sd sqrt((0.01 + 0.01 + 0.04) / 2) = sqrt(0.03)
+    assert table[("nano", "bp")]["seeds"] == "3" and table[("nano", "bp")]["complete"] == "3/3"
+    assert table[("nano", "bp")]["final val"] == "3.0000 ± 0.1000"
+    assert table[("nano", "bp")]["best val"] == f"2.8000 ± {math.sqrt(0.03):.4f}"
+    # nano zbp_n4 - bp, seed by seed: 0.5, 0.3, 0.7 -> +0.5 ± 0.2 (the difference of the means is 0.5 too)
+    assert table[("nano", "zbp_n4")]["gap vs bp (same seed)"] == "+0.5000 ± 0.2000"
+    # tiny bp 3.0, 3.2, 2.6 -> mean 44 / 15, deviations 1, 4, -5 fifteenths: sd sqrt((1 + 16 + 25) / 2) / 15
+    assert table[("tiny", "bp")]["final val"] == f"{44 / 15:.4f} ± {math.sqrt(21) / 15:.4f}"
+    # tiny zbp_n4: seeds 0, 1, 3 at 3.3, 3.6, 3.9 -> 3.6 ± 0.3; paired with bp: seeds 0 and 1 only, 0.3 and
+    # 0.4 -> +0.35 ± sqrt(0.005) (n=2); unpaired, the means would give 3.6 - 44 / 15 = +0.667
+    assert table[("tiny", "zbp_n4")]["final val"] == "3.6000 ± 0.3000"
+    assert table[("tiny", "zbp_n4")]["gap vs bp (same seed)"] == f"+0.3500 ± {math.sqrt(0.005):.4f} (n=2)"
+    (point,) = [p for p in figures.gap_points if p.size == "tiny"]
+    assert point.seeds == (0, 1) and point.gaps == (pytest.approx(0.3), pytest.approx(0.4))
+    assert (point.spread.n, point.spread.se) == (2, pytest.approx(math.sqrt(0.005 / 2)))
+    assert any("no bp run of the same seed with a validation loss: zbp_n4 at tiny, seed 3" in n
+               for n in figures.notes)
+    runs = table_rows(tmp_path / "out")  # the per-run table: each run against bp of its own seed
+    assert runs["tiny-zbp_n4-s1"]["gap vs bp"] == "+0.4000" and runs["tiny-zbp_n4-s3"]["gap vs bp"] == ""
+    assert runs["nano-zbp_n4-s2"]["gap vs bp"] == "+0.7000"
+
+
+def ladder_rows(seeds: int, noise) -> list[dict]:
+    """bp and zbp_n16 at four sizes x `seeds`: bp at 3.0 + 0.01 seed, zbp_n16 above it by A N^B noise[seed][i];
+    c_attn 1 + 0.1 seed for the NSR figure."""
+    sizes = ("nano", "tiny", "mini", "s60")
+    rows = []
+    for seed in range(seeds):
+        for i, size in enumerate(sizes):
+            n = n_params(SIZES[size], embeddings=False)
+            rows.append(row(size, "bp", 3.0 + 0.01 * seed, seed=seed))
+            rows.append(row(size, "zbp_n16", 3.0 + 0.01 * seed + A * n ** B * noise[seed][i], seed=seed,
+                            c_attn=1.0 + 0.1 * seed, c_ffn=1.0))
+    return rows
+
+
+def drawn_plot(folder: Path | None, rows: list[dict], bundle: Path | None = None):
+    """plot of the bundle written from `rows` into `folder` (or of `bundle`): (Figures, {name: figure as saved})."""
+    drawn, save = {}, plot_module._save
+
+    def keep(fig, out, name):  # the figure as saved, to read its axes
+        drawn[name] = fig
+        return save(fig, out, name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plot_module, "_save", keep)
+        figures = plot(bundle or write_bundle(folder, rows), log=lambda line: None)
+    return figures, drawn
+
+
+def legend(ax) -> str:
+    return " ".join(t.get_text() for t in ax.get_legend().get_texts())
+
+
+def bands(ax) -> int:
+    from matplotlib.collections import PolyCollection
+
+    return sum(isinstance(c, PolyCollection) and any(len(p.vertices) for p in c.get_paths()) for c in ax.collections)
+
+
+def test_the_gap_figure_with_three_seeds_draws_each_seed_the_mean_and_the_band(tmp_path):
+    """The fit is the mean of the seeds' own lines (closed form, np.polyfit per seed); the legend says what the
+    error bars are (± 1 sd) and what the band is (68% from the seeds' fits); the NSR figure's marker is the
+    mean of the seeds' c."""
+    noise = [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06], [1.02, 1.01, 0.92, 1.00]]
+    figures, drawn = drawn_plot(tmp_path / "ladder", ladder_rows(3, noise))
+    fit = figures.fits["zbp_n16"]
+    x = np.log([n_params(SIZES[s], embeddings=False) for s in ("nano", "tiny", "mini", "s60")])
+    slopes = [np.polyfit(x, np.log(A * np.exp(x) ** B * np.asarray(e)), 1)[0] for e in noise]
+    assert (fit.seeds, fit.n) == (3, 4) and fit.b == pytest.approx(np.mean(slopes), abs=1e-6)
+    assert fit.b_se == pytest.approx(np.std(slopes, ddof=1) / math.sqrt(3), rel=1e-4)
+    ax = drawn["gap_vs_scale"].axes[0]
+    words = legend(ax)
+    assert "mean of 3 seeds ± 1 sd" in words and "68% interval" in words and "(t, 2 d.o.f.)" in words
+    assert f"N^({fit.b:.3f} ± {fit.half_width():.3f})" in words and bands(ax) == 1
+    assert ax.get_title() == "Gap to backprop against scale (3 seeds)"
+    assert drawn["nsr_c"].get_suptitle().startswith("mean of 3 seeds ± 1 sd")
+    means = [c.lines[0].get_ydata()[0] for c in drawn["nsr_c"].axes[0].containers]  # and the legend's (nan)
+    assert [m for m in means if not math.isnan(m)] == [pytest.approx(1.1)] * 4  # c_attn 1.0, 1.1, 1.2 per size
+    assert "Over seeds (3: 0, 1, 2)" in (tmp_path / "ladder" / "table.md").read_text()
+
+
+def test_one_seed_says_so_and_draws_no_band(tmp_path):
+    figures, drawn = drawn_plot(tmp_path / "one", ladder_rows(1, [[1.05, 0.97, 1.10, 0.98]]))
+    fit = figures.fits["zbp_n16"]
+    assert fit.seeds == 1 and math.isnan(fit.b_se)
+    ax = drawn["gap_vs_scale"].axes[0]
+    assert f"N^{fit.b:.3f} (one seed: no band)" in legend(ax) and "one seed: no error bars" in legend(ax)
+    assert bands(ax) == 0 and ax.get_title() == "Gap to backprop against scale (one seed)"
+    assert drawn["nsr_c"].get_suptitle().startswith("one seed: no error bars")
+    assert any(n.startswith("one seed per size and arm") for n in figures.notes)
+    assert "Over seeds" not in (tmp_path / "one" / "table.md").read_text()
+
+
+def test_a_fit_leaves_out_a_seed_missing_at_a_size_and_refuses_a_gap_not_positive():
+    """fit_gaps on points written by hand: seed 2 missing at one size is left out of the fit (said), which then
+    equals the fit of seeds 0 and 1 alone; a seed's gap <= 0 at a fitted size means no fit, naming it."""
+    from zbpscale.results.fit import fit_seeds
+    from zbpscale.results.gaps import GapPoint, fit_gaps
+
+    params = [1e5, 1e6, 1e7]
+    gaps = {0: [0.10, 0.20, 0.40], 1: [0.12, 0.18, 0.44], 2: [0.11, 0.21, 0.39]}
+
+    def points(arm: str, seeds_at: list[tuple[int, ...]], change=None) -> list[GapPoint]:
+        return [GapPoint(arm=arm, size=f"s{i}", params=n, seeds=seeds, tokens=1000, final=True,
+                         gaps=tuple((change or {}).get((s, i), gaps[s][i]) for s in seeds))
+                for i, (n, seeds) in enumerate(zip(params, seeds_at))]
+
+    fits, remarks = fit_gaps(points("zbp_n16", [(0, 1, 2), (0, 1), (0, 1, 2)])
+                             + points("zbp_n64", [(0, 1, 2)] * 3, change={(1, 2): -0.01}))
+    assert fits["zbp_n16"] == fit_seeds(params, [gaps[0], gaps[1]]) and fits["zbp_n16"].seeds == 2
+    assert remarks["zbp_n16"] == "zbp_n16: the fit leaves out seed 2, not at every size at the full budget"
+    assert "zbp_n64" not in fits
+    assert remarks["zbp_n64"] == ("zbp_n64: no power-law fit, a gap is not positive (seed 1 at s2: -0.0100); the "
+                                  "fit is in log-log space")

@@ -391,3 +391,23 @@ def test_with_accounting_silent_a_killed_job_is_named_from_srun_in_its_log(tmp_p
     assert row["state"] == "failed"
     assert row["reason"] == "a task was killed by signal 9 (SIGKILL) on localhost (job ended (state unknown) " \
                             "without a record)"
+
+
+def test_a_sweep_of_several_seeds_counts_them_and_shows_each_run_s_seed(tmp_path):
+    """#35: runs named `{size}-{arm}-s{seed}` are told apart by a seed column and counted in the title; a sweep
+    of one seed keeps the table it had (no seed column) and says 'one seed'."""
+    from zbpscale.jobs.status import plain_table
+
+    sweep = tmp_path / "seeds"
+    for name in ("tiny-bp", "tiny-bp-s1", "tiny-bp-s2", "tiny-zbp_n4", "tiny-zbp_n4-s2"):
+        make_run(sweep, name, done=10, complete=True)
+    rows = collect_rows(sweep)
+    assert sorted((r["run"], r["seed"]) for r in rows) == [("tiny-bp", 0), ("tiny-bp-s1", 1), ("tiny-bp-s2", 2),
+                                                           ("tiny-zbp_n4", 0), ("tiny-zbp_n4-s2", 2)]
+    title, head, *lines = plain_table("seeds", rows)
+    assert title == "sweep seeds: 5 runs, 3 seeds" and head.split()[:4] == ["size", "arm", "seed", "state"]
+    assert sorted(tuple(line.split()[:3]) for line in lines) == [("tiny", "bp", "0"), ("tiny", "bp", "1"),
+                                                                 ("tiny", "bp", "2"), ("tiny", "zbp_n4", "0"),
+                                                                 ("tiny", "zbp_n4", "2")]
+    title, head, *_ = plain_table("seeds", [r for r in rows if r["seed"] == 0])
+    assert title == "sweep seeds: 2 runs, one seed" and head.split()[:3] == ["size", "arm", "state"]

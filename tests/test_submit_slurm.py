@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, straight_losses, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, straight_losses, wheel_env, write_sweep
 from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.layout import RunFolder
 from zbpscale.train.metrics import read_records
@@ -130,8 +130,11 @@ def test_a_job_submitted_from_a_wheel_install_runs_the_installed_package(tmp_pat
 
 
 def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_dir):
-    sweep = write_sweep(tmp_path, "bound", data_dir, steps=5000, time_min=1, max_timeouts=1)
-    submit(sweep, slurm_env)
+    """Two real time limits; the run's experiment trackers go on across the requeue (one W&B run, every step once;
+    the W&B key of the job's environment in no file of the jobs, logs included)."""
+    sweep = write_sweep(tmp_path, "bound", data_dir, steps=5000, time_min=1, max_timeouts=1,
+                        trackers=("tensorboard", "wandb"))
+    submit(sweep, {**slurm_env, "WANDB_API_KEY": FAKE_WANDB_KEY, "WANDB_MODE": "offline"})
     run = tmp_path / "jobs" / "bound" / "nano-bp"
     (job,) = job_ids(run)
     assert wait_final(slurm_env, job, timeout=600) == "FAILED"
@@ -139,6 +142,7 @@ def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_d
     assert [a["why"] for a in ends] == ["timeout", "failed"]
     assert "over max_timeouts=1" in ends[-1]["reason"]
     assert "failed" in submit(sweep, slurm_env, "--dry-run").stdout
+    check_trackers(run, tmp_path / "jobs")
 
 
 def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env, data_dir):

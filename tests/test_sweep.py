@@ -1,12 +1,14 @@
 """Sweep files and the submit plan, without a scheduler.
 
-Compared: the ladder's expansion with its closed-form size x arm product and names; each run's steps and
+Compared: the ladder's expansion with its closed-form size x arm x seed product and names; the plan's cost per
+seed with the sum of its runs' estimates; each run's steps and
 batch split with hand computation from the budget rule; the sbatch script submitit generates for every
 ladder run with a reviewed golden file (tests/golden/ladder_sbatch.txt; regenerate it with
 ZBPSCALE_UPDATE_GOLDEN=1 after a deliberate change, and review the diff); bad sweep files with the one-line
 error contract (file, line, hint; no traceback).
 """
 
+import dataclasses
 import math
 import os
 import re
@@ -31,8 +33,9 @@ GOLDEN = REPO / "tests" / "golden" / "ladder_sbatch.txt"
 def test_ladder_expands_to_every_size_and_arm():
     sweep = load_sweep(REPO / "sweeps" / "ladder.py")
     runs = expand(sweep)
-    assert [r.name for r in runs] == [f"{s}-{a}" for s in ("s60", "s124", "s350", "s1b")
-                                      for a in ("bp", "zbp_n16", "zbp_n64")]
+    assert [r.name for r in runs] == [f"{s}-{a}{x}" for s in ("s60", "s124", "s350", "s1b")
+                                      for a in ("bp", "zbp_n16", "zbp_n64") for x in ("", "-s1", "-s2")]
+    assert [r.seed for r in runs] == [0, 1, 2] * 12 and [r.train_config().seed for r in runs] == [0, 1, 2] * 12
     for run in runs:
         cfg = run.train_config()
         tokens = 20 * n_params(SIZES[run.size.name])
@@ -72,7 +75,9 @@ def test_ladder_sbatch_scripts_match_the_golden_file():
 def test_only_selects_by_pattern():
     runs = expand(load_sweep(REPO / "sweeps" / "ladder.py"))
     assert [r.name for r in select(runs, "s60-*,*-zbp_n64")] == [
-        "s60-bp", "s60-zbp_n16", "s60-zbp_n64", "s124-zbp_n64", "s350-zbp_n64", "s1b-zbp_n64"]
+        "s60-bp", "s60-bp-s1", "s60-bp-s2", "s60-zbp_n16", "s60-zbp_n16-s1", "s60-zbp_n16-s2", "s60-zbp_n64",
+        "s60-zbp_n64-s1", "s60-zbp_n64-s2", "s124-zbp_n64", "s350-zbp_n64", "s1b-zbp_n64"]
+    assert [r.name for r in select(runs, "s1b-*-s2")] == ["s1b-bp-s2", "s1b-zbp_n16-s2", "s1b-zbp_n64-s2"]
     with pytest.raises(ConfigError, match="matches no run"):
         select(runs, "s2b-*")
 
@@ -150,6 +155,9 @@ BAD_SWEEPS = [
          "typo_train_field.py:11: Sweep 't': unknown TrainConfig field(s) eval_evry (hint: did you mean eval_every"),
         ("bad_train_value.py", "('eval_batches', 2)", "('eval_batches', -2)",
          "bad_train_value.py:11: run tiny-bp: TrainConfig.eval_batches must be an integer >= 1, got -2"),
+        ("unknown_tracker.py", "max_timeouts=3,", "max_timeouts=3,\n    trackers=('wandb', 'mlflow'),",  # #34
+         "unknown_tracker.py:13: run tiny-bp: TrainConfig.trackers must be a tuple of tracker names, got ('wandb', "
+         "'mlflow') (hint: trackers: tensorboard, wandb)"),
     )],
 ]
 
@@ -203,6 +211,30 @@ def test_ladder_plan_scales_each_size_by_its_own_gpu_ratio():
         for size in sweep.sizes:
             expected = dict(a.step_time_ratio)[size.name] if a.name != "bp" else 1.0
             assert hours[f"{size.name}-{a.name}"] / hours[f"{size.name}-bp"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_plan_counts_the_seeds_and_what_they_cost(capsys):
+    """#35: the ladder's plan says how many seeds it has and what each costs in GPU-hours (the sum of its runs'
+    estimates); a selection of some seeds says which of the sweep's; a sweep of one seed says what another
+    would add."""
+    from zbpscale.jobs.submit import print_plan
+
+    sweep = load_sweep(REPO / "sweeps" / "ladder.py")
+    runs = expand(sweep)
+    per_seed = sum(r.estimated_hours() * r.size.resources.gpus for r in runs if r.seed == 0)
+
+    def plan(chosen, of=sweep) -> str:
+        rows = plan_rows(chosen, {r.name: "new" for r in chosen}, {r.name: RunState("new") for r in chosen})
+        print_plan(of, rows)
+        return capsys.readouterr().out
+
+    out = plan(runs)
+    assert "sweep ladder: 36 runs, 3 seeds" in out
+    assert f"seeds 0, 1, 2: {per_seed:,.1f} GPU-hours each, {3 * per_seed:,.1f} for the 3" in out
+    assert f"seed 0 (of the sweep's 3: 0, 1, 2): {per_seed:,.1f} GPU-hours" in plan([r for r in runs if not r.seed])
+    one = dataclasses.replace(sweep, seeds=(0,))
+    assert f"one seed (0): no seed-to-seed spread, so no error bars; each further seed (Sweep.seeds) adds " \
+        f"{per_seed:,.1f} GPU-hours" in plan(expand(one), one)
 
 
 @pytest.mark.parametrize("ratio, message", [

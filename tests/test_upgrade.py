@@ -126,22 +126,35 @@ ZBP_1 = {"n": 4, "probe": "rademacher", "scheme": "central", "eps": 1e-3, "chunk
 
 
 @pytest.mark.parametrize("saved, expected", [
-    # format 1 (no impl, no step_timeout_s): the reference estimator and no watchdog, as that release ran
+    # format 1 (no impl, no step_timeout_s): the reference estimator, no watchdog, no trackers, probes keyed by the
+    # micro-batch, as that release ran
     ({"steps": 5, "model": {"zbp": ZBP_1}},
-     {"format": 3, "steps": 5, "step_timeout_s": 0.0, "model": {"zbp": {**ZBP_1, "impl": "plain"}}}),
-    # format 1 or 2 of the bp arm: only the watchdog is new
-    ({"steps": 5, "model": {"zbp": None}}, {"format": 3, "steps": 5, "step_timeout_s": 0.0, "model": {"zbp": None}}),
+     {"format": 4, "steps": 5, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "plain", "seeding": "micro"}}}),
+    # format 1 or 2 of the bp arm: the watchdog and the trackers are new
+    ({"steps": 5, "model": {"zbp": None}},
+     {"format": 4, "steps": 5, "step_timeout_s": 0.0, "trackers": [], "model": {"zbp": None}}),
     # format 2: impl kept as written
     ({"model": {"zbp": {**ZBP_1, "impl": "auto"}}},
-     {"format": 3, "step_timeout_s": 0.0, "model": {"zbp": {**ZBP_1, "impl": "auto"}}}),
-    # format 3 without the key (12e27ef .. this release): unchanged, the key added
-    ({"step_timeout_s": 60.0, "model": {"zbp": None}}, {"format": 3, "step_timeout_s": 60.0, "model": {"zbp": None}}),
-    # format 3 with the key: unchanged
-    ({"format": 3, "step_timeout_s": 60.0}, {"format": 3, "step_timeout_s": 60.0}),
+     {"format": 4, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "micro"}}}),
+    # format 3 of a zbp arm: the micro-batch's probes
+    ({"format": 3, "step_timeout_s": 0.0, "model": {"zbp": {**ZBP_1, "impl": "closed"}}},
+     {"format": 4, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "closed", "seeding": "micro"}}}),
+    # format 3 without the key (12e27ef .. a175505): step_timeout_s kept, no trackers
+    ({"step_timeout_s": 60.0, "model": {"zbp": None}},
+     {"format": 4, "step_timeout_s": 60.0, "trackers": [], "model": {"zbp": None}}),
+    # format 3 with the key
+    ({"format": 3, "step_timeout_s": 60.0}, {"format": 4, "step_timeout_s": 60.0, "trackers": []}),
+    # format 4: unchanged
+    ({"format": 4, "trackers": ["wandb"]}, {"format": 4, "trackers": ["wandb"]}),
+    ({"format": 4, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global"}}},
+     {"format": 4, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global"}}}),
 ])
 def test_migrations(saved, expected):
     assert migrate(saved) == expected
-    assert "format" not in saved or saved["format"] == 3  # the caller's dict is left as it was
+    assert "trackers" not in saved or saved["trackers"] == ["wandb"]  # the caller's dict is left as it was
 
 
 @pytest.mark.parametrize("saved, words", [
@@ -471,9 +484,9 @@ RELEASE_B_FIELD = '''
 '''
 RELEASE_B_FORMAT = '''
 
-FIELDS[4] = {**FIELDS[3], "train": FIELDS[3]["train"] | {"release_b_knob"}}
-FORMAT = 4
-MIGRATIONS[3] = lambda config: config.setdefault("release_b_knob", 0.0)
+FIELDS[FORMAT + 1] = {**FIELDS[FORMAT], "train": FIELDS[FORMAT]["train"] | {"release_b_knob"}}
+MIGRATIONS[FORMAT] = lambda config: config.setdefault("release_b_knob", 0.0)
+FORMAT += 1
 '''
 
 
@@ -529,7 +542,7 @@ def test_a_slurm_job_requeued_after_an_upgrade_resumes_bitwise(tmp_path, slurm_c
     starts = [r for r in read_records(run) if r["kind"] == "start"]
     assert [s["versions"]["zbpscale"] for s in starts] == [zbpscale.__version__, zbpscale.__version__ + "+b"]
     saved = json.loads(RunFolder(run).config.read_text())
-    assert json.loads(config_a)["format"] == FORMAT and saved["format"] == 4 and saved["release_b_knob"] == 0.0
+    assert json.loads(config_a)["format"] == FORMAT and saved["format"] == FORMAT + 1 and saved["release_b_knob"] == 0.0
     straight = tmp_path / "straight"
     straight.mkdir()
     RunFolder(straight).config.write_text(config_a)

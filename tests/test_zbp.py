@@ -23,8 +23,10 @@ from zbpscale.zbp import (
     ZBPConfig,
     arm_zbp_config,
     call_seed,
+    call_seq0,
     causal_mask,
     causal_softmax,
+    estimate,
     estimate_vjp,
     nsr,
     row_softmax,
@@ -222,7 +224,9 @@ def test_bf16_autocast_measures_in_fp32(impl):
 
 
 def test_call_seeds_differ_by_every_coordinate_and_repeat():
-    cfg = ZBPConfig(seed=7)
+    """Seeding 'micro' (runs before 2026-12-02): the seed tells micro-batches and ranks apart; the probes are drawn
+    by the micro-batch's shape (call_seq0 None)."""
+    cfg = ZBPConfig(seed=7, seeding="micro")
     base = call_seed(cfg, ZBPClock(step=3, micro=1, rank=0), layer=2, core="attn")
     assert base == call_seed(cfg, ZBPClock(step=3, micro=1, rank=0), layer=2, core="attn")
     variants = [
@@ -234,13 +238,50 @@ def test_call_seeds_differ_by_every_coordinate_and_repeat():
         call_seed(cfg, ZBPClock(step=3, micro=1), 2, "ffn"),
     ]
     assert len({base, *variants}) == 7
+    assert call_seq0(cfg, ZBPClock(seq0=4)) is None
+
+
+def test_global_call_seeds_ignore_the_micro_batch_and_rank():
+    """Seeding 'global': one seed per (seed, step, layer, core), whichever micro-batch or rank computes the call;
+    its sequences are told apart by their index in the global batch (call_seq0)."""
+    cfg = ZBPConfig(seed=7)
+    base = call_seed(cfg, ZBPClock(step=3), layer=2, core="attn")
+    assert base == call_seed(cfg, ZBPClock(step=3, micro=5, rank=1, seq0=20), 2, "attn")
+    variants = [call_seed(dataclasses.replace(cfg, seed=8), ZBPClock(step=3), 2, "attn"),
+                call_seed(cfg, ZBPClock(step=4), 2, "attn"), call_seed(cfg, ZBPClock(step=3), 3, "attn"),
+                call_seed(cfg, ZBPClock(step=3), 2, "ffn")]
+    assert len({base, *variants}) == 5
+    assert call_seq0(cfg, ZBPClock(seq0=20)) == 20
+
+
+@pytest.mark.parametrize("probe, impl", [("rademacher", "plain"), ("orthogonal", "plain"), ("gaussian", "fused"),
+                                         ("rademacher", "closed")])
+@pytest.mark.parametrize("core", ["attn", "ffn"])
+def test_a_batch_estimated_in_pieces_at_their_seq0_is_the_whole_estimate(core, probe, impl):
+    """Seeding 'global': sequence b of a piece that starts at sequence seq0 of the global batch draws its probes by
+    seq0 + b, so 6 sequences estimated at once, as 2 pieces of 3 or as 3 of 2 (any world size, accumulation and
+    micro batch) give one estimate; drawn by the piece's shape (seq0 None, seeding 'micro') they do not."""
+    gen = torch.Generator().manual_seed(0)
+    # Sizes the compiled graphs see are never 1 and never equal to each other, and pieces are fresh tensors (as the
+    # model's cores get them): anything else would specialise, and recompile, the graphs (`fused_cpu`)
+    if core == "attn":  # (B, H, T, T) causal scores
+        f, x, g = causal_softmax, 2 * torch.randn(6, 3, 6, 6, generator=gen), torch.randn(6, 3, 6, 6, generator=gen)
+    else:  # (B, T, 2h) SwiGLU inputs
+        f, x, g = swiglu, torch.randn(6, 5, 14, generator=gen), torch.randn(6, 5, 7, generator=gen)
+    cfg = ZBPConfig(n=20, probe=probe, impl=impl)
+    whole = estimate(f, x, g, cfg, seed=5, seq0=0)
+    for size in (3, 2):
+        pieces = [estimate(f, x[i:i + size].clone(), g[i:i + size].clone(), cfg, seed=5, seq0=i)
+                  for i in range(0, 6, size)]
+        assert torch.allclose(torch.cat(pieces), whole, rtol=1e-5, atol=1e-6), size  # equal probes: rounding
+    assert not torch.allclose(estimate(f, x[3:].clone(), g[3:].clone(), cfg, seed=5), whole[3:])  # it can fail
 
 
 @pytest.mark.parametrize(
     "fields, field",
     [({"probe": "uniform"}, "probe"), ({"n": 0}, "n"), ({"eps": 0.0}, "eps"), ({"eps": -1e-3}, "eps"),
      ({"chunk": 0}, "chunk"), ({"scheme": "backward"}, "scheme"), ({"cores": "mlp"}, "cores"),
-     ({"impl": "fast"}, "impl"), ({"impl": "fused", "probe": "sphere"}, "impl")],
+     ({"impl": "fast"}, "impl"), ({"impl": "fused", "probe": "sphere"}, "impl"), ({"seeding": "rank"}, "seeding")],
 )
 def test_bad_settings_name_the_field(fields, field):
     with pytest.raises(ConfigError, match=rf"ZBPConfig\.{field}"):

@@ -3,16 +3,21 @@
 Both run the same BP model on the same prepared data (the trainer's own loader), one after the other in
 alternating rounds; per-step time is wall clock between consecutive steps (the trainer's includes its
 logging, heartbeat, grad clipping and the loss collective). Goal: trainer tokens/s >= 0.95 of the plain loop.
+With --trackers, a third arm in the same rounds: the trainer reporting to those experiment trackers (W&B offline
+unless the environment says otherwise); goal: its ratio to the plain loop within 2% of the trainer's without.
 
   zbpscale prepare-data --source embedded --data data/embedded
   python tools/bench_train.py --data data/embedded            # tiny model, CPU, 2 threads
+  python tools/bench_train.py --data data/embedded --trackers tensorboard,wandb
   python tools/bench_train.py --data ... --size s60 --batch 16 --device cuda
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -64,27 +69,37 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--trackers", default="", help="also time the trainer with these trackers, e.g. tensorboard,wandb")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    os.environ.setdefault("WANDB_MODE", "offline")  # a benchmark never waits on a network
     torch.set_num_threads(args.threads)
     bf16 = args.device == "cuda"
     cfg = TrainConfig(model=model_config(args.size), data_dir=args.data, steps=args.steps,
                       global_batch=args.batch, eval_every=0, eval_batches=1, ckpt_every=0, ckpt_every_s=0,
                       device=args.device, bf16=bf16)
-    plain, trainer = [], []
+    tracked = dataclasses.replace(cfg, trackers=tuple(t for t in args.trackers.split(",") if t))
+    plain, trainer, with_trackers = [], [], []
     with tempfile.TemporaryDirectory() as root:
         for _ in range(args.rounds):
             plain += plain_loop(cfg, args.device, bf16)[2:]  # drop warm-up steps
             trainer += trainer_steps(cfg, Path(root))[2:]
+            if tracked.trackers:
+                with_trackers += trainer_steps(tracked, Path(root))[2:]
     tokens = args.batch * cfg.seq_len
     plain_tps, trainer_tps = tokens / statistics.median(plain), tokens / statistics.median(trainer)
     record = {"size": args.size, "device": args.device, "batch": args.batch, "plain_tokens_per_s": round(plain_tps),
               "trainer_tokens_per_s": round(trainer_tps), "ratio": round(trainer_tps / plain_tps, 3)}
+    line = (f"plain loop {plain_tps:,.0f} tok/s, trainer {trainer_tps:,.0f} tok/s, ratio {trainer_tps / plain_tps:.3f}")
+    if with_trackers:
+        tracked_tps = tokens / statistics.median(with_trackers)
+        record.update(trackers=args.trackers, trackers_tokens_per_s=round(tracked_tps),
+                      trackers_ratio=round(tracked_tps / plain_tps, 3))
+        line += f"; with {args.trackers} {tracked_tps:,.0f} tok/s, ratio {tracked_tps / plain_tps:.3f}"
     if args.json:
         print(json.dumps(record))
     else:
-        print(f"plain loop {plain_tps:,.0f} tok/s, trainer {trainer_tps:,.0f} tok/s, "
-              f"ratio {trainer_tps / plain_tps:.3f} ({args.size}, batch {args.batch}, {args.device})")
+        print(f"{line} ({args.size}, batch {args.batch}, {args.device})")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def child(args) -> None:
 
     original = Transformer.set_zbp_clock
 
-    def set_clock(model, *, step, micro=0, rank=None):
+    def set_clock(model, *, step, micro=0, rank=None, seq0=0):
         if step not in clock["seen"]:  # the first micro-batch of a step: record the state it starts from
             clock["seen"].add(step)
             clock["step"] = step
@@ -74,7 +74,7 @@ def child(args) -> None:
                     _record_state(out, step, model, _optimizer(model))
         if args.stop_after is not None and step == args.stop_after:
             os.kill(os.getpid(), signal.SIGUSR2)  # a real stop request: checkpoint after this step, exit
-        return original(model, step=step, micro=micro, rank=rank)
+        return original(model, step=step, micro=micro, rank=rank, seq0=seq0)
 
     Transformer.set_zbp_clock = set_clock
     with Recorder():

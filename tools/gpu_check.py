@@ -20,7 +20,7 @@ Parts (each passes or fails on its own; the exit status is 1 if any failed):
            vote, the checkpoint barrier and the resume run on device tensors (bitwise against the straight run)
   sweep    a 1-device sweep (nano x bp, zbp_n4) through the local queue to completion, then `zbpscale status`
            must exit 0                                                                              [cpu only]
-  ladder   sweeps/mini_ladder.py (3 sizes x bp, zbp_n16, zbp_n64), one GPU per run, through the local queue to
+  ladder   sweeps/mini_ladder.py (3 sizes x bp, zbp_n16, zbp_n64, seed 0), one GPU per run, through the local queue to
            completion: its wall time, every run's impl_used, `zbpscale status` exit 0              [cuda only]
   diag     the diagnostics of the sweep's (cpu) or the ladder's (cuda) trained ZBP runs: every c finite, the FFN
            cores' c within 0.7-1.3 of theory, the attention cores' energy-weighted c within 0.5-2, the ZBP/BP
@@ -374,7 +374,7 @@ import dataclasses, runpy
 _base = runpy.run_path({path!r})["SWEEP"]
 _gpu = dataclasses.replace(_base.sizes[0].resources, gpus_per_node=1, cpus_per_task=4)
 SWEEP = dataclasses.replace(_base, sizes=tuple(dataclasses.replace(s, resources=_gpu) for s in _base.sizes),
-                            root={root!r}, data={data})
+                            root={root!r}, data={data}, seeds=(0,))  # one seed: the check times the kernels
 '''
 
 

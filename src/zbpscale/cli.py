@@ -55,6 +55,14 @@ exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a 
   zbpscale upload results/smoke --repo you/zbpscale-results
 
 The token comes from `hf auth login` or an HF_TOKEN already in the environment (a batch job's secret)."""),
+    "sync": ("zbpscale.results.sync", "upload a sweep's offline W&B runs (from a machine with the network)",
+             """examples:
+  zbpscale sync sweeps/ladder.py --dry-run        what waits to be uploaded, run by run
+  zbpscale sync jobs/ladder                       upload it (key: WANDB_API_KEY or `wandb login`)
+
+Each zbpscale run is one W&B run: its attempts' offline folders are uploaded oldest first; what was uploaded is
+marked and never sent twice.
+exit status: 0 uploaded (or nothing to upload), 2 a mistake or a failed upload"""),
     "prepare-data": ("zbpscale.data.prepare_cli",
                      "tokenize a corpus into GPT-2 BPE uint16 shards (submit does it when a sweep needs it)",
                      """examples:

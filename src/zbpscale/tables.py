@@ -32,6 +32,12 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+def seed_count(seeds) -> str:
+    """How many seeds a study, a plan or a figure has, in words: 'one seed', '3 seeds'."""
+    n = len(set(seeds))
+    return "one seed" if n == 1 else f"{n} seeds"
+
+
 def fmt_tokens(n: float) -> str:
     """A token count in a table cell: 20k, 1.2M, 3.05B."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"

@@ -66,6 +66,9 @@ class RunFolder:
     trainer_lock = property(lambda self: self.path / ".trainer.lock")
     trainer_lease = property(lambda self: lease_path(self.trainer_lock))
     ranks = property(lambda self: self.path / ".ranks")
+    trackers = property(lambda self: self.path / "trackers.json")  # what trackers keep across attempts (W&B id)
+    tensorboard = property(lambda self: self.path / "tensorboard")  # TensorBoard's event files
+    wandb = property(lambda self: self.path / "wandb")  # W&B's folder (offline runs: offline-run-*)
 
     RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
     """The run's small files, by attribute: what `zbpscale collect` copies into a results bundle."""

@@ -38,7 +38,7 @@ from zbpscale.jobs.layout import RunFolder, parse_run_name
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.state import STATES, log_tail, reconcile, refined, run_state
 from zbpscale.jobs.sweep import find_sweeps
-from zbpscale.tables import age, fit_columns, fmt_tokens, plural, terminal_width
+from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
 from zbpscale.text import matches, patterns
 from zbpscale.train.metrics import tail_records
 
@@ -68,7 +68,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     tail = tail_records(RunFolder(run_dir).metrics, ("train", "eval"))
     beat = read_json(RunFolder(run_dir).heartbeat)
     plan = read_json(RunFolder(run_dir).plan)
-    size, arm, _ = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
+    size, arm, seed = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
@@ -83,7 +83,8 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
     step_time = tail.get("train", {}).get("step_time")
     eta = (steps - step) * step_time if state == "running" and step_time and steps else None
     return {
-        "run": run_dir.name, "size": size, "arm": arm, "state": state, "step": max(step, 0), "steps": steps,
+        "run": run_dir.name, "size": size, "arm": arm, "seed": seed, "state": state, "step": max(step, 0),
+        "steps": steps,
         "tokens": max(step, 0) * tokens_per_step, "pct": 100.0 * max(step, 0) / steps if steps else 0.0,
         "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
         "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
@@ -93,7 +94,7 @@ def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, s
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
         "nodes": starts[-1].get("nodes", "") if starts else "",
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
-        "dir": str(run_dir),
+        "trackers_off": beat.get("trackers_off", []), "dir": str(run_dir),
     }
 
 
@@ -169,17 +170,29 @@ STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "b
          "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red", "unknown": "yellow"}
 
 
-COLUMNS = ("size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job", "beat")
-KEEP = ("size", "arm", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
-"""The columns in the order they are given up when the terminal is narrow (the last first)."""
+COLUMNS = ("size", "arm", "seed", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job",
+           "beat")
+KEEP = ("size", "arm", "seed", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
+"""The columns in the order they are given up when the terminal is narrow (the last first); the seed column
+only for a sweep of several seeds (`shown_columns`)."""
 LEFT = ("size", "arm", "state", "job")
+
+
+def shown_columns(rows: list[dict], columns: tuple[str, ...]) -> tuple[str, ...]:
+    """`columns`, without the seed column when the runs have one seed."""
+    return tuple(c for c in columns if c != "seed" or len({r["seed"] for r in rows}) > 1)
+
+
+def title(name: str, rows: list[dict]) -> str:
+    """'sweep ladder: 36 runs, 3 seeds'."""
+    return f"sweep {name}: {plural(len(rows), 'run')}" + (f", {seed_count(r['seed'] for r in rows)}" if rows else "")
 
 
 def cells(r: dict) -> dict[str, str]:
     """One run's row as the table shows it."""
     loss = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
     beat = r["heartbeat_age_s"] if r["state"] in ("running", "stalled") else None
-    return {"size": r["size"], "arm": r["arm"], "state": r["state"],
+    return {"size": r["size"], "arm": r["arm"], "seed": str(r["seed"]), "state": r["state"],
             "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": fmt_tokens(r["tokens"]),
             "train": loss(r["train_loss"]), "val": loss(r["val_loss"]),
             "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
@@ -192,8 +205,8 @@ def table(name: str, rows: list[dict], width: int | None):
     from rich.table import Table
 
     shown = [cells(r) for r in rows]
-    columns = fit_columns(COLUMNS, KEEP, shown, width)
-    t = Table(title=f"sweep {name}: {plural(len(rows), 'run')}", title_justify="left")
+    columns = fit_columns(shown_columns(rows, COLUMNS), shown_columns(rows, KEEP), shown, width)
+    t = Table(title=title(name, rows), title_justify="left")
     for col in columns:
         t.add_column(col, justify="left" if col in LEFT else "right", no_wrap=True)
     for r, c in zip(rows, shown):
@@ -203,11 +216,11 @@ def table(name: str, rows: list[dict], width: int | None):
 
 def plain_table(name: str, rows: list[dict]) -> list[str]:
     """The same table as plain text lines, every column (for files, pipes and logs)."""
-    shown = [cells(r) for r in rows]
-    width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in COLUMNS}
+    shown, columns = [cells(r) for r in rows], shown_columns(rows, COLUMNS)
+    width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in columns}
     line = lambda d: "  ".join(d[c].ljust(width[c]) if c in LEFT else d[c].rjust(width[c])  # noqa: E731
-                               for c in COLUMNS).rstrip()
-    return [f"sweep {name}: {plural(len(rows), 'run')}", line({c: c for c in COLUMNS}), *(line(d) for d in shown)]
+                               for c in columns).rstrip()
+    return [title(name, rows), line({c: c for c in columns}), *(line(d) for d in shown)]
 
 
 def footer(rows: list[dict]) -> str:
@@ -228,8 +241,8 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
-    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, and a ZBP
-    estimator that fell back to a slower path."""
+    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, a ZBP
+    estimator that fell back to a slower path, a tracker turned off."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
@@ -242,6 +255,9 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
             cores = ", ".join(f"{core} {path}" for core, path in r["impl_used"].items())
             found.append((f"{r['run']}: ZBP estimator fell back ({cores}): {'; '.join(r['fallbacks'])}", "stopped"))
+        if r.get("trackers_off"):  # training went on; the tracker misses the rest of that attempt
+            found.append((f"{r['run']}: trackers off in its latest attempt (metrics.jsonl is complete): "
+                          f"{'; '.join(r['trackers_off'])}", "stopped"))
     return found
 
 

@@ -38,7 +38,7 @@ from zbpscale.jobs.state import decide as decide_state
 from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.jobs.sweep_edits import config_notes
 from zbpscale.lease import try_lock
-from zbpscale.tables import fit_columns, fmt_tokens, plural, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, plural, seed_count, terminal_width
 from zbpscale.text import select
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
@@ -76,7 +76,8 @@ def plan_rows(runs: list[Run], actions: dict[str, Action], states: dict[str, Run
         micro, accum = batch_plan(cfg, res.world_size)  # the trainer's own split; a bad one is an error here too
         hours = run.estimated_hours()
         rows.append({
-            "run": run.name, "params": run.size.params, "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
+            "run": run.name, "seed": run.seed, "params": run.size.params,
+            "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
             "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan,
@@ -140,7 +141,8 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     width = terminal_width()
     shown = [plan_cells(r) for r in rows]
     columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
-    table = Table(title=f"sweep {sweep.name}: {plural(len(rows), 'run')}", title_justify="left")
+    title = f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}"
+    table = Table(title=title, title_justify="left")
     for col in columns:
         table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
     for cells in shown:
@@ -153,7 +155,27 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
                   f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
                   soft_wrap=width is None)
+    if total:
+        console.print(seed_cost(sweep, rows), soft_wrap=width is None)
     console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
+
+
+def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
+    """What the seeds of the plan cost: 'seeds 0, 1, 2: 851.7 GPU-hours each, 2,555.0 for the 3', or, for a sweep
+    of one seed, what one more would add."""
+    seeds = sorted({r["seed"] for r in rows})
+    hours = {s: sum(r["gpu_hours"] for r in rows if r["seed"] == s and not math.isnan(r["gpu_hours"])) for s in seeds}
+    if len(sweep.seeds) == 1:
+        return (f"one seed ({seeds[0]}): no seed-to-seed spread, so no error bars; each further seed (Sweep.seeds) "
+                f"adds {hours[seeds[0]]:,.1f} GPU-hours")
+    each = f"{hours[seeds[0]]:,.1f} GPU-hours" + (" each" if len(seeds) > 1 else "")
+    if len(set(hours.values())) > 1:
+        each = ", ".join(f"seed {s} {h:,.1f}" for s, h in hours.items()) + " GPU-hours"
+    listed = lambda ss: ", ".join(map(str, ss))  # noqa: E731
+    which = f"seed{'s' if len(seeds) > 1 else ''} {listed(seeds)}"
+    if len(seeds) < len(sweep.seeds):
+        which += f" (of the sweep's {len(sweep.seeds)}: {listed(sweep.seeds)})"
+    return f"{which}: {each}" + (f", {sum(hours.values()):,.1f} for the {len(seeds)}" if len(seeds) > 1 else "")
 
 
 # ------------------------------------------------------------------------------------------------ main

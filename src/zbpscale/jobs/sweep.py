@@ -238,6 +238,9 @@ class Sweep:
     """Seeds per size x arm."""
     train: tuple[tuple[str, object], ...] = ()
     """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
+    trackers: tuple[str, ...] = ()
+    """Experiment trackers every run reports to besides its metrics.jsonl: "tensorboard", "wandb" (README "Watching
+    a sweep"; `pip install 'zbpscale[trackers]'`)."""
     root: str = "jobs"
     """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem); a relative root starts at
     `home`."""
@@ -340,7 +343,7 @@ class Run:
         fields = dict(model=size.model(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
                       global_batch=size.global_batch, micro_batch=size.micro_batch, lr=size.lr,
                       warmup_steps=int(size.warmup_frac * steps), seed=self.seed,
-                      device="cuda" if size.resources.gpus_per_node else "cpu")
+                      device="cuda" if size.resources.gpus_per_node else "cpu", trackers=tuple(self.sweep.trackers))
         fields.update(dict(self.sweep.train))
         fields.update(dict(self.arm.overrides))
         return TrainConfig(**fields)

@@ -2,7 +2,10 @@
 
     bundle.py       Bundle: where every file of a results folder lives, and its summary's I/O
     summary.py      RunSummary: one row per run, from the run's own records
-    gaps.py         the gap analysis: ZBP - BP at equal tokens, and its power-law fit in N
+    seeds.py        the runs grouped over seeds: mean, sd and n per size and arm
+    gaps.py         the gap analysis: ZBP - BP at equal tokens, seed by seed, and its power-law fit in N
+    fit.py          the power law gap = a * N^b through a ladder with seeds, and its interval
+    table.py        table.md: the runs over seeds, then one row per run
     collect.py, plot.py, upload.py    the commands
 
 May import: the shared modules, train's record types (zbpscale.train.metrics), zbpscale.jobs.layout and

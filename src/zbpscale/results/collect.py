@@ -28,6 +28,7 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs.layout import RunFolder, parse_run_name
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
 from zbpscale.results.summary import FIELDS, RunSummary, sort_key, summarize
+from zbpscale.tables import seed_count
 from zbpscale.text import matches, patterns
 
 
@@ -162,7 +163,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     counts: dict[str, int] = {}
     for r in ordered:
         counts[r.state] = counts.get(r.state, 0) + 1
-    log(f"{bundle.path}: {len(ordered)} runs (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
+    log(f"{bundle.path}: {len(ordered)} runs, {seed_count(r.seed for r in ordered)} ("
+        + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
         + (f"updated {', '.join(changed)}" if changed else "no run changed"))
     return ordered
 

@@ -1,53 +1,34 @@
-"""The gap analysis: ZBP - BP validation loss at equal tokens per size, and its power law in N.
+"""The gap analysis: ZBP - BP validation loss at equal tokens per size, seed by seed, and its power law in N.
 
-Gaps compare equal tokens: two complete runs by their final val losses; otherwise at the largest token count at
-which both have an eval record (`Gap.full` is False, and plot marks it "at s/T"). Only full-budget points are
-fitted: gap = a * N^b by least squares in log-log space, with its 1-s.e. band (>= 3 sizes, all gaps positive).
-Torch-free; numpy only inside the fit.
+Each ZBP run is compared with the bp run of the same size and the same seed (the same data order and
+initialisation): a point of the gap figure is one ZBP arm at one size, holding each seed's gap. Gaps compare
+equal tokens: complete runs by their final val losses; otherwise every seed of the point at the largest token
+count at which all of its runs have an eval record (`GapPoint.final` is False, and plot marks it "at s/T").
+Only full-budget points are fitted, by fit.py's `fit_seeds` (>= 3 sizes, every gap positive): one line per seed,
+and an interval for the exponent from the spread of the seeds' lines. Torch-free.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.results.bundle import Bundle
+from zbpscale.results.fit import PowerLaw, fit_power_law, fit_seeds
+from zbpscale.results.seeds import Spread
 from zbpscale.results.summary import RunSummary, arm_order
 from zbpscale.train.metrics import EvalRecord, by_kind, read_records
+
+__all__ = ["Curves", "Gap", "GapPoint", "PowerLaw", "equal_tokens_gap", "fit_gaps", "fit_power_law", "gap_points",
+           "unpaired", "val_curves"]
 
 Curves = dict[str, dict[int, tuple[int, float]]]
 """{run: {tokens: (steps done, val loss)}}: each run's validation curve (`val_curves`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class PowerLaw:
-    """gap = a * N^b, fitted by ordinary least squares on (log N, log gap)."""
-
-    a: float
-    """Prefactor."""
-    b: float
-    """Exponent."""
-    b_se: float
-    """Standard error of b (nan with only two points)."""
-    cov: tuple[tuple[float, float], tuple[float, float]]
-    """Covariance of (log a, b)."""
-    n: int
-    """Points fitted."""
-
-    def band(self, params):
-        """(low, high): the fit's 1-s.e. band at `params` (an array)."""
-        import numpy as np
-
-        x = np.log(np.asarray(params, dtype=float))
-        (caa, cab), (_, cbb) = self.cov
-        center, spread = math.log(self.a) + self.b * x, np.sqrt(np.maximum(caa + 2 * cab * x + cbb * x * x, 0))
-        return np.exp(center - spread), np.exp(center + spread)
-
-
-@dataclass(frozen=True, kw_only=True)
 class GapPoint:
-    """One point of the gap figure: a ZBP arm at one size, mean over the seeds that have a val loss."""
+    """One point of the gap figure: a ZBP arm at one size, each of its seeds against bp of the same seed."""
 
     arm: str
     """The ZBP arm."""
@@ -55,13 +36,25 @@ class GapPoint:
     """Model size."""
     params: int
     """Parameters of the size: non-embedding, or total (`plot`'s params)."""
-    gap: float
-    """Val loss of the arm minus that of bp, at `tokens`."""
+    seeds: tuple[int, ...]
+    """The seeds compared: those that both the arm and bp have with a val loss."""
+    gaps: tuple[float, ...]
+    """Each seed's val loss of the arm minus that of bp of the same seed, at `tokens` (in `seeds` order)."""
     tokens: int
-    """Training tokens at which the two were compared (`equal_tokens_gap`)."""
+    """Training tokens at which the runs were compared (`equal_tokens_gap`)."""
     final: bool
     """Whether that is the full budget: every run behind the point complete and compared at its final eval.
     Only these points are fitted."""
+
+    @property
+    def gap(self) -> float:
+        """The mean gap over the seeds."""
+        return self.spread.mean
+
+    @property
+    def spread(self) -> Spread:
+        """Mean, sd and count of the seeds' gaps."""
+        return Spread.of(self.gaps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,20 +69,6 @@ class Gap:
     """Optimizer steps done at that point (of the first run)."""
     full: bool
     """Whether every run is complete and compared at its final eval."""
-
-
-def fit_power_law(params, gaps) -> PowerLaw:
-    """Least squares of log gap = log a + b log N; needs >= 2 points with positive gaps."""
-    import numpy as np
-
-    x, y = np.log(np.asarray(params, dtype=float)), np.log(np.asarray(gaps, dtype=float))
-    design = np.column_stack([np.ones_like(x), x])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    dof = len(x) - 2
-    s2 = float(np.sum((y - design @ coef) ** 2) / dof) if dof > 0 else math.nan
-    cov = s2 * np.linalg.inv(design.T @ design)
-    return PowerLaw(a=float(np.exp(coef[0])), b=float(coef[1]), b_se=math.sqrt(cov[1, 1]) if dof > 0 else math.nan,
-                    cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))), n=len(x))
 
 
 def val_curves(bundle: Path, rows: list[RunSummary]) -> Curves:
@@ -114,40 +93,72 @@ def equal_tokens_gap(runs: list[RunSummary], bp: list[RunSummary], curves: Curve
     return Gap(value=mean(runs) - mean(bp), tokens=tokens, step=curves[runs[0].run][tokens][0], full=full)
 
 
-def gap_points(rows: list[RunSummary], curves: Curves, field: str = "params_non_embedding"
-               ) -> tuple[list[GapPoint], list[str]]:
-    """(points, left out): ZBP - BP val loss per ZBP arm and size (seeds averaged) at equal tokens, where both
-    have an eval record; and the '{arm} at {size}' pairs left out because they share no eval point with bp."""
-    groups: dict[tuple[str, str], list[RunSummary]] = {}
+def _by_seed(rows: list[RunSummary], curves: Curves) -> dict[tuple[str, str], dict[int, RunSummary]]:
+    """{(size, arm): {seed: run}} of the runs with a val loss."""
+    groups: dict[tuple[str, str], dict[int, RunSummary]] = {}
     for r in rows:
         if curves[r.run]:
-            groups.setdefault((r.size, r.arm), []).append(r)
+            groups.setdefault((r.size, r.arm), {})[r.seed] = r
+    return groups
+
+
+def gap_points(rows: list[RunSummary], curves: Curves, field: str = "params_non_embedding"
+               ) -> tuple[list[GapPoint], list[str]]:
+    """(points, left out): ZBP - BP val loss per ZBP arm and size, seed by seed against bp of the same seed (the
+    seeds both have with a val loss; `unpaired` names the others), at equal tokens; and the '{arm} at {size}'
+    pairs left out because their runs share no eval point with bp."""
+    groups = _by_seed(rows, curves)
     points, apart = [], []
     for (size, arm), runs in groups.items():
-        bp = groups.get((size, "bp"))
-        if arm == "bp" or not bp:
+        bp = groups.get((size, "bp"), {})
+        seeds = sorted(set(runs) & set(bp))
+        if arm == "bp" or not seeds:
             continue
-        gap = equal_tokens_gap(runs, bp, curves)
+        mine, refs = [runs[s] for s in seeds], [bp[s] for s in seeds]
+        gap = equal_tokens_gap(mine, refs, curves)
         if gap is None:
             apart.append(f"{arm} at {size}")
             continue
-        points.append(GapPoint(arm=arm, size=size, params=getattr(runs[0], field), gap=gap.value, tokens=gap.tokens,
-                               final=gap.full))
+        gaps = tuple(curves[r.run][gap.tokens][1] - curves[b.run][gap.tokens][1] for r, b in zip(mine, refs))
+        points.append(GapPoint(arm=arm, size=size, params=getattr(mine[0], field), seeds=tuple(seeds), gaps=gaps,
+                               tokens=gap.tokens, final=gap.full))
     return sorted(points, key=lambda p: (arm_order(p.arm), p.params)), apart
 
 
+def unpaired(rows: list[RunSummary], curves: Curves) -> list[str]:
+    """The ZBP runs with a val loss whose size has a bp run with one, but not of their seed: not in the gap
+    figure ('zbp_n16 at mini, seed 2')."""
+    groups = _by_seed(rows, curves)
+    return [f"{arm} at {size}, seed {s}" for (size, arm), runs in groups.items() if arm != "bp"
+            and (size, "bp") in groups for s in sorted(set(runs) - set(groups[(size, "bp")]))]
+
+
 def fit_gaps(points: list[GapPoint]) -> tuple[dict[str, PowerLaw], dict[str, str]]:
-    """(fits, why not): the power law of each ZBP arm, fitted on its full-budget points when there are >= 3
-    sizes of them, all positive; else why not, in words."""
-    fits, why_not = {}, {}
+    """(fits, remarks): the power law of each ZBP arm (`fit_seeds`), fitted on its full-budget points when there
+    are >= 3 sizes of them, through the seeds that every one of them has, all gaps positive; remarks: why an arm
+    has no fit, or which seeds its fit leaves out, in words."""
+    fits, remarks = {}, {}
     for arm in sorted({p.arm for p in points}, key=arm_order):
         mine = [p for p in points if p.arm == arm]
         full = [p for p in mine if p.final]
         if len({p.params for p in full}) < 3:
-            why_not[arm] = (f"{arm}: no power-law fit, it needs >= 3 sizes at the full budget "
+            remarks[arm] = (f"{arm}: no power-law fit, it needs >= 3 sizes at the full budget "
                             f"(has {len(mine)} size{'s' if len(mine) > 1 else ''}, {len(full)} at the full budget)")
-        elif any(p.gap <= 0 for p in full):
-            why_not[arm] = f"{arm}: no power-law fit, a gap is not positive (the fit is in log-log space)"
-        else:
-            fits[arm] = fit_power_law([p.params for p in full], [p.gap for p in full])
-    return fits, why_not
+            continue
+        seeds = sorted(set.intersection(*(set(p.seeds) for p in full)))
+        if not seeds:
+            remarks[arm] = f"{arm}: no power-law fit, no seed is at every size at the full budget"
+            continue
+        table = [[p.gaps[p.seeds.index(s)] for p in full] for s in seeds]  # (seeds, sizes)
+        bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if g <= 0]
+        if bad:
+            s, p, g = bad[0]
+            remarks[arm] = (f"{arm}: no power-law fit, a gap is not positive (seed {s} at {p.size}: {g:+.4f}); "
+                            "the fit is in log-log space")
+            continue
+        fits[arm] = fit_seeds([p.params for p in full], table)
+        dropped = sorted(set().union(*(p.seeds for p in full)) - set(seeds))
+        if dropped:
+            remarks[arm] = (f"{arm}: the fit leaves out seed{'s' if len(dropped) > 1 else ''} "
+                            f"{', '.join(map(str, dropped))}, not at every size at the full budget")
+    return fits, remarks

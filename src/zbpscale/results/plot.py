@@ -2,11 +2,16 @@
 
     zbpscale plot results/smoke        # -> results/smoke/table.md, results/smoke/figures/*.png and *.pdf
 
-  table.md        one row per run (the summary), with the gap to BP, links to the figures, and notes;
-  loss_curves     validation loss against tokens, one panel per size, one line per arm;
-  gap_vs_scale    val loss ZBP - BP for each ZBP arm against parameters (log x), with the power law
-                  gap = a * N^b fitted by least squares in log-log space and its 1-s.e. band (>= 3 sizes);
-  nsr_c           the NSR constant c = NSR * n / d per core (attn, ffn) against parameters;
+  table.md        the runs over seeds (mean ± sd per size and arm, when there are several seeds), one row per
+                  run (the summary) with the gap to BP of the same seed, links to the figures, and notes
+                  (results/table.py);
+  loss_curves     validation loss against tokens, one panel per size, one line per run;
+  gap_vs_scale    val loss ZBP - BP for each ZBP arm against parameters (log x): each seed's gap (against bp
+                  of the same seed) a small dot, their mean ± 1 sd a marker with an error bar, and the power
+                  law gap = a * N^b (results/fit.py: one least-squares line per seed in log-log space, >= 3
+                  sizes) with its 68% band from the spread of the seeds' lines (none for one seed);
+  nsr_c           the NSR constant c = NSR * n / d per core (attn, ffn) against parameters, mean ± 1 sd over
+                  seeds;
   rho_k           forward and backward branch gains per layer for each size, from the latest diag record.
 Gaps compare equal tokens: two complete runs by their final val losses; otherwise at the largest token count
 at which both have an eval record, marked "at s/T" (step s of T) in the table and drawn hollow in the figure,
@@ -25,8 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.results.bundle import Bundle
-from zbpscale.results.gaps import Curves, Gap, GapPoint, PowerLaw, equal_tokens_gap, fit_gaps, gap_points, val_curves
+from zbpscale.results.fit import LEVEL, PowerLaw
+from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpaired, val_curves
+from zbpscale.results.seeds import Spread, seeds_of
 from zbpscale.results.summary import RunSummary, arm_order, sort_key
+from zbpscale.results.table import fmt_count, table_markdown
+from zbpscale.tables import seed_count
 from zbpscale.train.metrics import BlockRow, by_kind, read_records
 
 
@@ -39,9 +48,10 @@ class Figures:
     gap_points: tuple[GapPoint, ...]
     """Points of the gap figure."""
     fits: dict[str, PowerLaw]
-    """Power-law fit of the gap per ZBP arm (arms with >= 3 sizes at the full budget and positive gaps)."""
+    """Power-law fit of the gap per ZBP arm (arms with >= 3 sizes at the full budget and positive gaps), through
+    the seeds (gaps.fit_gaps); its band is drawn when it has more than one seed."""
     no_fit: dict[str, str]
-    """Why a ZBP arm of the gap figure has no fit, as written on the figure."""
+    """What the gap figure says of an arm's fit: why it has none, or which seeds it leaves out."""
     curves: dict[str, list[str]]
     """Labels of the loss curves per size (a run not complete carries its state: 'zbp_n16 (running)')."""
     notes: tuple[str, ...]
@@ -59,19 +69,6 @@ def _colors(arms) -> dict[str, str]:
     palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
     zbp = sorted((a for a in set(arms) if a != "bp"), key=arm_order)
     return {"bp": "black", **{a: palette[i % len(palette)] for i, a in enumerate(zbp)}}
-
-
-def fmt_count(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:g}"
-
-
-def _fmt_seconds(s: float) -> str:
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
 def _label(row: RunSummary, text: str) -> str:
@@ -176,51 +173,90 @@ def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: s
     return _save(fig, out, "loss_curves"), drawn
 
 
-def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[str, str], out: Path,
+def _seed_dots(ax, x: float, values: list[float], color: str, *, filled: bool) -> None:
+    """Each seed's value as a small dot, the dots spread a little along the log x axis so that equal ones show."""
+    k = len(values)
+    ax.plot([x * 1.04 ** (i - (k - 1) / 2) for i in range(k)], values, marker="o", markersize=3, linestyle="none",
+            alpha=0.6, markeredgecolor=color, markerfacecolor=color if filled else "white")
+
+
+def _mean_bar(ax, x: float, s: Spread, color: str, *, filled: bool) -> None:
+    """The mean over the seeds, with ± 1 sd as its error bar (none for one seed)."""
+    ax.errorbar([x], [s.mean], yerr=[[s.sd], [s.sd]] if s.n > 1 else None, marker="o", markersize=7,
+                linestyle="none", color=color, markeredgecolor=color, markerfacecolor=color if filled else "white",
+                capsize=3, elinewidth=1)
+
+
+def _seeds_words(several: bool, seeds: str, what: str) -> str:
+    """What the markers are: the mean ± 1 sd over the seeds with each seed a small dot, or one seed."""
+    if several:
+        return f"mean of {seeds} ± 1 sd (sample sd);\nsmall dots: each seed's {what}"
+    return "one seed: no error bars\n(the seed-to-seed spread is unmeasured)"
+
+
+def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], remarks: dict[str, str], out: Path,
              colors: dict[str, str], field: str = "params_non_embedding") -> list[Path]:
-    """The gap figure: full-budget points filled (and fitted), the others hollow; why an arm has no fit is
-    written on the figure."""
+    """The gap figure: per point each seed's gap (a small dot) and their mean ± 1 sd, full-budget points filled
+    (and fitted), the others hollow; each fit with its LEVEL band from the spread of the seeds' fits (none for
+    one seed); `remarks` (why an arm has no fit, what its fit leaves out) written on the figure."""
     import numpy as np
 
     if not points:
         return []
     fig, axes = _panels(1, width=9.0, height=4.0)
-    ax, ys = axes[0][0], [p.gap for p in points]
+    ax, several = axes[0][0], any(len(p.gaps) > 1 for p in points)
+    ys = [g for p in points for g in p.gaps] + [p.gap + k * p.spread.sd for p in points if len(p.gaps) > 1
+                                                 for k in (-1, 1)]
     for arm in sorted({p.arm for p in points}, key=arm_order):
         pts = [p for p in points if p.arm == arm]
         color = colors[arm]
         ax.plot([p.params for p in pts], [p.gap for p in pts], color=color, alpha=0.35, linewidth=1)
         for p in pts:
-            ax.plot([p.params], [p.gap], marker="o", markersize=7, linestyle="none", markeredgecolor=color,
-                    markerfacecolor=color if p.final else "white")
+            if len(p.gaps) > 1:
+                _seed_dots(ax, p.params, list(p.gaps), color, filled=p.final)
+            _mean_bar(ax, p.params, p.spread, color, filled=p.final)
         label = arm
         if arm in fits:
             fit, full = fits[arm], [p.params for p in pts if p.final]
             grid = np.geomspace(min(full) / 1.5, max(full) * 1.5, 100)
-            low, high = fit.band(grid)
             ax.plot(grid, fit.a * grid ** fit.b, color=color, linestyle=":")
-            ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
-            ys += [low.min(), high.max()]
-            label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.b_se:.3f})"
+            if fit.dof > 0:
+                low, high = fit.band(grid)
+                ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
+                ys += [low.min(), high.max()]
+                label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.half_width():.3f})"
+            else:
+                label = f"{arm}: gap = {fit.a:.3g} N^{fit.b:.3f} (one seed: no band)"
         ax.plot([], [], marker="o", color=color, label=label)
-    if fits:
-        ax.fill_between([], [], [], color="gray", alpha=0.15, label="fit ± 1 s.e. (least squares on log N, log gap)")
+    seeds = seed_count(set().union(*(p.seeds for p in points)))
+    words = _seeds_words(several, seeds, "gap to bp of the same seed")
+    if several:
+        ax.errorbar([math.nan], [math.nan], yerr=[[1], [1]], marker="o", linestyle="none", color="gray", capsize=3,
+                    label=words)
+    else:
+        ax.plot([], [], linestyle="none", label=words)
+    banded = [f for f in fits.values() if f.dof > 0]
+    if banded:
+        dof = ", ".join(sorted({str(f.dof) for f in banded}))
+        label = (f"band, and ± on the exponent: {LEVEL:.0%} interval from\n"
+                 f"the spread of the seeds' own fits (t, {dof} d.o.f.)")
+        ax.fill_between([], [], [], color="gray", alpha=0.15, label=label)
     if any(not p.final for p in points):
         ax.plot([], [], marker="o", linestyle="none", markerfacecolor="white", markeredgecolor="gray",
-                label="open: a run is not complete; compared at\nthe latest eval both reached, not fitted")
-    if why_not:  # under the legend
-        ax.text(1.03, 0.0, "\n".join(textwrap.fill(w, 52) for w in why_not.values()), transform=ax.transAxes,
+                label="open: a run is not complete; compared at\nthe latest eval all reached, not fitted")
+    if remarks:  # under the legend
+        ax.text(1.03, 0.0, "\n".join(textwrap.fill(w, 52) for w in remarks.values()), transform=ax.transAxes,
                 fontsize=8, va="bottom", color="dimgray")
     ax.set_xlim(*_span([p.params for p in points]))
     _log_axis(ax, "x", fmt_count)
-    if all(p.gap > 0 for p in points):
+    if all(y > 0 for y in ys):
         ax.set_ylim(*_span(ys, pad=1.3))
         _log_axis(ax, "y")
     else:
         ax.axhline(0, color="gray", linewidth=0.8)
     ax.set_xlabel(_measure(field)[1])
     ax.set_ylabel("val loss gap (ZBP − BP) at equal tokens")
-    ax.set_title("Gap to backprop against scale")
+    ax.set_title(f"Gap to backprop against scale ({seeds})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return _save(fig, out, "gap_vs_scale")
@@ -228,21 +264,29 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], why_not: dict[st
 
 def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field: str = "params_non_embedding"
                ) -> tuple[list[Path], list[tuple]]:
-    """c per core against parameters; returns (files, [(core, run, params, c)])."""
+    """c per core against parameters: per size and arm each seed's c (a small dot) and their mean ± 1 sd;
+    returns (files, [(core, run, params, c)])."""
     drawn = [(core, r.run, getattr(r, field), getattr(r, f"c_{core}")) for core in ("attn", "ffn") for r in rows
              if getattr(r, f"c_{core}") is not None]
     if not drawn:
         return [], []
     fig, axes = _panels(2)
+    several = False
     for ax, core in zip(axes[0], ("attn", "ffn")):
         runs = [r for r in rows if getattr(r, f"c_{core}") is not None]
         for arm in sorted({r.arm for r in runs}, key=arm_order):
-            mine = sorted((r for r in runs if r.arm == arm), key=lambda r: getattr(r, field))
-            ax.plot([getattr(r, field) for r in mine], [getattr(r, f"c_{core}") for r in mine], color=colors[arm],
-                    alpha=0.4)
-            for r in mine:
-                ax.plot([getattr(r, field)], [getattr(r, f"c_{core}")], marker="o", linestyle="none",
-                        **_style(r, colors[arm], line=False))
+            by_size: dict[int, list[RunSummary]] = {}
+            for r in sorted((r for r in runs if r.arm == arm), key=lambda r: (getattr(r, field), r.seed)):
+                by_size.setdefault(getattr(r, field), []).append(r)
+            means = []
+            for x, mine in by_size.items():
+                values, filled = [getattr(r, f"c_{core}") for r in mine], all(r.state == "complete" for r in mine)
+                if len(values) > 1:
+                    _seed_dots(ax, x, values, colors[arm], filled=filled)
+                    several = True
+                means.append(Spread.of(values))
+                _mean_bar(ax, x, means[-1], colors[arm], filled=filled)
+            ax.plot(list(by_size), [m.mean for m in means], color=colors[arm], alpha=0.4)
             ax.plot([], [], marker="o", color=colors[arm], label=arm)
         ax.axhline(1.0, color="gray", linestyle=":", label="theory, d ≫ 1: c ≈ 1")
         _log_axis(ax, "x", fmt_count)
@@ -251,6 +295,7 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
         ax.set_title({"attn": "attention core (score softmax)", "ffn": "SwiGLU core"}[core])
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
+    fig.suptitle(_seeds_words(several, seed_count(seeds_of(rows)), "c").replace(";\n", "; "), fontsize=9)
     return _save(fig, out, "nsr_c"), drawn
 
 
@@ -286,61 +331,6 @@ def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
     return _save(fig, out, "rho_k"), sorted(blocks)
-
-
-# ------------------------------------------------------------------------------------------------ table
-def _at(step: int, total: int | None) -> str:
-    return f"at {step:,}/{total:,}" if total else f"at step {step:,}"
-
-
-def _state_words(r: RunSummary) -> str:
-    """The state as `zbpscale status` says it, and where a run that is not complete stands: 'cancelled at 9/12'."""
-    if r.state in ("complete", "new") or not r.steps:
-        return r.state
-    return f"{r.state} {_at(r.steps, r.steps_total)}"
-
-
-def _gap_cell(gap: Gap | None, r: RunSummary) -> str:
-    if gap is None:
-        return "n/c"
-    return f"{gap.value:+.4f}" if gap.full else f"{gap.value:+.4f} {_at(gap.step, r.steps_total)}"
-
-
-def table_markdown(rows: list[RunSummary], curves: Curves, notes: list[str], figures: list[str]) -> str:
-    """The per-run table as markdown, with the gap of each ZBP run to bp of the same size and seed (at equal
-    tokens, `equal_tokens_gap`)."""
-    bp = {(r.size, r.seed): r for r in rows if r.arm == "bp"}
-    head = ["run", "size", "params", "non-emb.", "arm", "state", "steps", "tokens", "final val", "best val",
-            "gap vs bp", "wall", "GPU-h", "c attn", "c ffn"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    num = lambda v, f="{:.4f}": "" if v is None else f.format(v)  # noqa: E731
-    partial = apart = False
-    for r in rows:
-        ref, gap = bp.get((r.size, r.seed)), ""
-        if r.arm != "bp" and ref and curves[r.run] and curves[ref.run]:
-            compared = equal_tokens_gap([r], [ref], curves)
-            gap = _gap_cell(compared, r)
-            partial |= compared is not None and not compared.full
-            apart |= compared is None
-        lines.append("| " + " | ".join([
-            r.run, r.size, fmt_count(r.params), fmt_count(r.params_non_embedding), r.arm,
-            _state_words(r),
-            f"{r.steps:,}" + (f" / {r.steps_total:,}" if r.steps_total else ""), fmt_count(r.tokens),
-            num(r.final_val_loss), num(r.best_val_loss), gap, _fmt_seconds(r.wall_time_s),
-            "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}", num(r.c_attn, "{:.3f}"),
-            num(r.c_ffn, "{:.3f}")]) + " |")
-    text = "\n".join(lines) + "\n"
-    notes = list(notes)
-    if partial:
-        notes.append("a gap 'at s/T' compares the run and bp at step s of T, the latest validation both reached "
-                     "(a run is not complete); a gap without it compares the final val losses of two complete runs")
-    if apart:
-        notes.append("n/c: not comparable, the run and bp have no validation at the same number of tokens")
-    if notes:
-        text += "\nNotes:\n" + "".join(f"- {n}\n" for n in notes)
-    if figures:
-        text += "\n" + "".join(f"![{f}](figures/{f}.png)\n" for f in figures)
-    return text
 
 
 def _diag_hint(runs: list[RunSummary]) -> str:
@@ -393,11 +383,17 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
                      + ", ".join(f"{r.run} ({r.state})" for r in skipped))
     curve_files, labels = plot_loss_curves(curves, rows, out, field)
     points, apart = gap_points(rows, curves, field)
-    fits, why_not = fit_gaps(points)
-    gap_files = plot_gap(points, fits, why_not, out, colors, field)
-    notes += list(why_not.values())
+    fits, remarks = fit_gaps(points)
+    gap_files = plot_gap(points, fits, remarks, out, colors, field)
+    notes += list(remarks.values())
     if apart:
         notes.append("not in the gap figure, no validation at the same number of tokens as bp: " + ", ".join(apart))
+    lone = unpaired(rows, curves)
+    if lone:
+        notes.append("not in the gap figure, no bp run of the same seed with a validation loss: " + ", ".join(lone))
+    if len(seeds_of(rows)) == 1 and points:
+        notes.append("one seed per size and arm: no error bars, and fits without a band (the seed-to-seed spread "
+                     "is unmeasured)")
     if not points:
         notes.append("no gap figure: no size has both bp and a ZBP arm with a validation loss")
     c_files, _ = plot_nsr_c(rows, out, colors, field)
@@ -411,14 +407,14 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     names = [f.stem for f in files if f.suffix == ".png"]
     table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
-    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, curves, notes, names))
+    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, curves, notes, names, points))
     if files:
         for note in notes:
             log(f"note: {note}")
         log(f"wrote {table} and {len(files)} figure files in {out}")
     else:
         log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
-    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, no_fit=why_not,
+    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, no_fit=remarks,
                    curves=labels, notes=tuple(notes))
 
 

@@ -106,7 +106,12 @@ def parse_field_value(name: str, text: str, annotation: str):
     except json.JSONDecodeError:
         value = text
     for option in (part.strip() for part in annotation.split("|")):
-        if option.startswith("tuple["):
+        if option.startswith("tuple[") and option.endswith(", ...]"):  # any length: a JSON list or a,b,c
+            kind = _TYPES[option[6:-6].strip()]
+            found = value.split(",") if isinstance(value, str) else value
+            if isinstance(found, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in found):
+                return tuple(found)
+        elif option.startswith("tuple["):
             items = [t.strip() for t in option[6:-1].split(",")]
             if isinstance(value, list) and len(value) == len(items) and all(
                     isinstance(v, _TYPES[t]) and not isinstance(v, bool) for v, t in zip(value, items)):
@@ -119,6 +124,8 @@ def parse_field_value(name: str, text: str, annotation: str):
 
 def _example(annotation: str) -> str:
     first = annotation.split("|")[0].strip()
+    if first.endswith(", ...]"):
+        return "tensorboard,wandb" if first == "tuple[str, ...]" else "[1,2]"
     if first.startswith("tuple["):
         return "[" + ",".join("0.9" for _ in first[6:-1].split(",")) + "]"
     return {"int": "8", "float": "0.001", "str": "cpu", "bool": "true"}.get(first, first)

@@ -9,6 +9,8 @@ time, each step giving the fields that format added the value that reproduces wh
     1       b538eea (2026-11-30)        the trainer: TrainConfig, ModelConfig, ZBPConfig (n .. seed)
     2       8fffa0a (2026-11-30)        ZBPConfig.impl (the fused estimator; before it every arm ran `plain`)
     3       12e27ef (2026-12-01)        TrainConfig.step_timeout_s (the hang watchdog; before it, none)
+    4       (2026-12-02)                TrainConfig.trackers (experiment trackers; before them, none);
+                                        ZBPConfig.seeding (probes by global-batch position; before it `micro`)
 
 A change to TrainConfig, ModelConfig or ZBPConfig is a new format: add its field names to FIELDS, a function to
 MIGRATIONS that turns the previous format into it, and a row above (tests/test_upgrade.py fails until then).
@@ -36,6 +38,8 @@ FIELDS: dict[int, dict[str, frozenset[str]]] = {
     2: {"train": frozenset(_TRAIN_1), "model": frozenset(_MODEL_1), "zbp": frozenset(_ZBP_1 + ("impl",))},
     3: {"train": frozenset(_TRAIN_1 + ("step_timeout_s",)), "model": frozenset(_MODEL_1),
         "zbp": frozenset(_ZBP_1 + ("impl",))},
+    4: {"train": frozenset(_TRAIN_1 + ("step_timeout_s", "trackers")), "model": frozenset(_MODEL_1),
+        "zbp": frozenset(_ZBP_1 + ("impl", "seeding"))},
 }
 """The fields of TrainConfig ('train'), ModelConfig ('model') and ZBPConfig ('zbp') in each format."""
 
@@ -56,7 +60,17 @@ def _add_step_timeout(config: dict) -> None:
     config.setdefault("step_timeout_s", 0.0)
 
 
-MIGRATIONS = {1: _add_zbp_impl, 2: _add_step_timeout}
+def _to_4(config: dict) -> None:
+    """3 -> 4: TrainConfig.trackers. Before the tracker seam a run reported to none: (). ZBPConfig.seeding: before
+    it the probes were keyed by the micro-batch (its global index, and each row's place in it): 'micro'."""
+    config.setdefault("trackers", [])
+    model = config.get("model")
+    zbp = model.get("zbp") if isinstance(model, dict) else None
+    if isinstance(zbp, dict):
+        zbp.setdefault("seeding", "micro")
+
+
+MIGRATIONS = {1: _add_zbp_impl, 2: _add_step_timeout, 3: _to_4}
 """format N -> the function that turns a format-N config (in place) into a format-N+1 one."""
 
 

@@ -304,18 +304,25 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
 
     log = MetricsLog(run_dir, enabled=env.is_main)
     if env.is_main:
-        attempt = 1 + sum(r["kind"] == "start" for r in read_records(run_dir))
+        records = read_records(run_dir)
+        attempt = 1 + sum(r["kind"] == "start" for r in records)
+        before = _checkpointed_by(records, start)  # the start record of the attempt whose checkpoint this resumes
         # Whatever an earlier attempt logged past this attempt's starting point (its checkpoint, or step 0 when it
         # died before its first one) is redone now: drop it, so that every reader sees each step once.
         dropped = log.rollback_to(start)
+        if cfg.trackers:
+            log.trackers = open_trackers(cfg, run_dir, attempt, start)
         if start or dropped:
-            log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs)
+            log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs,
+                      world_size=env.world_size, world_size_from=(before or {}).get("world_size"))
         atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n")
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
         if start:
             print(f"resuming at step {start} of {cfg.steps}" + "".join(f"; {k}" for k in kept), flush=True)
+            if note := _world_note(cfg, before, numbers):
+                print(note, flush=True)
         elif dropped:
             print(f"starting again at step 0: an earlier attempt stopped before its first checkpoint ({dropped} of "
                   "its records dropped, to be redone)", flush=True)
@@ -334,6 +341,39 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
                   versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]})
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
                 val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16, lock=lock)
+
+
+def _checkpointed_by(records: list, start: int) -> dict | None:
+    """The start record of the attempt that wrote the checkpoint at step `start`: the last attempt that started
+    before it (None for a new run)."""
+    return next((r for r in reversed(records) if r["kind"] == "start" and r.get("step", 0) < start), None)
+
+
+def _world_note(cfg: TrainConfig, before: dict | None, numbers: dict) -> str | None:
+    """One line when this attempt has another number of ranks than the one whose checkpoint it resumes, saying
+    what that changes (README: the same run on another GPU count); None when the number is the same or unknown."""
+    world, world_from = numbers["world_size"], (before or {}).get("world_size")
+    if world_from is None or world_from == world:
+        return None
+    zbp, micro, micro_from = cfg.model.zbp, numbers["micro_batch"], before.get("derived", {}).get("micro_batch")
+    line = f"resuming on {world} rank(s) a run checkpointed on {world_from}: "
+    if zbp is None or zbp.seeding == "global":
+        return line + "the same batches" + (" and ZBP probes" if zbp else "") + ", so the same run to rounding"
+    if micro == micro_from:
+        return line + f"the same batches and, at the same micro batch ({micro}), the same ZBP probes"
+    return line + (f"its ZBP probes follow the micro batch ({micro_from} -> {micro}: seeding 'micro', a run from "
+                   "before 2026-12-02), so from here on it draws other probes than it would have")
+
+
+def open_trackers(cfg: TrainConfig, run_dir: Path, attempt: int, start: int):
+    """The experiment trackers of this attempt (train/trackers.py), given the run's records so far (after the
+    rollback: the steps before this attempt's first)."""
+    from zbpscale.train.trackers import TrackedRun, Trackers
+
+    folder = Path(run_dir).absolute()
+    config = {**cfg.to_dict(), "code": {"zbpscale": version(), "git": git_revision()}}
+    run = TrackedRun(run_dir=folder, name=folder.name, sweep=folder.parent.name, config=config, attempt=attempt)
+    return Trackers(cfg.trackers, run, start, read_records(run_dir))
 
 
 def _warm_up(cfg: TrainConfig, env: dist.DistEnv, bf16: bool) -> tuple[dict[str, str], bool]:
@@ -387,7 +427,8 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
     x_all, y_all = r.loader.batch(step)
     loss_sum = torch.zeros((), device=env.device)
     for m, (x, y) in enumerate(micro_batches(x_all, y_all, r.accum)):
-        r.model.set_zbp_clock(step=step, micro=env.rank * r.accum + m, rank=0)  # global micro index
+        r.model.set_zbp_clock(step=step, micro=env.rank * r.accum + m, rank=0,  # global micro index
+                              seq0=env.rank * len(x_all) + m * len(x))  # and global index of its first sequence
         last = m == r.accum - 1
         with (nullcontext() if last or not env.distributed else r.ddp.no_sync()), _autocast(env, r.bf16):
             _, loss = r.ddp(x.to(env.device), y.to(env.device))
@@ -415,6 +456,7 @@ def _save(r: _Run, done: int) -> None:
     if r.env.is_main:
         _renew(r.lock, r.run_dir, force=True)  # still ours? a checkpoint is worth the look every time
         checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts)
+        r.log.checkpointed()
     dist.barrier(r.env)
 
 

@@ -55,6 +55,8 @@ class ResumeRecord(TypedDict, total=False):
     dropped: int  # records past the checkpoint removed, so that no step appears twice
     kept: dict  # numerics.adopt: what this attempt kept of the checkpoint's numerics
     differs: dict  # and what differs
+    world_size: int  # this attempt's number of ranks
+    world_size_from: int | None  # that of the attempt whose checkpoint it resumes (None: unknown, or from step 0)
 
 
 class TrainRecord(TypedDict, total=False):
@@ -130,6 +132,7 @@ class Heartbeat(TypedDict, total=False):
     pid_start: int | None  # with the pid, names the process (pids are reused)
     impl_used: dict[str, str]
     fallbacks: list[str]
+    trackers_off: list[str]  # trackers turned off in this attempt, one line each (train/trackers.py)
 
 
 Record = Union[StartRecord, ResumeRecord, TrainRecord, EvalRecord, DiagRecord, EndRecord]
@@ -151,7 +154,9 @@ def by_kind(records: list[Record]) -> dict[str, list[Record]]:
 
 
 class MetricsLog:
-    """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds."""
+    """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds; `trackers`
+    (train/trackers.Trackers, set by the trainer once the attempt's start is known) get each record after the file
+    has it."""
 
     def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S):
         self.run_dir, self.enabled, self.heartbeat_s = Path(run_dir), enabled, heartbeat_s
@@ -160,6 +165,7 @@ class MetricsLog:
         self.path = self.folder.metrics
         self._last_beat = 0.0
         self._fh = None
+        self.trackers = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -183,6 +189,13 @@ class MetricsLog:
             self._fh = open_append(self.path)
         self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
         self._fh.flush()
+        if self.trackers is not None:
+            self.trackers.record(kind, fields)
+
+    def checkpointed(self) -> None:
+        """A checkpoint was written: the trackers make durable what they hold (the records are already)."""
+        if self.trackers is not None:
+            self.trackers.flush()
 
     def heartbeat(self, step: int, tokens: int, *, force: bool = False, **extra) -> None:
         """Rewrite heartbeat.json (at most every heartbeat_s unless forced); `extra`: more fields, e.g. the
@@ -191,6 +204,8 @@ class MetricsLog:
         if not self.enabled or (not force and now - self._last_beat < self.heartbeat_s):
             return
         self._last_beat = now
+        if self.trackers is not None and self.trackers.off:
+            extra = {**extra, "trackers_off": self.trackers.off}
         check_fields(Heartbeat, extra)
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
                 "pid_start": self._pid_start, **extra}
@@ -201,6 +216,8 @@ class MetricsLog:
             os.fsync(self._fh.fileno())
             self._fh.close()
             self._fh = None
+        if self.trackers is not None:
+            self.trackers.close()
 
 
 def tail_records(path: Path, kinds: tuple[str, ...], max_bytes: int = 1 << 20) -> dict[str, Record]:

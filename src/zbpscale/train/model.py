@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from zbpscale.errors import ConfigError
 from zbpscale.train.schema import ModelConfig
-from zbpscale.zbp import ZBPClock, call_seed, causal_mask, causal_softmax, swiglu, zbp_apply
+from zbpscale.zbp import ZBPClock, call_seed, call_seq0, causal_mask, causal_softmax, swiglu, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 
 # A core hook replaces a core's forward (diagnostics use it to see each core's input and upstream
@@ -73,7 +73,9 @@ class Attention(nn.Module):
             s = (q @ k.transpose(-2, -1)) * hd**-0.5  # (B, H, T, T) scores
             y = self.core_hook(self.layer, "attn", s, causal_softmax, causal_mask(T, x.device)) @ v
         elif self.physical:  # scores recomputed in backward, never stored (zbp.attention)
-            y = zbp_attention(q, k, v, self.cfg.zbp, call_seed(self.cfg.zbp, self.clock, self.layer, "attn"))
+            zbp = self.cfg.zbp
+            seed = call_seed(zbp, self.clock, self.layer, "attn")
+            y = zbp_attention(q, k, v, zbp, seed, call_seq0(zbp, self.clock))
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o(y.transpose(1, 2).reshape(B, T, C))
@@ -93,7 +95,9 @@ class MLP(nn.Module):
         if self.core_hook is not None:
             a = self.core_hook(self.layer, "ffn", u, swiglu, None)
         elif self.physical:
-            a = zbp_apply(swiglu, u, self.cfg.zbp, call_seed(self.cfg.zbp, self.clock, self.layer, "ffn"))
+            zbp = self.cfg.zbp
+            seed = call_seed(zbp, self.clock, self.layer, "ffn")
+            a = zbp_apply(swiglu, u, zbp, seed, seq0=call_seq0(zbp, self.clock))
         else:
             a = swiglu(u)
         return self.w_out(a)
@@ -138,9 +142,10 @@ class Transformer(nn.Module):
             else:
                 nn.init.normal_(p, std=std)
 
-    def set_zbp_clock(self, *, step: int, micro: int = 0, rank: int | None = None) -> None:
-        """Tell the physical cores where training is, so each call draws its own reproducible probes."""
-        self.zbp_clock.step, self.zbp_clock.micro = step, micro
+    def set_zbp_clock(self, *, step: int, micro: int = 0, rank: int | None = None, seq0: int = 0) -> None:
+        """Tell the physical cores where training is, so each call draws its own reproducible probes: the step,
+        the micro-batch (its global index, and seq0: the global batch's index of its first sequence)."""
+        self.zbp_clock.step, self.zbp_clock.micro, self.zbp_clock.seq0 = step, micro, seq0
         if rank is not None:
             self.zbp_clock.rank = rank
 

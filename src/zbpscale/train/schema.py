@@ -178,6 +178,9 @@ class TrainConfig:
     """auto (GPU when there is one), cpu or cuda."""
     bf16: bool | None = None
     """bf16 autocast; None = on for CUDA, off for CPU. ZBP measurements stay fp32 either way."""
+    trackers: tuple[str, ...] = ()
+    """Experiment trackers that rank 0 reports to besides metrics.jsonl: tensorboard, wandb (train/trackers.py;
+    `pip install 'zbpscale[trackers]'`). One that fails is turned off for the attempt; training goes on."""
 
     def __post_init__(self) -> None:
         positive = ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every")
@@ -192,6 +195,11 @@ class TrainConfig:
                               f"{self.min_lr_ratio}")
         if not isinstance(self.step_timeout_s, (int, float)) or self.step_timeout_s < 0:
             raise ConfigError(f"TrainConfig.step_timeout_s must be a number >= 0, got {self.step_timeout_s!r}")
+        from zbpscale.train.trackers import known
+
+        if not isinstance(self.trackers, tuple) or any(name not in known() for name in self.trackers):
+            raise ConfigError(f"TrainConfig.trackers must be a tuple of tracker names, got {self.trackers!r}",
+                              hint=f"trackers: {', '.join(known())}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
 
@@ -213,7 +221,8 @@ class TrainConfig:
             model = dict(d.pop("model"))
             zbp = model.pop("zbp", None)
             model = ModelConfig(**model, zbp=ZBPConfig(**zbp) if zbp else None)
-            return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95)))})
+            return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95))),
+                          "trackers": tuple(d.get("trackers", ()))})
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}", hint=err.hint) from None
         except (TypeError, KeyError, ValueError) as err:
@@ -222,9 +231,9 @@ class TrainConfig:
 
 
 RESUME_SAFE = ("eval_every", "eval_batches", "ckpt_every", "ckpt_every_s", "keep_ckpts", "step_timeout_s",
-               "diag_every", "log_every")
-"""TrainConfig fields that decide only when the trainer evaluates, checkpoints, logs or gives up on a hung step,
-never what it computes: a run may resume with other values of these and train bit for bit as it would have
+               "diag_every", "log_every", "trackers")
+"""TrainConfig fields that decide only when the trainer evaluates, checkpoints, logs, reports or gives up on a hung
+step, never what it computes: a run may resume with other values of these and train bit for bit as it would have
 (tests/test_sweep_edits.py checks it against a straight run). Every other field changes the run."""
 
 

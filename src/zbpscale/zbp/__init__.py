@@ -12,7 +12,7 @@ use (PEP 562), so `zbpscale.zbp.config` (the torch-free ZBPConfig that job contr
 import importlib
 
 _MODULES = {
-    "block": ("ZBPBlock", "ZBPClock", "call_seed", "zbp_apply"),
+    "block": ("ZBPBlock", "ZBPClock", "call_seed", "call_seq0", "zbp_apply"),
     "boxes": ("SoftmaxBox", "SwiGLUBox", "causal_mask", "causal_softmax", "masked_softmax", "measurement_dtype",
               "row_softmax", "swiglu"),
     "config": ("CORES", "IMPLS", "PROBES", "SCHEMES", "ZBPConfig", "arm_zbp_config"),

@@ -9,12 +9,13 @@ Definition: y = softmax(q k^T * scale, causal) v exactly in forward, through fus
     dq = ds k * scale,  dk = ds^T q * scale,  dv = p^T dy,
 
 so the gradients are those of scores -> `ZBPBlock(causal_softmax)` -> p @ v (the same probes: a slice's
-rows keep their flat row index in the whole score tensor, `row0`), while only q, k, v are saved. Peak
+rows keep their flat row index in the whole score tensor, `row0`, counted from the micro-batch's first sequence
+`seq0` in the global batch where one is given), while only q, k, v are saved. Peak
 memory in backward is one slice's few (slice, T, T) fp32 tensors, set by `SLICE_ENTRIES`.
 
 Slices are used where a fast path serves the score core (`applies`); the plain reference path draws its
-probes by shape, not by row, so with impl='plain' backward recomputes the whole (B, H, T, T) at once (still
-nothing of that size is kept between forward and backward).
+probes by shape (or per sequence, `seq0`), not by row, so with impl='plain' backward recomputes the whole
+(B, H, T, T) at once (still nothing of that size is kept between forward and backward).
 
 Caveats:
   - Under bf16 autocast the forward's scores are not rounded to bf16 before the softmax (fused attention
@@ -47,18 +48,18 @@ class ZBPAttention(torch.autograd.Function):
     """softmax(q k^T * scale, causal) v; q, k, v: (B, H, T, hd). See the module docstring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cfg: ZBPConfig, seed: int):
+    def forward(ctx, q, k, v, cfg: ZBPConfig, seed: int, seq0: int | None = None):
         device = q.device.type
         # the dtype the explicit core would compute the scores in: autocast's, else the inputs'
         ctx.dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else q.dtype
-        ctx.cfg, ctx.seed = cfg, seed
+        ctx.cfg, ctx.seed, ctx.seq0 = cfg, seed, seq0
         ctx.save_for_backward(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     @staticmethod
     def backward(ctx, dy):
         q, k, v = ctx.saved_tensors
-        cfg, seed, dtype = ctx.cfg, ctx.seed, ctx.dtype
+        cfg, seed, seq0, dtype = ctx.cfg, ctx.seed, ctx.seq0, ctx.dtype
         B, H, T, hd = q.shape
         scale = hd**-0.5
         qf, kf, vf, dyf = (t.to(dtype).reshape(B * H, T, hd) for t in (q, k, v, dy))
@@ -70,19 +71,24 @@ class ZBPAttention(torch.autograd.Function):
                 sl = slice(i, i + step)
                 s = (qf[sl] @ kf[sl].transpose(-2, -1)) * scale  # (slice, T, T), as the explicit core
                 dp = dyf[sl] @ vf[sl].transpose(-2, -1)  # upstream gradient of p
-                est = fused.fast_vjp(causal_softmax, s, dp, cfg, seed, row0=i * T) if fast else None
-                if est is None:  # the plain path (or a fast back end that failed since `applies`)
-                    shape = (B, H, T, T) if step == B * H else s.shape
-                    est = estimate(causal_softmax, s.view(shape), dp.view(shape), cfg, seed=seed).view(s.shape)
+                row0 = ((seq0 or 0) * H + i) * T  # flat index of the slice's first score row (in the global batch)
+                est = fused.fast_vjp(causal_softmax, s, dp, cfg, seed, row0=row0) if fast else None
+                if est is None:  # the plain path (or a fast back end that failed since `applies`: by shape)
+                    whole = step == B * H
+                    shape = (B, H, T, T) if whole else s.shape
+                    est = estimate(causal_softmax, s.view(shape), dp.view(shape), cfg, seed=seed,
+                                   seq0=seq0 if whole else None).view(s.shape)
                 ds = est.to(dtype) * scale
                 p = causal_softmax(s.to(measurement_dtype(dtype))).to(dtype)  # as `ZBPBlock` queries it
                 dv[sl] = p.transpose(-2, -1) @ dyf[sl]
                 dq[sl] = ds @ kf[sl]
                 dk[sl] = ds.transpose(-2, -1) @ qf[sl]
         return (dq.view(B, H, T, hd).to(q.dtype), dk.view(B, H, T, hd).to(k.dtype), dv.view(B, H, T, hd).to(v.dtype),
-                None, None)
+                None, None, None)
 
 
-def zbp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: ZBPConfig, seed: int) -> torch.Tensor:
-    """Causal attention with a zeroth-order backward through its softmax (`ZBPAttention`)."""
-    return ZBPAttention.apply(q, k, v, cfg, seed)
+def zbp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: ZBPConfig, seed: int,
+                  seq0: int | None = None) -> torch.Tensor:
+    """Causal attention with a zeroth-order backward through its softmax (`ZBPAttention`); seq0: the global index
+    of the batch's first sequence, as `estimate`'s."""
+    return ZBPAttention.apply(q, k, v, cfg, seed, seq0)

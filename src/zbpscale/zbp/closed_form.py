@@ -142,13 +142,14 @@ def softmax(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: flo
     return est.masked_fill(~mask, 0.0)
 
 
-def swiglu_vjp(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: float, seed: int) -> torch.Tensor:
+def swiglu_vjp(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: float, seed: int,
+               row0: int = 0) -> torch.Tensor:
     """The closed-form estimate for SwiGLU inputs x (..., 2h) and gradients g (..., h) on CPU (measurement
-    dtype)."""
+    dtype); row0 as `fused_cpu.swiglu_vjp`."""
     width = x.shape[-1]
     A, E, K = _run("closed_terms", x.reshape(-1, width), g.reshape(-1, width // 2), eps, central)
     ones, _, rows, cols = fused_cpu._row_layout(A.shape[0], width, x.device, x.dtype)
-    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows, cols)
+    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols)
     if central:
         c = _run("closed_swiglu_central", A, pin, n)  # (U, n)
     else:

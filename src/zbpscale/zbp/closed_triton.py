@@ -46,7 +46,7 @@ def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, central: bo
                   num_warps=4 if n_pad * block <= 2048 else 8)
     if kind == "swiglu":
         ce = math.cosh(eps)
-        _swiglu_kernel[(units,)](x, g, est, words, d // 2, ce, math.sinh(eps), -2 * math.sinh(eps / 2) ** 2,
+        _swiglu_kernel[(units,)](x, g, est, words, d // 2, row0, ce, math.sinh(eps), -2 * math.sinh(eps / 2) ** 2,
                                  **common)
     else:
         k, q, r = softmax_factors(eps, central)
@@ -103,7 +103,7 @@ if HAVE_TRITON:
             tl.store(out_ptr + off + cols, tl.sum(c[:, None] * u, 0), mask=cols < length)
 
     @triton.jit
-    def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, h, ce, se, one_minus_ce, n, eps, CENTRAL: tl.constexpr,
+    def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, h, row0, ce, se, one_minus_ce, n, eps, CENTRAL: tl.constexpr,
                        N_PAD: tl.constexpr, BLOCK: tl.constexpr):
         unit = tl.program_id(0)
         x_off = unit.to(tl.int64) * 2 * h
@@ -127,8 +127,8 @@ if HAVE_TRITON:
             sig_diff = se * inv_den  # sigma(a + eps) - sigma(a - eps)
             mid = (a * sig_sum + eps * sig_diff) / 2
             delta = (a * sig_diff + eps * sig_sum) / 2
-            us = _probes(w_ptr, w_ptr, unit, cols, N_PAD, BLOCK, False)
-            ut = _probes(w_ptr, w_ptr, unit, cols + h, N_PAD, BLOCK, False)
+            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
+            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False)
             acc += tl.sum(us * (g * delta * b / eps)[None, :] + ut * (g * mid)[None, :], 1)
             if not CENTRAL:
                 acc += tl.sum(us * ut * (g * delta)[None, :], 1)
@@ -140,7 +140,7 @@ if HAVE_TRITON:
         for c0 in range(0, h, BLOCK):
             cols = c0 + lane
             live = cols < h
-            us = _probes(w_ptr, w_ptr, unit, cols, N_PAD, BLOCK, False)
+            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
             tl.store(out_ptr + x_off + cols, tl.sum(c[:, None] * us, 0), mask=live)
-            ut = _probes(w_ptr, w_ptr, unit, cols + h, N_PAD, BLOCK, False)
+            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False)
             tl.store(out_ptr + x_off + h + cols, tl.sum(c[:, None] * ut, 0), mask=live)

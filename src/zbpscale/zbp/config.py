@@ -12,6 +12,7 @@ PROBES = ("rademacher", "gaussian", "sphere", "orthogonal")
 SCHEMES = ("central", "forward")
 CORES = ("both", "attn", "ffn", "none")
 IMPLS = ("auto", "plain", "fused", "closed")
+SEEDINGS = ("global", "micro")
 FUSED_PROBES = ("rademacher", "gaussian")
 CLOSED_PROBES = ("rademacher",)
 
@@ -36,7 +37,14 @@ class ZBPConfig:
     cores: str = "both"
     """Which cores are physical black boxes: both, attn (score-space softmax), ffn (SwiGLU), none."""
     seed: int = 0
-    """Base seed of the probes; per-call seeds derive from (seed, step, micro-step, layer, core, rank)."""
+    """Base seed of the probes; per-call seeds derive from it with the step, layer and core (`seeding`)."""
+    seeding: str = "global"
+    """Where a core call's probes come from (`zbp.block.call_seed`). global: (seed, step, layer, core) and each
+    sequence's index in the step's global batch, so that a sequence draws the same probes whatever the number of
+    ranks, the accumulation steps and the micro batch (a run on 8 GPUs and on 4 are the same run, to rounding).
+    micro: (seed, step, global micro-batch index, layer, core) and the row's place in its micro-batch, so the
+    probes follow the micro batch size, which by default (micro_batch 0) follows the world size; what runs made
+    before 2026-12-02 (config format < 4) did, kept so that they resume as they were trained."""
     impl: str = "auto"
     """How estimates are computed. plain: the reference (`estimate_vjp`), chunked, probes from ProbeStream.
     fused: kernels that query the box directly and never materialise probes (`zbp.fused`: Triton on CUDA,
@@ -60,6 +68,8 @@ class ZBPConfig:
             raise ConfigError(f"ZBPConfig.cores must be one of {', '.join(CORES)}; got {self.cores!r}")
         if self.impl not in IMPLS:
             raise ConfigError(f"ZBPConfig.impl must be one of {', '.join(IMPLS)}; got {self.impl!r}")
+        if self.seeding not in SEEDINGS:
+            raise ConfigError(f"ZBPConfig.seeding must be one of {', '.join(SEEDINGS)}; got {self.seeding!r}")
         if self.impl == "fused" and self.probe not in FUSED_PROBES:
             raise ConfigError(f"ZBPConfig.impl='fused' draws {' or '.join(FUSED_PROBES)} probes, not "
                               f"{self.probe!r}", hint="use impl='auto' or 'plain'")

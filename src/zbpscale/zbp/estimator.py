@@ -18,7 +18,8 @@ Caveats:
     is O(eps^2) for both schemes. Forward differences save half the queries at the price of more noise.
   - Measurements run in fp32 (fp64 stays fp64) with autocast off: in bf16, x + eps u rounds back to x
     for eps << |x| * 2^-8 and the difference is noise.
-  - Reproducibility rests on the seed alone: ranks must derive their seeds from the same base seed.
+  - Reproducibility rests on the seed (and `seq0`) alone: ranks must derive their seeds from the same base
+    seed; with `seq0` a sequence's probes depend on its index in the global batch, not on the call's shape.
   - impl='fused' and 'closed' (or 'auto' where they apply) compute the same estimator without
     materialising probes (`zbp.fused`, `zbp.closed_form`), with counter-hash probes: for one seed they draw
     other probes than this plain path, with the same law. The plain path is the reference.
@@ -44,7 +45,8 @@ Box = Callable[[torch.Tensor], torch.Tensor]
 
 
 def estimate(f: Box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, *, seed: int,
-             mask: torch.Tensor | None = None, y: torch.Tensor | None = None) -> torch.Tensor:
+             mask: torch.Tensor | None = None, y: torch.Tensor | None = None, seq0: int | None = None
+             ) -> torch.Tensor:
     """Estimate J^T g of the box `f` at `x` from forward queries, one estimate per unit.
 
     f:     the black box; applied to a tensor of shape (k, *x.shape) it must act on each unit (last
@@ -56,11 +58,15 @@ def estimate(f: Box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, *, seed: 
     mask:  optional boolean tensor broadcastable to x: live entries; by default the box's own (`f.mask(x)`).
            Masked entries are never perturbed and get exactly zero gradient.
     y:     f(x) in the measurement dtype, if already known (saves one query for `forward`).
+    seq0:  x's first dimension is sequences, the first of them sequence seq0 of a larger batch: each sequence
+           draws its probes by its index there, so estimating the batch in pieces gives the whole's estimate
+           (`ZBPConfig.seeding` 'global'). None: the probes are drawn by x's shape.
     Returns the estimate in the measurement dtype (fp32, or fp64 for fp64 inputs), shaped like x.
     """
     dtype = measurement_dtype(x.dtype)
     with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-        est = fused.fast_vjp(f, x.detach(), g.detach(), cfg, seed)
+        units_per_seq = x[:1].numel() // x.shape[-1] if x.dim() > 1 else 0  # the fast paths' row offset
+        est = fused.fast_vjp(f, x.detach(), g.detach(), cfg, seed, row0=(seq0 or 0) * units_per_seq)
         if est is not None:
             return est
         if mask is None and hasattr(f, "mask"):
@@ -70,7 +76,7 @@ def estimate(f: Box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, *, seed: 
         n, eps = cfg.n, cfg.eps
         if cfg.scheme == "forward":
             y = f(x) if y is None else y.to(dtype)
-        stream = ProbeStream(cfg.probe, x.shape, n=n, seed=seed, mask=mask, device=x.device, dtype=dtype)
+        stream = ProbeStream(cfg.probe, x.shape, n=n, seed=seed, mask=mask, device=x.device, dtype=dtype, seq0=seq0)
         est = torch.zeros_like(x)
         for start in range(0, n, cfg.chunk):
             u = stream.next(min(cfg.chunk, n - start))  # (k, ..., d)

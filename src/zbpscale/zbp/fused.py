@@ -34,7 +34,8 @@ Caveats:
     O(eps) per-call error with zero mean (bias O(eps^2)), as there.
   - Only rademacher and gaussian probes, and only the boxes that say what they are (`boxes.causal_softmax`,
     `row_softmax`, `swiglu`); any other callable, even one computing the same function, takes the plain path.
-  - `row0` lets a caller estimate a score tensor in slices (`zbp.attention`) with the whole's probes.
+  - `row0` lets a caller estimate a tensor in pieces (`zbp.attention`'s slices, a micro-batch of the global
+    batch: `ZBPConfig.seeding`) with the whole's probes.
   - CPU: the first call compiles (~10 s per graph on 2 cores, cached on disk).
 
 Falling back: a fast path that fails to compile or launch under 'auto' (an old driver refusing the bundled
@@ -139,8 +140,8 @@ def fast_vjp(box, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed: int, *
              ) -> torch.Tensor | None:
     """The closed-form or fused estimate, as `choose` picks; None where auto runs the plain path (also after
     the fast paths failed: see the module's Falling back). impl='fused' or 'closed' insists: it raises where
-    its path cannot run. row0 (softmax only): the flat row index of x's first row in a larger score tensor
-    the caller splits into pieces; the probes of a row are drawn by its index there, so the pieces'
+    its path cannot run. row0: the flat unit index (score row, or SwiGLU token) of x's first unit in a larger
+    tensor the caller splits into pieces; the probes of a unit are drawn by its index there, so the pieces'
     estimates are those of the whole."""
     path, why = choose(box, x, cfg)
     if path is None and cfg.impl in ("fused", "closed"):
@@ -244,5 +245,5 @@ def fused_vjp(kind: str, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed:
         back = fused_cpu
         kw["probe"] = cfg.probe
     if kind == "swiglu":
-        return back.swiglu_vjp(x, g, **kw)
+        return back.swiglu_vjp(x, g, row0=row0, **kw)
     return back.softmax(x, g, causal=causal, row0=row0, **kw)

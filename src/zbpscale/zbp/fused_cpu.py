@@ -212,12 +212,13 @@ def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0):
     return est.view(*lead, t)
 
 
-def swiglu_vjp(x, g, *, n, probe, central, eps, seed):
-    """The fused estimate for SwiGLU inputs x (..., 2h) and upstream gradients g (..., h)."""
+def swiglu_vjp(x, g, *, n, probe, central, eps, seed, row0=0):
+    """The fused estimate for SwiGLU inputs x (..., 2h) and upstream gradients g (..., h). row0: the flat token
+    index of x's first token in the caller's whole batch (probes are drawn by it)."""
     width = x.shape[-1]
     xf, gf = x.reshape(-1, width).clone(), g.reshape(-1, width // 2).clone()  # (U, 2h), (U, h); no views
     ones, _, rows, cols = _row_layout(xf.shape[0], width, x.device, x.dtype)
-    pin = _probe_inputs(probe, seed, n, rows, cols)
+    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols)
     step = torch.tensor(eps, dtype=x.dtype)
     if central:
         diff = _run("swiglu2", xf, gf, pin, n, step)  # (U, n)

@@ -52,7 +52,7 @@ def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str,
     common = dict(n=n, eps=eps, scale=scale, CENTRAL=central, GAUSS=probe == "gaussian", N_PAD=n_pad,
                   BLOCK=block, num_warps=4 if n_pad * block <= 2048 else 8)
     if kind == "swiglu":
-        _swiglu_kernel[(units,)](x, g, est, words, seeds, d // 2, **common)
+        _swiglu_kernel[(units,)](x, g, est, words, seeds, d // 2, row0, **common)
     else:
         _softmax_kernel[(units,)](x, g, est, words, seeds, d, row0, CAUSAL=causal, **common)
     return est
@@ -148,7 +148,7 @@ if HAVE_TRITON:
         return z / (1.0 + tl.exp(-z))
 
     @triton.jit
-    def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, h, n, eps, scale, CENTRAL: tl.constexpr,
+    def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, h, row0, n, eps, scale, CENTRAL: tl.constexpr,
                        GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
         unit = tl.program_id(0)
         x_off = unit.to(tl.int64) * 2 * h
@@ -163,8 +163,8 @@ if HAVE_TRITON:
             a = tl.load(x_ptr + x_off + cols, mask=live, other=0.0).to(tl.float32)
             b = tl.load(x_ptr + x_off + h + cols, mask=live, other=0.0).to(tl.float32)
             g = tl.load(g_ptr + g_off + cols, mask=live, other=0.0).to(tl.float32)  # dead: contributes 0
-            ua = eps * _probes(w_ptr, s_ptr, unit, cols, N_PAD, BLOCK, GAUSS)
-            ub = eps * _probes(w_ptr, s_ptr, unit, cols + h, N_PAD, BLOCK, GAUSS)
+            ua = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
+            ub = eps * _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS)
             acc_p += tl.sum(g[None, :] * _silu(a[None, :] + ua) * (b[None, :] + ub), 1)
             if CENTRAL:
                 acc_m += tl.sum(g[None, :] * _silu(a[None, :] - ua) * (b[None, :] - ub), 1)
@@ -178,7 +178,7 @@ if HAVE_TRITON:
         for c0 in range(0, h, BLOCK):
             cols = c0 + lane
             live = cols < h
-            ua = _probes(w_ptr, s_ptr, unit, cols, N_PAD, BLOCK, GAUSS)
+            ua = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
             tl.store(out_ptr + x_off + cols, tl.sum(c[:, None] * ua, 0), mask=live)
-            ub = _probes(w_ptr, s_ptr, unit, cols + h, N_PAD, BLOCK, GAUSS)
+            ub = _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS)
             tl.store(out_ptr + x_off + h + cols, tl.sum(c[:, None] * ub, 0), mask=live)

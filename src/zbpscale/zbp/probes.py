@@ -54,7 +54,10 @@ def theory_nsr(probe: str, d: int, n: int) -> float:
 class ProbeStream:
     """Draws the probes of one estimator call, chunk by chunk: `next(k)` -> (k, *shape).
 
-    Probe i comes from a generator seeded with mix_seed(seed, i), so chunking never changes a probe.
+    Probe i comes from a generator seeded with mix_seed(seed, i), so chunking never changes a probe. With
+    `seq0` set, the first dimension is sequences of a larger batch, the first of them sequence seq0: sequence
+    b's slice of probe i comes from mix_seed(seed, i, seq0 + b), so it does not depend on which other sequences
+    share the call (one draw per sequence and probe instead of one per probe).
     `orthogonal` keeps the current basis block of every unit (units x d x min(n, d) values) between
     chunks: Gram-Schmidt (two passes) of fresh Gaussian vectors restricted to the unit's live entries.
     """
@@ -69,10 +72,11 @@ class ProbeStream:
         mask: torch.Tensor | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
+        seq0: int | None = None,
     ):
         if kind not in PROBES:
             raise ConfigError(f"unknown probe kind {kind!r}; allowed: {', '.join(PROBES)}")
-        self.kind, self.shape, self.n, self.seed = kind, torch.Size(shape), n, seed
+        self.kind, self.shape, self.n, self.seed, self.seq0 = kind, torch.Size(shape), n, seed, seq0
         self.device, self.dtype = torch.device(device), dtype
         self.i = 0
         self._gen = torch.Generator(device=self.device)
@@ -96,14 +100,21 @@ class ProbeStream:
         """The next k probes, stacked on a new leading dimension."""
         return torch.stack([self._one() for _ in range(k)])
 
+    def _draw(self, shape: torch.Size, seed: int) -> torch.Tensor:
+        """Rademacher or (every other family) standard normal entries of `shape` from `seed`."""
+        self._gen.manual_seed(seed)
+        if self.kind == "rademacher":
+            u = torch.randint(0, 2, shape, generator=self._gen, device=self.device, dtype=self.dtype)
+            return u.mul_(2).sub_(1)
+        return torch.randn(shape, generator=self._gen, device=self.device, dtype=self.dtype)
+
     def _one(self) -> torch.Tensor:
-        self._gen.manual_seed(mix_seed(self.seed, self.i))
         kind = self.kind
-        if kind == "rademacher":
-            u = torch.randint(0, 2, self.shape, generator=self._gen, device=self.device, dtype=self.dtype)
-            u = u.mul_(2).sub_(1)
-        else:
-            u = torch.randn(self.shape, generator=self._gen, device=self.device, dtype=self.dtype)
+        if self.seq0 is None:
+            u = self._draw(self.shape, mix_seed(self.seed, self.i))
+        else:  # one draw per sequence: (seq, *rest)
+            u = torch.stack([self._draw(self.shape[1:], mix_seed(self.seed, self.i, self.seq0 + b))
+                             for b in range(self.shape[0])])
         if self.mask is not None:
             u = u * self.mask
         if kind == "sphere":

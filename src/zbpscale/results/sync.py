@@ -1,0 +1,95 @@
+"""`zbpscale sync SWEEP`: upload a sweep's offline W&B runs from a machine that has the network.
+
+    zbpscale sync sweeps/ladder.py                  every run's W&B folders not uploaded yet
+    zbpscale sync jobs/ladder --only 's1b-*' --dry-run
+
+A trainer without WANDB_API_KEY (a compute node without a network) writes its W&B run offline (train/trackers.py):
+one folder per attempt, and per flush, under <run>/wandb/offline-run-*, all with the run's one id. This command
+runs W&B's own `wandb sync` on each run's folders, oldest first (W&B appends them to one run), and W&B marks each
+folder it uploaded, so running it again sends only what is new. A folder whose attempt was killed before W&B wrote
+anything holds no data and is skipped. The key comes from the environment (WANDB_API_KEY) or `wandb login`, never
+from the command line; zbpscale never writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import netrc
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+from zbpscale.errors import ConfigError, ZbpError
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.text import matches, patterns
+
+HEADER_BYTES = 7
+"""A W&B run file holding only its header: the attempt was killed before W&B wrote any record."""
+
+
+def pending(run_dir: Path) -> tuple[list[Path], int]:
+    """(the run's offline W&B folders with data not uploaded yet, oldest first; how many hold no data)."""
+    todo, empty = [], 0
+    for folder in sorted(RunFolder(run_dir).wandb.glob("offline-run-*")):
+        files = list(folder.glob("run-*.wandb"))
+        if not any(f.stat().st_size > HEADER_BYTES for f in files):
+            empty += 1
+        elif not all(f.with_suffix(".wandb.synced").exists() for f in files):
+            todo.append(folder)
+    return todo, empty
+
+
+def has_key() -> bool:
+    """Whether W&B will find a key here: WANDB_API_KEY, or a `wandb login` in ~/.netrc for its host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", help="a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
+    p.add_argument("--only", metavar="RUNS", help="comma-separated run name patterns, e.g. 's1b-*,*-bp'")
+    p.add_argument("--dry-run", action="store_true", help="say what would be uploaded; upload nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    from zbpscale.jobs.sweep import find_sweeps
+
+    runs = [p for _, folder in find_sweeps(args.sweep) for p in sorted(folder.iterdir())
+            if RunFolder(p).config.exists() and (not args.only or matches(p.name, patterns(args.only)))]
+    plan = [(p, *pending(p)) for p in runs]
+    todo = [(p, folders) for p, folders, _ in plan if folders]
+    for p, folders, empty in plan:
+        skipped = f", {empty} empty (an attempt killed before W&B wrote it) skipped" if empty else ""
+        if folders or empty:
+            print(f"{p.name}: {len(folders)} W&B folder(s) to upload{skipped}")
+    if not todo:
+        print(f"nothing to upload: no offline W&B run waits in {len(runs)} run folder(s)")
+        return 0
+    if args.dry_run:
+        return 0
+    if not has_key():
+        raise ConfigError("no W&B key here: WANDB_API_KEY is not set and `wandb login` was not run",
+                          hint="run `wandb login` (or export WANDB_API_KEY from a secret), then this again")
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline shell's mode would stop the upload
+    failed = []
+    for p, folders in todo:
+        print(f"{p.name}: uploading {len(folders)} folder(s)", flush=True)
+        out = subprocess.run([sys.executable, "-m", "wandb", "sync", *map(str, folders)], env=env,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            last = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+            failed.append(f"{p.name}: wandb sync exited {out.returncode}: {last[0]}")
+    for line in failed:
+        print(line, file=sys.stderr)
+    if failed:
+        raise ZbpError(f"{len(failed)} of {len(todo)} run(s) not uploaded", hint="run this again: what was "
+                       "uploaded is marked and not sent twice")
+    print(f"uploaded the W&B runs of {len(todo)} run(s)")
+    return 0

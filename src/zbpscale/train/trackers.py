@@ -1,0 +1,346 @@
+"""Experiment trackers: the trainer's records, as metrics.jsonl gets them, handed on to TensorBoard, W&B or any
+other tracker (rank 0 only). metrics.jsonl stays the source of truth; a tracker is a view of it.
+
+The seam is `Trackers`: MetricsLog passes it every record it writes, the loop asks it to flush at each checkpoint
+and to close at the end of the attempt. A tracker that raises (not installed, a full disk in its folder, a dead
+network) is turned off for the rest of the attempt with one line in the log and a note in heartbeat.json (which
+`zbpscale status` shows); training goes on and metrics.jsonl is complete.
+
+A tracker is one class: a subclass of `Tracker` with a `name` is a value `TrainConfig.trackers` (and
+`Sweep.trackers`) accepts. It gets the run (`TrackedRun`) and what it kept in an earlier attempt when an attempt
+starts, each step's scalars and notes, `flush()` after a checkpoint and `close()`.
+
+One tracker run per run, each step once, whatever kills an attempt: trackers.json in the run folder holds, per
+tracker, what it keeps across attempts (W&B's run id) and `through`, the last step it made durable (at a flush or
+at the end of an attempt). An attempt hands each tracker the steps of metrics.jsonl after its `through` (what a
+kill lost in the tracker but the checkpoint kept), then its own. TensorBoard hides what an earlier attempt wrote
+past `through` (`purge_step`); W&B resumes its run (`resume="allow"`).
+
+Torch-free at import: each tracker imports its package when an attempt opens it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from zbpscale.files import atomic_write, read_json
+from zbpscale.jobs.layout import RunFolder
+
+INSTALL_HINT = "pip install 'zbpscale[trackers]'"
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """What a tracker knows of the run when an attempt opens it."""
+
+    run_dir: Path
+    name: str
+    """The run's name (its folder's name): the tracker run's display name."""
+    sweep: str
+    """The sweep's name (the run folder's parent folder): W&B's project and group."""
+    config: dict
+    """The resolved TrainConfig (TrainConfig.to_dict), with the code version under `code`."""
+    attempt: int
+    """1 for the run's first attempt."""
+
+
+class Tracker:
+    """One experiment tracker (a subclass with a `name` is one; see TensorBoard and WandB below)."""
+
+    name: ClassVar[str] = ""
+    rewrites: ClassVar[bool] = False
+    """True: it can hide what it showed from a step on (TensorBoard's purge_step), so that the steps an attempt
+    redoes after a resume are shown with their new values. False (W&B): a step it holds is not sent again (a
+    resumed run redoes it bit for bit: README "What bit for bit means")."""
+    known: ClassVar[dict[str, type["Tracker"]]] = {}
+    """Every tracker by name: a subclass with a name registers itself."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            Tracker.known[cls.name] = cls
+
+    def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
+        """Open the tracker for an attempt of `run`; it will be given every step from `first_step` on (it holds the
+        earlier ones); `kept`: what it kept in an earlier attempt (`self.keep`), {} at first."""
+        self.run, self.first_step = run, first_step
+        self.keep: dict = {}
+        """What this tracker keeps for the run's later attempts (trackers.json)."""
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Scalars of optimizer step `step` (0-based, as in metrics.jsonl); one step may come in several calls."""
+        raise NotImplementedError
+
+    def note(self, step: int, tag: str, text: str) -> None:
+        """A line of text at `step` (the estimator path in use, how an attempt ended)."""
+
+    def flush(self) -> bool:
+        """Make what was logged durable (a checkpoint was just written); False when the tracker skips this one."""
+        return True
+
+    def close(self) -> None:
+        """The attempt ends: make what was logged durable and let go."""
+
+
+def known() -> tuple[str, ...]:
+    """The names TrainConfig.trackers accepts."""
+    return tuple(sorted(Tracker.known))
+
+
+# ---------------------------------------------------------------------------------------- records -> scalars
+def scalars_of(kind: str, record: dict) -> dict[str, float]:
+    """The scalars a tracker shows for one metrics.jsonl record (train, eval and diag records; {} for others)."""
+    if kind == "train":
+        return {f"train/{k}": record[k] for k in ("loss", "lr", "grad_norm", "tokens_per_s", "step_time", "tokens")
+                if record.get(k) is not None}
+    if kind == "eval":
+        return {"val/loss": record["val_loss"], "val/tokens": record["tokens"]}
+    if kind != "diag":
+        return {}
+    found = {"diag/grad_cosine": record["grad_cosine"]} if record.get("grad_cosine") is not None else {}
+    for b in record.get("blocks", []):
+        found[f"rho_fwd/L{b['layer']}.{b['branch']}"] = b["fwd_gain"]
+        found[f"rho_bwd/L{b['layer']}.{b['branch']}"] = b["bwd_gain"]
+    for c in record.get("cores", []):
+        found[f"c/L{c['layer']}.{c['core']}"] = c["c"]
+        found[f"nsr/L{c['layer']}.{c['core']}"] = c["nsr"]
+    return found
+
+
+def notes_of(kind: str, record: dict) -> dict[str, str]:
+    """The text a tracker shows for one record: the estimator path at the start of an attempt, how it ended."""
+    if kind == "start":
+        used = record.get("impl_used") or {}
+        path = ", ".join(f"{core} {impl}" for core, impl in used.items()) or "exact backprop (bp arm)"
+        return {"estimator_path": f"attempt {record.get('attempt')}: {path}"}
+    if kind == "end":
+        return {"attempt_end": f"{record.get('status')}: {record.get('reason', '')}"}
+    return {}
+
+
+# ---------------------------------------------------------------------------------------- the seam
+STEP_KINDS = ("train", "eval", "diag")
+
+
+class Trackers:
+    """The trackers of one attempt (rank 0): every record in, failures contained, each step once."""
+
+    def __init__(self, names: tuple[str, ...], run: TrackedRun, start: int, earlier: list[dict]) -> None:
+        """Open `names` for an attempt of `run` that starts at step `start`; `earlier`: the run's records before it
+        (metrics.jsonl after the rollback), from which a tracker gets the steps it does not hold yet."""
+        self.run, self.live, self.last = run, [], -1
+        self.off: list[str] = []
+        """One line per tracker turned off in this attempt, for heartbeat.json and `zbpscale status`."""
+        self.path = RunFolder(run.run_dir).trackers
+        saved = read_json(self.path) if self.path.exists() else {}
+        self.saved: dict[str, dict] = saved if isinstance(saved, dict) else {}
+        self.through: dict[str, int] = {}
+        for name in names:
+            kept = dict(self.saved.get(name, {}))
+            through = kept.pop("through", -1)
+            if Tracker.known[name].rewrites:  # what it holds from `start` on is redone now: hidden, given again
+                through = min(through, start - 1)
+            try:
+                tracker = Tracker.known[name](run, through + 1, kept)
+            except Exception as err:  # noqa: BLE001 - a tracker never stops training (module docstring)
+                self._turn_off(name, err)
+                continue
+            self.live.append(tracker)
+            self.through[name] = through
+        self._save()  # what a tracker keeps (W&B's id) is on disk before its first step
+        for r in earlier:
+            if r.get("kind") in STEP_KINDS:
+                self._send(r["kind"], r, only=[t for t in self.live if r["step"] > self.through[t.name]])
+
+    def record(self, kind: str, record: dict) -> None:
+        """Hand one metrics.jsonl record to every live tracker (a step record to those that do not hold it)."""
+        step = record.get("step", 0) if kind in STEP_KINDS else None
+        self._send(kind, record, only=[t for t in self.live if step is None or step > self.through[t.name]])
+
+    def flush(self) -> None:
+        """A checkpoint was written: what the trackers hold is made durable (the steps before it, and no more)."""
+        flushed = [t for t in list(self.live) if self._call(t, lambda t: t.flush())]
+        if flushed:
+            self.through.update({t.name: max(self.through[t.name], self.last) for t in flushed})
+            self._save()
+
+    def close(self) -> None:
+        """The attempt ends: every tracker holds what it was given."""
+        closed = [t for t in list(self.live) if self._call(t, lambda t: (t.close(), True)[1])]
+        self.through.update({t.name: max(self.through[t.name], self.last) for t in closed})
+        self.live = []
+        self._save()
+
+    def _send(self, kind: str, record: dict, only: list[Tracker]) -> None:
+        scalars, notes = scalars_of(kind, record), notes_of(kind, record)
+        step = record.get("step", 0)
+        if kind in STEP_KINDS:
+            self.last = max(self.last, step)
+        for tracker in only:
+            self._call(tracker, lambda t: (t.log(step, scalars) if scalars else None,
+                                           [t.note(step, tag, text) for tag, text in notes.items()]))
+
+    def _save(self) -> None:
+        for name, through in self.through.items():
+            tracker = next((t for t in self.live if t.name == name), None)
+            keep = tracker.keep if tracker is not None else {k: v for k, v in self.saved.get(name, {}).items()
+                                                              if k != "through"}
+            self.saved[name] = {**keep, "through": through}
+        try:
+            atomic_write(self.path, json.dumps(self.saved, indent=1) + "\n")
+        except OSError as err:  # a full disk: the trackers may show a step twice after a kill, training goes on
+            print(f"trackers: could not write {self.path}: {err}", file=sys.stderr, flush=True)
+
+    def _call(self, tracker: Tracker, action) -> bool:
+        """action(tracker)'s value; False, and the tracker off for the attempt, when it raises."""
+        try:
+            return bool(action(tracker))
+        except Exception as err:  # noqa: BLE001 - a tracker never stops training
+            self.live.remove(tracker)
+            self.through.pop(tracker.name, None)  # what it showed past its last flush is not known: kept as was
+            self._turn_off(tracker.name, err)
+            try:
+                tracker.close()
+            except Exception:  # noqa: BLE001 - it already failed once: its close is best effort, said above
+                pass
+            return False
+
+    def _turn_off(self, name: str, err: Exception) -> None:
+        hint = f" ({INSTALL_HINT})" if isinstance(err, ImportError) else ""
+        line = f"{name}: {type(err).__name__}: {err}{hint}".replace("\n", " ")
+        self.off.append(line)
+        print(f"tracker {name} is off for the rest of this attempt (training goes on; metrics.jsonl is complete): "
+              f"{line}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------- TensorBoard
+class TensorBoard(Tracker):
+    """Event files in <run>/tensorboard, one TensorBoard run per run folder: `tensorboard --logdir jobs/<sweep>`.
+    A later attempt hides the events earlier ones wrote from its first step on (`purge_step`): those steps come
+    again."""
+
+    name = "tensorboard"
+    rewrites = True
+
+    def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
+        super().__init__(run, first_step, kept)
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+        folder = RunFolder(run.run_dir).tensorboard
+        earlier = folder.is_dir() and any(folder.iterdir())
+        self.writer = SummaryWriter(log_dir=str(folder), purge_step=first_step if earlier else None, flush_secs=60)
+        self.events = self.writer._get_file_writer()  # its FileWriter: a step's scalars as one event, 4x cheaper
+        if not earlier:
+            self.writer.add_text("config", "```\n" + json.dumps(run.config, indent=1) + "\n```", 0)
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
+        self.events.add_summary(Summary(value=values), step)
+
+    def note(self, step: int, tag: str, text: str) -> None:
+        self.writer.add_text(tag, text, step)
+
+    def flush(self) -> bool:
+        self.writer.flush()
+        return True
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# ---------------------------------------------------------------------------------------- Weights & Biases
+def wandb_mode() -> str | None:
+    """W&B's mode for this process: WANDB_MODE when set (None: W&B reads it), else online with WANDB_API_KEY in
+    the environment, else offline (a compute node without a key or a network; `zbpscale sync` uploads later)."""
+    if os.environ.get("WANDB_MODE"):
+        return None
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+class WandB(Tracker):
+    """One W&B run per zbpscale run for its whole life: the id is made by the first attempt and kept in
+    trackers.json; every attempt resumes it (`resume="allow"`). Project: WANDB_PROJECT, else the sweep's name;
+    group: the sweep; name: the run; config: the TrainConfig and the code version. W&B reads the API key from the
+    environment (or its own login); zbpscale never writes it.
+
+    W&B's `log` costs a few hundred microseconds of Python (1-2% of a 30 ms GPU step): a thread of its own makes the
+    calls, in order, while the training thread goes on (it waits on the GPU every step). W&B has no flush: `flush()`
+    finishes the W&B run and resumes it (in offline mode a new offline-run folder; `wandb sync` uploads a run's
+    folders in order), at most every FLUSH_S. A kill loses what W&B held since then; the next attempt sends those
+    steps again from metrics.jsonl."""
+
+    name = "wandb"
+    FLUSH_S = 600.0
+
+    def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
+        super().__init__(run, first_step, kept)
+        import wandb
+
+        self.wandb = wandb
+        self.keep = {"id": kept.get("id") or secrets.token_hex(6)}
+        self.settings = wandb.Settings(console="off", silent=True)
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.error: Exception | None = None
+        self.wb = self._open()
+        mode = wandb_mode() or os.environ["WANDB_MODE"]
+        later = f", upload it later with: zbpscale sync {run.run_dir.parent}" if mode in ("offline", "dryrun") else ""
+        print(f"W&B: run {self.keep['id']} ({mode}){later}", flush=True)
+
+    def _open(self):
+        """Start (or resume) the W&B run and the thread that calls it."""
+        run = self.run
+        self.opened = time.monotonic()
+        wb = self.wandb.init(id=self.keep["id"], resume="allow", mode=wandb_mode(), dir=str(run.run_dir),
+                             project=os.environ.get("WANDB_PROJECT") or run.sweep, group=run.sweep, name=run.name,
+                             config=run.config, settings=self.settings)
+        self.thread = threading.Thread(target=self._calls, name="zbpscale-wandb", daemon=True)
+        self.thread.start()
+        return wb
+
+    def _calls(self) -> None:
+        while (call := self.calls.get()) is not None:
+            if self.error is None:
+                try:
+                    call()
+                except Exception as err:  # noqa: BLE001 - raised again in the training thread (`_put`)
+                    self.error = err
+
+    def _put(self, call) -> None:
+        if self.error is not None:
+            raise self.error
+        self.calls.put(call)
+
+    def _finish(self) -> None:
+        """Wait for the calls made so far, then finish the W&B run."""
+        self.calls.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        self.wb.finish()
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self._put(lambda: self.wb.log(scalars, step=step))
+
+    def note(self, step: int, tag: str, text: str) -> None:
+        self._put(lambda: self.wb.summary.update({tag: text}))
+
+    def flush(self) -> bool:
+        if time.monotonic() - self.opened < self.FLUSH_S:
+            return False
+        self._finish()
+        self.wb = self._open()
+        return True
+
+    def close(self) -> None:
+        self._finish()

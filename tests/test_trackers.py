@@ -1,0 +1,180 @@
+"""Experiment trackers against the run's own records.
+
+Compared: TensorBoard's event files (read by tensorboard's own EventAccumulator, which applies purge_step) and W&B's
+offline run files (read as the log W&B writes, its records parsed with wandb's own protobufs) with metrics.jsonl of
+the same run, a real trainer process stopped by SIGUSR2 (as a preemption does), then killed by SIGKILL after a
+checkpoint, then resumed to the end: every step once, values equal; one W&B run id across the attempts; the config
+and the code version in it; the API key (in the environment) in no file of the run. A tracker that raises, at its
+start or mid-run, leaves training bitwise equal to a run without trackers, metrics.jsonl complete and a note in
+status. A tracker is one class: a stand-in defined here is accepted by TrainConfig and gets every record.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tensorboard_scalars, trainer_env, wandb_history, wandb_runs
+from zbpscale.errors import ConfigError
+from zbpscale.jobs.layout import RunFolder
+from zbpscale.train import checkpoint
+from zbpscale.train.loop import train
+from zbpscale.train.metrics import read_records
+from zbpscale.train.schema import ModelConfig, TrainConfig
+from zbpscale.train.trackers import Tracker
+
+NANO = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)
+KEY = "zbp-test-key-0123456789abcdef0123456789abcdef"  # a fake W&B key: must appear in no file
+
+
+def config(data_dir, **fields) -> TrainConfig:
+    base = dict(model=NANO, data_dir=str(data_dir), steps=40, global_batch=8, lr=3e-3, warmup_steps=2, eval_every=5,
+                eval_batches=1, ckpt_every=5, ckpt_every_s=0, diag_every=10, device="cpu")
+    return TrainConfig(**{**base, **fields})
+
+
+def by_step(run_dir: Path, kind: str, field: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[field]) for r in read_records(run_dir) if r["kind"] == kind]
+
+
+# ---------------------------------------------------------------- a run stopped, killed and resumed
+
+def launch(run_dir: Path, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run_dir)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"trainer exited early: {proc.communicate()[0]}"
+        assert time.time() < deadline, "timed out waiting for the trainer"
+        time.sleep(0.05)
+
+
+def test_a_run_stopped_killed_and_resumed_shows_each_step_once_in_both_trackers(tmp_path, data_dir):
+    run = tmp_path / "jobs" / "study" / "nano-bp"
+    run.mkdir(parents=True)
+    cfg = config(data_dir, trackers=("tensorboard", "wandb"))
+    RunFolder(run).config.write_text(json.dumps(cfg.to_dict()))
+    env = trainer_env(1, WANDB_API_KEY=KEY, WANDB_MODE="offline", WANDB_SILENT="true")
+    steps = lambda: len(by_step(run, "train", "loss"))  # noqa: E731
+
+    first = launch(run, env)  # attempt 1: a preemption's signal
+    wait_for(lambda: steps() >= 8, first)
+    first.send_signal(signal.SIGUSR2)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 75, out
+    stopped_at = steps()
+
+    second = launch(run, env)  # attempt 2: killed 3 steps past a checkpoint
+    wait_for(lambda: any(s >= stopped_at + 5 for s, _ in RunFolder(run).list_checkpoints())
+             and steps() >= RunFolder(run).list_checkpoints()[-1][0] + 3, second)
+    second.kill()
+    second.communicate(timeout=60)
+
+    third = launch(run, env)  # attempt 3: to the end
+    out, _ = third.communicate(timeout=300)
+    assert third.returncode == 0, out
+    assert [r["kind"] for r in read_records(run)].count("start") == 3
+
+    losses, vals = by_step(run, "train", "loss"), by_step(run, "eval", "val_loss")
+    assert [s for s, _ in losses] == list(range(40))
+    float32 = lambda rows: [(s, float(torch.tensor(v, dtype=torch.float32))) for s, v in rows]  # noqa: E731
+    # TensorBoard keeps float32: every step once, equal to the JSONL's value rounded to float32
+    assert tensorboard_scalars(run, "train/loss") == float32(losses)
+    assert tensorboard_scalars(run, "val/loss") == float32(vals)
+    assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == [9, 19, 29, 39]
+    # W&B: one run, every step once across the attempts' offline folders, the JSONL's values
+    run_id = json.loads(RunFolder(run).trackers.read_text())["wandb"]["id"]
+    folders = wandb_runs(run)
+    assert len(folders) >= 3 and all(name.endswith(f"-{run_id}") or f"-{run_id}-" in name for name, _ in folders)
+    assert wandb_history(run, "train/loss") == losses
+    assert wandb_history(run, "val/loss") == vals
+    starts = [r.run for _, records in folders for r in records if r.WhichOneof("record_type") == "run"]
+    assert {s.run_id for s in starts} == {run_id} and {s.display_name for s in starts} == {"nano-bp"}
+    assert {s.project for s in starts} == {"study"} and {s.run_group for s in starts} == {"study"}
+    config_seen = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in starts[-1].config.update}
+    assert config_seen["steps"] == 40 and config_seen["trackers"] == ["tensorboard", "wandb"]
+    assert set(config_seen["code"]) == {"zbpscale", "git"}
+    # the key W&B was given in the environment is in no file of the run
+    leaked = [p for p in run.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaked == []
+    # `zbpscale sync`: the folders with data wait (the killed attempt's W&B wrote none); without a key, one line
+    sync = [sys.executable, "-m", "zbpscale.cli", "sync", str(run.parent)]
+    no_key = {k: v for k, v in env.items() if k != "WANDB_API_KEY"} | {"HOME": str(tmp_path)}  # no ~/.netrc either
+    dry = subprocess.run(sync + ["--dry-run"], env=no_key, capture_output=True, text=True, timeout=60)
+    with_data = [name for name, records in folders if len(records) > 1]
+    assert dry.returncode == 0 and f"nano-bp: {len(with_data)} W&B folder(s) to upload" in dry.stdout, dry
+    assert f"{len(folders) - len(with_data)} empty" in dry.stdout and len(with_data) < len(folders)
+    refused = subprocess.run(sync, env=no_key, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no W&B key here" in refused.stderr and "Traceback" not in refused.stderr
+
+
+# ---------------------------------------------------------------- failures never stop training
+
+@pytest.fixture
+def standins():
+    """Trackers defined here, each one class; known to TrainConfig while the test runs, forgotten after."""
+
+    class Standin(Tracker):
+        """Keeps what it is given."""
+
+        name = "standin"
+        seen: list = []
+
+        def log(self, step, scalars):
+            Standin.seen.append((step, dict(scalars)))
+
+    class BrokenAtStart(Tracker):
+        name = "broken_at_start"
+
+        def __init__(self, run, first_step, kept):
+            raise ImportError("No module named 'mlflow'")
+
+    class FullDisk(Tracker):
+        name = "full_disk"
+
+        def log(self, step, scalars):
+            if step >= 3:
+                raise OSError(28, "No space left on device")
+
+    yield Standin
+    for cls in (Standin, BrokenAtStart, FullDisk):
+        del Tracker.known[cls.name]
+
+
+def test_a_tracker_is_one_class_and_gets_every_step(tmp_path, data_dir, standins):
+    Standin = standins
+    cfg = config(data_dir, steps=6, eval_every=3, diag_every=0, trackers=("standin",))
+    train(cfg, tmp_path / "run")
+    train_steps = [s for s, values in Standin.seen if "train/loss" in values]
+    assert train_steps == list(range(6))
+    assert [v["train/loss"] for s, v in Standin.seen if "train/loss" in v] == \
+        [loss for _, loss in by_step(tmp_path / "run", "train", "loss")]
+    with pytest.raises(ConfigError, match="TrainConfig.trackers .*hint: trackers: .*standin.*tensorboard.*wandb"):
+        config(data_dir, trackers=("mlflow",))
+
+
+def test_raising_trackers_leave_training_bitwise_and_say_so_in_status(tmp_path, data_dir, capsys, standins):
+    from zbpscale.jobs.status import collect_rows, notes
+
+    plain, broken = tmp_path / "plain", tmp_path / "broken"
+    train(config(data_dir, steps=8), plain)
+    train(config(data_dir, steps=8, trackers=("broken_at_start", "full_disk")), broken)
+    err = capsys.readouterr().err
+    assert "tracker broken_at_start is off for the rest of this attempt" in err
+    assert "pip install 'zbpscale[trackers]'" in err and "No space left on device" in err
+    assert by_step(broken, "train", "loss") == by_step(plain, "train", "loss")  # bitwise, every step
+    assert by_step(broken, "eval", "val_loss") == by_step(plain, "eval", "val_loss")
+    a, b = checkpoint.load_latest(plain)["model"], checkpoint.load_latest(broken)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    off = json.loads(RunFolder(broken).heartbeat.read_text())["trackers_off"]
+    assert [line.split(":")[0] for line in off] == ["broken_at_start", "full_disk"]
+    lines = [line for line, _ in notes(collect_rows(tmp_path, only="broken"))]
+    assert any("trackers off" in line and "full_disk" in line for line in lines), lines
