@@ -534,7 +534,8 @@ def test_a_slurm_job_requeued_after_an_upgrade_resumes_bitwise(tmp_path, slurm_c
     shutil.rmtree(release / "zbpscale")  # the upgrade: A's files go, B's come, under the same path
     shutil.copytree(tmp_path / "release_b" / "src" / "zbpscale", release / "zbpscale")
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True, timeout=30)
-    wait_for(lambda: RunFolder(run).complete.exists(), "the requeued job (release B) to finish", timeout=240)
+    wait_for(lambda: RunFolder(run).complete.exists() and read_attempts(run)[-1]["event"] == "end",
+             "the requeued job (release B) to finish and record its end", timeout=240)  # the end follows COMPLETE
 
     attempts = read_attempts(run)
     assert [(a["event"], a.get("why")) for a in attempts if a["event"] != "submitted"] == [
