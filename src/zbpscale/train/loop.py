@@ -311,7 +311,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
         # died before its first one) is redone now: drop it, so that every reader sees each step once.
         dropped = log.rollback_to(start)
         if cfg.trackers:
-            log.trackers = open_trackers(cfg, run_dir, attempt, start)
+            log.trackers = open_trackers(cfg, run_dir, start)
         if start or dropped:
             log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs,
                       world_size=env.world_size, world_size_from=(before or {}).get("world_size"))
@@ -365,14 +365,14 @@ def _world_note(cfg: TrainConfig, before: dict | None, numbers: dict) -> str | N
                    "before 2026-12-02), so from here on it draws other probes than it would have")
 
 
-def open_trackers(cfg: TrainConfig, run_dir: Path, attempt: int, start: int):
+def open_trackers(cfg: TrainConfig, run_dir: Path, start: int):
     """The experiment trackers of this attempt (train/trackers.py), given the run's records so far (after the
     rollback: the steps before this attempt's first)."""
     from zbpscale.train.trackers import TrackedRun, Trackers
 
     folder = Path(run_dir).absolute()
     config = {**cfg.to_dict(), "code": {"zbpscale": version(), "git": git_revision()}}
-    run = TrackedRun(run_dir=folder, name=folder.name, sweep=folder.parent.name, config=config, attempt=attempt)
+    run = TrackedRun(run_dir=folder, name=folder.name, sweep=folder.parent.name, config=config)
     return Trackers(cfg.trackers, run, start, read_records(run_dir))
 
 

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from zbpscale.files import atomic_write, read_json
 from zbpscale.jobs.layout import RunFolder
+from zbpscale.train.metrics import STEP_KINDS
 
 INSTALL_HINT = "pip install 'zbpscale[trackers]'"
 
@@ -49,8 +50,6 @@ class TrackedRun:
     """The sweep's name (the run folder's parent folder): W&B's project and group."""
     config: dict
     """The resolved TrainConfig (TrainConfig.to_dict), with the code version under `code`."""
-    attempt: int
-    """1 for the run's first attempt."""
 
 
 class Tracker:
@@ -128,9 +127,6 @@ def notes_of(kind: str, record: dict) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------- the seam
-STEP_KINDS = ("train", "eval", "diag")
-
-
 class Trackers:
     """The trackers of one attempt (rank 0): every record in, failures contained, each step once."""
 
