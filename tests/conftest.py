@@ -270,8 +270,8 @@ def results_sweep(tmp_path_factory, data_dir):
     trained for real by zbpscale.train, and whose zbp_n8_fwd runs were never started (pending). Built once."""
     import json
 
-    from zbpscale.jobs.layout import RunFolder
     from zbpscale.jobs.sweep import expand, load_sweep
+    from zbpscale.run.folder import RunFolder
     from zbpscale.train.loop import train
 
     base = tmp_path_factory.mktemp("results_sweep")
@@ -291,7 +291,7 @@ def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     """(step, value) of `tag` as TensorBoard shows it (purged events left out)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
 
     acc = EventAccumulator(str(RunFolder(run_dir).tensorboard), size_guidance={"scalars": 0})
     acc.Reload()
@@ -323,7 +323,7 @@ def wandb_records(path: Path) -> list:
 
 def wandb_runs(run_dir: Path) -> list[tuple[str, list]]:
     """(folder name, records) of each offline W&B folder of a run, oldest first."""
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
 
     folders = sorted(RunFolder(run_dir).wandb.glob("offline-run-*"))
     return [(f.name, [r for p in f.glob("run-*.wandb") for r in wandb_records(p)]) for f in folders]
@@ -348,7 +348,7 @@ def check_trackers(run_dir: Path, jobs: Path) -> None:
     """What a run's experiment trackers wrote against its metrics.jsonl, after however many attempts: one W&B run
     (the id of trackers.json) in every offline folder, every train step once in W&B and in TensorBoard with the
     JSONL's loss (TensorBoard's rounded to float32), and FAKE_WANDB_KEY in no file under `jobs`."""
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
     from zbpscale.train.metrics import read_records
 
     losses = [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]

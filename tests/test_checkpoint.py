@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
 from zbpscale.train.loop import build_optimizer
 from zbpscale.train.model import Transformer

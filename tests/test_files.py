@@ -11,12 +11,12 @@ import textwrap
 
 import pytest
 
-from zbpscale.jobs.attempts import read_attempts, record
+from zbpscale.run.history import read_attempts, record
 from zbpscale.train.metrics import MetricsLog, read_records
 
 KILLED_MID_LINE = textwrap.dedent("""\
     import os, signal, sys
-    from zbpscale.jobs.attempts import record
+    from zbpscale.run.history import record
     from zbpscale.train.metrics import MetricsLog
     run, which = sys.argv[1], sys.argv[2]
     if which == "attempts":

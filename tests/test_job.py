@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from zbpscale.jobs.attempts import count_ends, read_attempts, record
 from zbpscale.jobs.executors import slurm_job
 from zbpscale.jobs.executors.slurm_commands import parse_duration
 from zbpscale.jobs.executors.slurm_job import classify_interruption
 from zbpscale.lease import Holder
+from zbpscale.run.history import History, read_attempts, record
 from zbpscale.signals import BLOCKED_PYTHON
 
 # A job's start-up: it says it runs, and waits for a line while the test signals it; only then does it install
@@ -61,7 +61,9 @@ def test_attempts_record_round_trip_and_counts(tmp_path):
         fh.write('{"event": "start", "job_')  # a torn line from a killed writer
     attempts = read_attempts(tmp_path)
     assert len(attempts) == 7
-    assert count_ends(attempts, "timeout") == 2 and count_ends(attempts, "preempted") == 1
+    history = History.read(tmp_path)
+    assert history.events == tuple(attempts)
+    assert history.count_ends("timeout") == 2 and history.count_ends("preempted") == 1
 
 
 @pytest.mark.parametrize("launcher, survives", [(BLOCKED_PYTHON, True), ([sys.executable], False)])
@@ -111,7 +113,7 @@ def test_an_attempt_that_died_without_a_word_gets_its_end_from_the_job_s_next_st
     the lost attempt wrote no end record, so status's T/P/F did not count it. The job's next start writes it
     (crashed, source restart), then trains the run to the end."""
     from conftest import config_json, trainer_env
-    from zbpscale.jobs.attempts import requeue_counts
+    from zbpscale.run.history import History
 
     run = tmp_path / "run"
     run.mkdir()
@@ -129,4 +131,4 @@ def test_an_attempt_that_died_without_a_word_gets_its_end_from_the_job_s_next_st
         ("submitted", None, None), ("start", None, None), ("end", "crashed", "restart"), ("start", None, None),
         ("end", "completed", None)]
     assert "SLURM started the job again" in events[2]["reason"] and "node9" in events[2]["reason"]
-    assert requeue_counts(events) == (0, 0, 1)
+    assert History(tuple(events)).requeue_counts() == (0, 0, 1)

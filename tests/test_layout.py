@@ -51,17 +51,18 @@ def test_the_code_passes_its_linter():
 
 SHARED = {"zbpscale", "zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc", "zbpscale.signals",
           "zbpscale.tables", "zbpscale.text", "zbpscale.version"}
-TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.schema", "zbpscale.train.formats", "zbpscale.train.metrics"}
+TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.schema", "zbpscale.train.formats", "zbpscale.train.metrics",
+                    "zbpscale.train.exits"}
 RULES = {  # package: (may import at module level, may import inside a function too); "x.*": x and its modules
     "zbpscale.zbp": ({"zbpscale.zbp.*", "zbpscale.errors"}, {"zbpscale.signals"}),
     "zbpscale.data": ({"zbpscale.data.*", "zbpscale.cli", *SHARED}, set()),
-    "zbpscale.train": ({"zbpscale.train.*", "zbpscale.zbp.*", "zbpscale.data.*", "zbpscale.jobs",
-                        "zbpscale.jobs.layout", "zbpscale.jobs.attempts", *SHARED}, set()),
-    "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*", "zbpscale.entry",
-                       *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
-                                                     "zbpscale.results.summary"}),
-    "zbpscale.results": ({"zbpscale.results.*", "zbpscale.jobs", "zbpscale.jobs.layout", "zbpscale.jobs.attempts",
-                          "zbpscale.jobs.state", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.jobs.sweep", "zbpscale.cli"}),
+    "zbpscale.run": ({"zbpscale.run.*", *SHARED}, set()),
+    "zbpscale.train": ({"zbpscale.train.*", "zbpscale.zbp.*", "zbpscale.data.*", "zbpscale.run.*", *SHARED}, set()),
+    "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.run.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*",
+                       "zbpscale.entry", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
+                                                                      "zbpscale.results.summary"}),
+    "zbpscale.results": ({"zbpscale.results.*", "zbpscale.run.*", "zbpscale.jobs.state", *TORCH_FREE_TRAIN,
+                          *SHARED}, {"zbpscale.jobs.runs", "zbpscale.jobs.sweep", "zbpscale.cli"}),
 }
 COMPUTE_NODE = {"zbpscale.jobs.executors.slurm_job": "zbpscale.train.loop",
                 "zbpscale.jobs.executors.local_queue.rank": "zbpscale.train.cli"}
@@ -79,9 +80,10 @@ def allowed(name: str, target: str, top: bool) -> bool:
 
 
 def test_packages_import_only_what_their_docstrings_allow():
-    """train never imports jobs' commands, state or executors, nor results; jobs import train's torch-free modules
-    (the loop only where a compute node runs it); results never import submit or an executor; zbp and data
-    nothing above them; the shared modules nothing of the packages."""
+    """run (the run folder and its history) imports only the shared modules; train imports nothing of jobs nor
+    results; jobs import train's torch-free modules (the loop only where a compute node runs it); results never
+    import submit or an executor (a run's state, yes); zbp and data nothing above them;
+    the shared modules nothing of the packages."""
     bad = []
     for name, path in modules().items():
         for target, top in imports(path):
@@ -90,6 +92,12 @@ def test_packages_import_only_what_their_docstrings_allow():
             elif not allowed(name, target, top):
                 bad.append(f"{name} imports {target}" + ("" if top else " (inside a function)"))
     assert not bad, "\n".join(bad)
+
+
+def test_the_executor_interface_imports_no_back_end():
+    """executors/base.py, what submit, status and cancel speak, imports no back end (SLURM's commands included)."""
+    base = imports(modules()["zbpscale.jobs.executors.base"])
+    assert [t for t, _ in base if t.startswith("zbpscale.jobs.executors")] == []
 
 
 ENTRY = {"zbpscale.jobs.executors.slurm_job", "zbpscale.jobs.executors.local_queue.rank",
@@ -126,13 +134,18 @@ def test_results_never_load_submit_and_status_never_loads_torch():
 OWNED = {"config.json", "plan.json", "metrics.jsonl", "heartbeat.json", "attempts.jsonl", "checkpoints", "logs",
          "COMPLETE", "CANCEL", ".trainer.lock", ".ranks", "manifest.json", "summary.json", "summary.csv", "table.md",
          "figures", "runs", "trackers.json", "tensorboard", "wandb"}
-OWNERS = {"zbpscale.jobs.layout", "zbpscale.results.bundle", "zbpscale.data"}  # data: its prep's manifest
+OWNERS = {"zbpscale.run.folder", "zbpscale.results.bundle", "zbpscale.data"}  # data: its prep's manifest
+RUN_FILE_NAMES = re.compile(r"ckpt_|\.tmp-|_log\.(out|err)$|\{\}_(\{\}|0)\.log$|^\{\}\.json$")
+"""What an f-string spelling a run's file looks like, its values as {}: a checkpoint, a temp file, a job's log,
+a rank's stamp. files.py (the one temp-name scheme) and lease.py (its own files) spell theirs; the local queue's
+entries (`<job>.json` under .localq/) are no run's files."""
 
 
 def path_literals(path: Path) -> list[tuple[int, str]]:
     """String literals used as a file name: `x / "name"`, `x.joinpath("name")`, `Path("name")`, a glob or a
-    with_name argument, and ckpt_ names in any string."""
+    with_name argument, f-strings there that spell a run's file (RUN_FILE_NAMES), and ckpt_ names in any string."""
     found, tree = [], ast.parse(path.read_text())
+    exempt = path.name in ("files.py", "lease.py", "queue.py")
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body
                   and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
@@ -145,6 +158,10 @@ def path_literals(path: Path) -> list[tuple[int, str]]:
             if func in ("joinpath", "Path", "with_name", "glob", "rglob", "open"):
                 args = node.args
         found += [(a.lineno, a.value) for a in args if isinstance(a, ast.Constant) and a.value in OWNED]
+        for a in [a for a in args if isinstance(a, ast.JoinedStr) and not exempt]:
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in a.values)
+            if RUN_FILE_NAMES.search(text):
+                found.append((a.lineno, text))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
                 and re.search(r"ckpt_\d|ckpt_\*", node.value):
             found.append((node.lineno, node.value))
@@ -161,8 +178,9 @@ def test_the_file_name_check_finds_a_planted_name(tmp_path):
     """The check above can fail: it finds each way of spelling a file name."""
     planted = tmp_path / "planted.py"
     planted.write_text('from pathlib import Path\nrun = Path("x")\na = run / "config.json"\n'
-                       'b = run.joinpath("COMPLETE")\nc = list(run.glob("ckpt_*.pt"))\n')
-    assert [line for line, _ in path_literals(planted)] == [3, 4, 5]
+                       'b = run.joinpath("COMPLETE")\nc = list(run.glob("ckpt_*.pt"))\nd = run / f"{job}_0.log"\n'
+                       'e = run / f"{rank}.json"\nf = run.with_name(f".{run.name}.tmp-{pid}")\nok = run / f"{x}.png"\n')
+    assert sorted(line for line, _ in path_literals(planted)) == [3, 4, 5, 6, 7, 8]
 
 
 # ---------------------------------------------------------------- the record types, against what is written
@@ -174,8 +192,8 @@ def fields_of(kind: type) -> set[str]:
 def test_the_records_of_real_runs_are_their_record_types(results_sweep):
     """Every line of every metrics.jsonl and attempts.jsonl and every heartbeat.json of a sweep trained for real
     (bp and ZBP, with diagnostics) has the fields of its record type, and its rows those of the row types."""
-    from zbpscale.jobs.attempts import EVENTS, read_attempts
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
+    from zbpscale.run.history import EVENTS, read_attempts
     from zbpscale.train.metrics import RECORDS, BlockRow, CoreRow, Heartbeat, read_records
 
     kinds = set()
@@ -197,7 +215,7 @@ def test_the_records_of_real_runs_are_their_record_types(results_sweep):
 
 
 def test_a_field_without_a_record_type_is_refused(tmp_path):
-    from zbpscale.jobs.attempts import record
+    from zbpscale.run.history import record
     from zbpscale.train.metrics import MetricsLog
 
     log = MetricsLog(tmp_path)
@@ -219,7 +237,7 @@ def test_a_killed_checkpoint_writer_leaves_nothing_the_next_save_keeps(tmp_path)
     import torch
 
     from zbpscale import files
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
     from zbpscale.train import checkpoint
 
     folder = RunFolder(tmp_path)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from zbpscale import lease
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 
 # A child that takes the lock on argv[1] and holds it until killed. argv[2]: the kernel lock it finds: "real",
 # "missing" (flock raises ENOSYS, as on Lustre noflock) or "node-local" (flock always succeeds, as on GPFS or

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from conftest import FAKE_WANDB_KEY, check_trackers, straight_losses, wheel_env, write_sweep
-from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, rank_env, schedule
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -263,7 +263,7 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
     assert not any(RunFolder(run).complete.exists() for run in runs), "a run finished before the kill: make it longer"
     wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
     # Its ranks got SIGUSR2 from the kernel (PDEATHSIG): they checkpoint and stop rather than train on.
-    wait_until(lambda: all("checkpointed" in [r.get("status") for r in read_records(run) if r["kind"] == "end"]
+    wait_until(lambda: all("checkpointed" in [r.get("why") for r in read_records(run) if r["kind"] == "end"]
                            for run in runs), 60, "the orphaned ranks to checkpoint")
     out = submit(sweep, "--wait", timeout=600)
     assert "driver was not running: started it again" in out.stdout
@@ -411,7 +411,7 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     hung = next(a for a in read_attempts(run) if a["event"] == "end")
     assert f"rank 0 (pid {pid}" in hung["reason"] and "stopped (SIGSTOP or a debugger)" in hung["reason"], hung
     assert hung["reason"].count("no step for") == 1 and hung["reason"].endswith("; requeue 1/3")
-    (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["status"] == "hung"]
+    (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["why"] == "hung"]
     assert "seen from outside the trainer" in end["reason"]
     assert losses(run) == reference_losses(run, tmp_path)
     assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run

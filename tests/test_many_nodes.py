@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_slurm_local, write_sweep
-from zbpscale.jobs.attempts import read_attempts
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
 pytestmark = [pytest.mark.slurm]
@@ -142,7 +142,7 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     wait_until(lambda: starts() == 2, "the requeue after USR2 to rank 1")
     (why, _), = ends(run)
     end = [r for r in read_records(run) if r["kind"] == "end"][-1]
-    assert why == "preempted" and end["status"] == "checkpointed"
+    assert why == "preempted" and end["why"] == "checkpointed"
     assert (run / "checkpoints" / f"ckpt_{end['step'] + 1:08d}.pt").exists()  # the step every rank stopped at
 
     wait_until(lambda: starts() == 2 and len(losses(run)) >= end["step"] + 15, "the second attempt to train")

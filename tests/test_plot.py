@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from conftest import config_json
-from zbpscale.jobs.layout import run_name
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
 from zbpscale.results.gaps import fit_power_law, gap_points, val_curves
 from zbpscale.results.plot import plot
 from zbpscale.results.summary import FIELDS, RunSummary
+from zbpscale.run.folder import run_name
 from zbpscale.train.schema import SIZES, n_params
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF-"

@@ -24,10 +24,10 @@ import pytest
 
 from conftest import config_json, load_tool
 from zbpscale.jobs import executors, submit
-from zbpscale.jobs.attempts import read_attempts
 from zbpscale.jobs.executors import UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.poller import MAX_BACKOFF_S, Poller, backoff_s
 from zbpscale.jobs.state import RunState, run_state
+from zbpscale.run.history import History, read_attempts
 
 ISO = "%Y-%m-%dT%H:%M:%S"
 
@@ -161,7 +161,7 @@ def test_asks_at_most_once_per_poll_s_plus_once_per_folder_change(tmp_path, fake
         if event:
             events[event]()
         before = len(fake.VIEWS)
-        view = poller.look({d: read_attempts(d) for d in runs.values()})
+        view = poller.look({d: History.read(d) for d in runs.values()})
         asked.append(len(fake.VIEWS) > before)
         if t == 89:
             assert view.of("9").state == UNKNOWN and view.of("1").state == "RUNNING"
@@ -218,10 +218,10 @@ def test_a_scheduler_that_does_not_answer_is_backed_off_said_once_and_changes_no
             (standins / "squeue.txt").write_text(f"7|RUNNING|None|{iso(t0 - 600)}|sw/nano-bp\n"
                                                  f"8|PENDING|Priority|{iso(t0 + 300)}|sw/nano-zbp_n4\n")
         before = len(calls(standins, "squeue"))
-        view = poller.look({d: read_attempts(d) for d in runs})
+        view = poller.look({d: History.read(d) for d in runs})
         if len(calls(standins, "squeue")) > before:
             asked_at.append(t)
-        decided = [run_state(d, read_attempts(d), view.of(read_attempts(d)[0]["job_id"])).state for d in runs]
+        decided = [run_state(d, History.read(d), view.of(History.read(d).job_id)).state for d in runs]
         states.add((t >= 2100, tuple(decided)))
         if 50 < t < 2100:
             assert any(error in note for note in view.notes), view.notes
@@ -239,8 +239,9 @@ def test_a_scheduler_that_does_not_answer_is_backed_off_said_once_and_changes_no
 # ------------------------------------------------------------------------------------------------ status
 def test_one_status_over_two_sweeps_of_many_jobs_is_one_squeue_and_one_sacct(tmp_path, standins):
     """Two sweeps of 10 runs each under ./jobs: squeue lists six live jobs of each; of the rest, accounting is
-    asked about the jobs whose end their folder has not recorded (a preemption is no end of the job), and a
-    crash status records from accounting is never asked about again."""
+    asked about the jobs whose end their folder has not recorded (a preemption is no end of the job). Status
+    writes nothing: a crash accounting tells of is shown, not recorded, so the next status asks about it again
+    in the same one sacct (submit records it, and then nothing asks)."""
     now = time.time()
     squeue, sacct, unrecorded = [], [], []
     for sweep, base in (("ladder", 100), ("mini", 200)):
@@ -270,14 +271,31 @@ def test_one_status_over_two_sweeps_of_many_jobs_is_one_squeue_and_one_sacct(tmp
     # what the folders and the scheduler say together (the folders hold no COMPLETE marker)
     expect = ["running"] * 4 + ["queued"] * 2 + ["stopped", "failed", "cancelled", "stopped"]
     assert [r["state"] for r in first["ladder"]] == [r["state"] for r in first["mini"]] == expect
-    second = status()  # the crash of job 107 is recorded now (from accounting): not asked about again
+    folders = {p: p.read_bytes() for p in (tmp_path / "jobs").rglob("*") if p.is_file()}
+    second = status()
+    assert {p: p.read_bytes() for p in (tmp_path / "jobs").rglob("*") if p.is_file()} == folders
     assert len(calls(standins, "squeue")) == 2 and len(calls(standins, "sacct")) == 2
     sa = calls(standins, "sacct")[1]
-    assert sorted(sa[sa.index("-j") + 1].split(",")) == ["109", "209"]
+    assert sorted(sa[sa.index("-j") + 1].split(",")) == sorted(unrecorded)
     assert [r["state"] for r in second["ladder"]] == expect
+    from zbpscale.jobs.executors import JobView
+    from zbpscale.jobs.state import record_unheard
+
+    for sweep, base in (("ladder", 100), ("mini", 200)):  # what submit does under its lock
+        record_unheard(tmp_path / "jobs" / sweep / "s7-bp", JobView("FAILED", source="sacct"))
+    status()
+    sa = calls(standins, "sacct")[2]
+    assert sorted(sa[sa.index("-j") + 1].split(",")) == ["109", "209"]
 
 
 # ------------------------------------------------------------------------------------------------ --wait
+def planned(folder: Path, name: str, steps: int) -> SimpleNamespace:
+    """A stand-in for a sweep file's run (jobs.sweep.Run): what --wait reads of it."""
+    size, arm, *_ = name.split("-")
+    return SimpleNamespace(name=name, run_dir=folder / name, size=SimpleNamespace(name=size, steps=steps),
+                           arm=SimpleNamespace(name=arm), seed=0)
+
+
 def ladder_runs(folder: Path, n: int = 15) -> list[SimpleNamespace]:
     sizes, arms = {"s60": 4599, "s124": 9503, "s350": 13624, "s1b": 19413, "s1b-s": 19413}, ("bp", "zbp_n16",
                                                                                            "zbp_n64")
@@ -285,7 +303,7 @@ def ladder_runs(folder: Path, n: int = 15) -> list[SimpleNamespace]:
     for size, steps in sizes.items():
         for arm in arms:
             name = f"s1b-{arm}-s1" if size == "s1b-s" else f"{size}-{arm}"
-            runs.append(SimpleNamespace(name=name, run_dir=folder / name, size=SimpleNamespace(steps=steps)))
+            runs.append(planned(folder, name, steps))
     return runs[:n]
 
 
@@ -322,7 +340,7 @@ def test_wait_prints_on_change_asks_politely_and_ends_when_every_run_is_complete
     runs = []
     for i, name in enumerate(("nano-bp", "nano-zbp_n4", "nano-zbp_n16")):
         write_run(folder, name, str(i + 1), executor="fake", beat=1e12)
-        runs.append(SimpleNamespace(name=name, run_dir=folder / name, size=SimpleNamespace(steps=50)))
+        runs.append(planned(folder, name, 50))
     clock = Clock()
     poller = Poller(tmp_path / "jobs", poll_s=60, clock=clock)
 

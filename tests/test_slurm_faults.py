@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_slurm_local, straight_losses, write_sweep
-from zbpscale.jobs.attempts import read_attempts
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
 pytestmark = [pytest.mark.slurm]

@@ -60,7 +60,7 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
 def fake_sacct(tmp_path, monkeypatch):
     """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states, and a stand-in `squeue`
     that lists the live ones (the controller has forgotten the long-ended jobs)."""
-    from zbpscale.jobs.executors.slurm_commands import ALIVE
+    from zbpscale.jobs.executors.base import ALIVE
 
     def install(states: dict[str, str]):
         bin_dir = tmp_path / "bin"
@@ -171,7 +171,7 @@ def test_runs_trained_directly_without_a_job(tmp_path):
     make_run(sweep, "tiny-bp", done=5, beat_age=2.0)  # python -m zbpscale.train, beating
     diverged = make_run(sweep, "tiny-zbp_n4", done=5, beat_age=5000.0)
     with open(diverged / "metrics.jsonl", "a") as fh:
-        fh.write(json.dumps({"kind": "end", "time": time.time() - 5000, "step": 4, "status": "diverged",
+        fh.write(json.dumps({"kind": "end", "time": time.time() - 5000, "step": 4, "why": "diverged",
                              "reason": "non-finite loss at step 4"}) + "\n")
     rows = by_run(collect_rows(sweep))
     assert rows["tiny-bp"]["state"] == "running"
@@ -208,7 +208,7 @@ def test_fault_a_direct_run_stopped_by_sigterm_is_not_running(tmp_path):
     run = make_run(sweep, "tiny-bp", done=10, beat_age=2.0)
     assert by_run(collect_rows(sweep))["tiny-bp"]["state"] == "running"  # before the end record: running
     with open(run / "metrics.jsonl", "a") as fh:
-        fh.write(json.dumps({"kind": "end", "time": time.time(), "step": 9, "status": "checkpointed",
+        fh.write(json.dumps({"kind": "end", "time": time.time(), "step": 9, "why": "checkpointed",
                              "reason": "signal 15: requeue me"}) + "\n")
     row = by_run(collect_rows(sweep))["tiny-bp"]
     assert row["state"] == "stopped" and "checkpointed: signal 15" in row["reason"]
@@ -237,22 +237,29 @@ def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
 
 def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_resumes(tmp_path, fake_sacct):
     """Fault: the trainer of a SLURM job killed with -9 (sacct: FAILED 9:0, DerivedExitCode 0:9) writes no end
-    record. Status and submit reconcile attempts.jsonl with sacct: one `end` record (crashed, signal 9, the log,
-    source sacct), written once however often they look; status says failed and what a submit does (resume),
-    and submit's plan agrees (resume, not 'left alone')."""
+    record. Status shows the end sacct gives it (crashed, signal 9, the log) and writes nothing; submit records
+    it (state.record_unheard, under its lock) once however often it looks; status says failed and what a submit
+    does (resume), and submit's plan agrees (resume, not 'left alone')."""
     from types import SimpleNamespace
 
-    from zbpscale.jobs.attempts import read_attempts
     from zbpscale.jobs.executors import JobView, View
+    from zbpscale.jobs.state import record_unheard
     from zbpscale.jobs.submit import run_action
+    from zbpscale.run.history import read_attempts
 
     sweep = tmp_path / "jobs" / "k9"
     run = make_run(sweep, "s60-bp", done=10, job="40", log_text="step 10\n")
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "ckpt_00000009.pt").write_bytes(b"x")
     fake_sacct({"40": "FAILED|9:0|0:9"})
+    before = (run / "attempts.jsonl").read_bytes()
     for _ in range(2):
         row = by_run(collect_rows(sweep))["s60-bp"]
+        assert (run / "attempts.jsonl").read_bytes() == before  # status only reads
+        assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["failures"] == 1
+    seen = JobView("FAILED", how="a task was killed by signal 9 (SIGKILL)", source="sacct")
+    for _ in range(2):
+        record_unheard(run, seen)
         ends = [a for a in read_attempts(run) if a["event"] == "end"]
         assert [(a["why"], a["source"]) for a in ends] == [("crashed", "sacct")]
     assert "signal 9 (SIGKILL)" in ends[0]["reason"] and ends[0]["log"].endswith("40_0_log.out")
@@ -268,10 +275,10 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
     complete one is skipped, a broken one is left alone."""
     from types import SimpleNamespace
 
-    from zbpscale.jobs.attempts import read_attempts
     from zbpscale.jobs.executors import DRIVER_DOWN, JobView, View
     from zbpscale.jobs.state import run_state
     from zbpscale.jobs.submit import run_action
+    from zbpscale.run.history import History, read_attempts
 
     sweep = tmp_path / "jobs" / "one"
     cases = {  # run: (folder, scheduler state, status state, submit action, with --retry)
@@ -292,7 +299,7 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
     (cases["g-bp"][0] / "config.json").write_text("[1]")  # a config that is not an object
     for name, (run, sched, state, action, with_retry) in cases.items():
         seen = JobView(sched, source="sacct") if sched else JobView()
-        decided = run_state(run, read_attempts(run), seen)
+        decided = run_state(run, History.read(run), seen)
         fake = SimpleNamespace(run_dir=run)
         job = next((a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"), "")
         got = (decided.state, run_action(fake, View({job: seen})), run_action(fake, View({job: seen}), retry=True))
@@ -324,7 +331,7 @@ def test_a_run_trained_by_hand_is_told_how_to_continue_by_hand(tmp_path):
     from zbpscale.jobs.status import collect_rows, notes
 
     run = make_run(tmp_path / "try", "tiny-bp", done=12)
-    with open(run / "metrics.jsonl", "a") as fh:
+    with open(run / "metrics.jsonl", "a") as fh:  # an end record as releases before 2026-12-02 wrote it
         fh.write(json.dumps({"kind": "end", "time": time.time(), "step": 11, "status": "checkpointed",
                              "reason": "signal 2: requeue me"}) + "\n")
     (run / "attempts.jsonl").unlink()
@@ -411,3 +418,48 @@ def test_a_sweep_of_several_seeds_counts_them_and_shows_each_run_s_seed(tmp_path
                                                                  ("tiny", "zbp_n4", "2")]
     title, head, *_ = plain_table("seeds", [r for r in rows if r["seed"] == 0])
     assert title == "sweep seeds: 2 runs, one seed" and head.split()[:3] == ["size", "arm", "state"]
+
+
+# ---------------------------------------------------------------------------------------- reads that never write
+def test_the_state_decision_reads_each_history_once_and_writes_nothing(tmp_path, fake_sacct, monkeypatch):
+    """#36: deciding every run of a sweep (what status's rows, collect's states and submit's plan are made of)
+    reads each run's attempts.jsonl once and leaves every byte under the sweep folder as it was; a run killed -9,
+    whose end only accounting knows, is decided with that end in memory."""
+    from zbpscale.jobs.runs import Run, decide
+    from zbpscale.run import history
+    from zbpscale.run.folder import RunFolder
+
+    sweep = tmp_path / "jobs" / "once"
+    runs = [make_run(sweep, "a-bp", done=10, job="40", log_text="step 10\n"),
+            make_run(sweep, "b-bp", done=5, job="41", ends=[("timeout", "checkpointed; requeue 1/3")]),
+            make_run(sweep, "c-bp", done=5, job="42", ends=[("completed", "all steps done")], complete=True),
+            make_run(sweep, "d-bp")]
+    fake_sacct({"40": "FAILED|9:0|0:9", "41": "COMPLETED|0:0|0:0", "42": "COMPLETED|0:0|0:0"})
+    reads, real = [], history.read_jsonl
+    monkeypatch.setattr(history, "read_jsonl", lambda path: reads.append(Path(path)) or real(path))
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    decided, _ = decide([Run.found(r) for r in runs], sweep.parent)
+    assert sorted(reads) == sorted(RunFolder(r).attempts for r in runs)
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+    assert [r.state.state for r in decided] == ["failed", "stopped", "complete", "new"]
+    assert decided[0].history.last_end()["source"] == "sacct" and decided[0].state.next == "resume"
+
+
+def test_a_dry_run_leaves_every_byte_of_the_jobs_folder_as_it_was(tmp_path, fake_sacct, data_dir):
+    """`submit --dry-run` (its help: 'touch nothing') over a sweep whose runs include one killed -9 (an end only
+    accounting knows, which a real submit records) and one never started: the plan is printed and no file under
+    the jobs root is written, created or removed."""
+    from conftest import write_sweep
+    from zbpscale.files import read_jsonl
+    from zbpscale.jobs.submit import submit
+
+    path = write_sweep(tmp_path, "dry", data_dir, steps=4, arms=("bp", "zbp_n4"))
+    killed = make_run(tmp_path / "jobs" / "dry", "nano-bp", done=2, job="40", log_text="step 2\n")
+    fake_sacct({"40": "FAILED|9:0|0:9"})
+    snapshot = lambda: {p: p.read_bytes() if p.is_file() else None  # noqa: E731
+                        for p in (tmp_path / "jobs").rglob("*")}
+    before = snapshot()
+    _, runs, _, actions = submit(str(path), dry_run=True, executor="local")
+    assert snapshot() == before
+    assert actions == {"nano-bp": "new", "nano-zbp_n4": "new"} and len(runs) == 2
+    assert [a["event"] for a in read_jsonl(killed / "attempts.jsonl")] == ["submitted", "start"]

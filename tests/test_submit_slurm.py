@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, straight_losses, wheel_env, write_sweep
-from zbpscale.jobs.attempts import read_attempts
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -163,7 +163,7 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
 
 
 def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: float = 300) -> int:
-    from zbpscale.jobs.layout import RunFolder
+    from zbpscale.run.folder import RunFolder
 
     deadline = time.time() + timeout
     while True:
@@ -189,8 +189,9 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
 def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_resumes_only_that_run(
         tmp_path, slurm_env, data_dir):
     """Fault: kill -9 of the trainer in a requeued attempt. The killed attempt writes no end record, and the
-    one before it says 'preempted': status must reconcile attempts.jsonl with sacct (failed, signal 9, the log to
-    read), not report the earlier attempt's reason; the next submit resumes that run only."""
+    one before it says 'preempted': status must join attempts.jsonl with sacct (failed, signal 9, the log to
+    read), not report the earlier attempt's reason, and write nothing; the next submit records that end from
+    sacct and resumes that run only."""
     sweep = write_sweep(tmp_path, "killed", data_dir, steps=120, arms=("bp", "zbp_n4"), ckpt_every=10)
     submit(sweep, slurm_env)
     runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
@@ -208,11 +209,12 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     # sacct's word (FAILED 9:0, a step killed by signal 9), the log to read, and what a submit does next
     assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["next"] == "resume", row
     assert Path(row["log"]).is_file() and row["failures"] == 1
-    ends = [a for a in read_attempts(victim) if a["event"] == "end"]  # status wrote the record the kill prevented
-    assert [(a["why"], a.get("source")) for a in ends] == [("preempted", None), ("crashed", "sacct")]
+    assert [a["why"] for a in read_attempts(victim) if a["event"] == "end"] == ["preempted"]  # status only reads
     assert wait_final(slurm_env, job_ids(runs["nano-zbp_n4"])[0], timeout=600) == "COMPLETED"
     again = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in again.stdout and len(job_ids(runs["nano-zbp_n4"])) == 1
+    ends = [a for a in read_attempts(victim) if a["event"] == "end"]  # submit recorded the end the kill prevented
+    assert [(a["why"], a.get("source")) for a in ends][:2] == [("preempted", None), ("crashed", "sacct")]
     assert wait_final(slurm_env, job_ids(victim)[-1], timeout=600) == "COMPLETED"
     resume = [r for r in read_records(victim) if r["kind"] == "resume"][-1]  # after the kill (one came before)
     assert resume["from_step"] >= saved
@@ -259,7 +261,7 @@ def test_a_frozen_trainer_is_caught_by_its_sentinel_requeued_and_finishes_bitwis
     assert [a["why"] for a in ends] == ["hung", "completed"], ends
     assert f"rank 0 (pid {pid}" in ends[0]["reason"] and "stopped (SIGSTOP or a debugger)" in ends[0]["reason"]
     assert ends[0]["reason"].count("no step for") == 1 and ends[0]["reason"].endswith("; requeue 1/3")
-    assert [r["status"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
+    assert [r["why"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
     assert losses(run) == straight_losses(run, tmp_path / "reference")
     assert step_records(run) == step_records(tmp_path / "reference")
 

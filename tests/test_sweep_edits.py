@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from conftest import trainer_env
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train.metrics import read_records
 
 SWEEP = """\

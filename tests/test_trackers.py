@@ -21,7 +21,7 @@ import torch
 
 from conftest import tensorboard_scalars, trainer_env, wandb_history, wandb_runs
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
 from zbpscale.train.loop import train
 from zbpscale.train.metrics import read_records

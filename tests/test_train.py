@@ -23,9 +23,9 @@ import torch
 
 from conftest import trainer_env
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.attempts import EXIT_REQUEUE
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
+from zbpscale.train.exits import EXIT_REQUEUE
 from zbpscale.train.loop import TrainingDiverged, lr_at, train
 from zbpscale.train.metrics import read_records
 from zbpscale.train.model import Transformer
@@ -230,7 +230,7 @@ def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, 
     assert resume["differs"] == []
     assert resume["kept"] == ([f"2 CPU threads as before (this attempt was given {resume_threads})"]
                               if threads != resume_threads else [])
-    assert [r["status"] for r in records if r["kind"] == "end"] == ["checkpointed", "completed"]
+    assert [r["why"] for r in records if r["kind"] == "end"] == ["checkpointed", "completed"]
 
 
 def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
@@ -295,10 +295,11 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     assert "stopped without a checkpoint" in out and "Traceback" not in out
     assert RunFolder(run).list_checkpoints() == []
     end = [r for r in read_records(run) if r["kind"] == "end"]  # said in its records: stopped, not failed (#33)
-    assert [(e["status"], e["step"]) for e in end] == [("interrupted", train_losses(run)[-1][0])]
+    assert [(e["why"], e["step"]) for e in end] == [("interrupted", train_losses(run)[-1][0])]
     from zbpscale.jobs.state import run_state
+    from zbpscale.run.history import History
 
-    decided = run_state(run, [])
+    decided = run_state(run, History())
     assert decided.state == "stopped" and "Ctrl-C twice" in decided.reason, decided
 
 
@@ -308,6 +309,7 @@ def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_d
     said "gone without an end record")."""
     from zbpscale import files
     from zbpscale.jobs.state import run_state
+    from zbpscale.run.history import History
 
     cfg = small_cfg(data_dir, steps=6, ckpt_every=3)
     run = write_config(tmp_path / "run", cfg)
@@ -317,8 +319,8 @@ def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_d
     with pytest.raises(checkpoint.CheckpointError, match="no space left on device"):
         train(cfg, run)
     (end,) = [r for r in read_records(run) if r["kind"] == "end"]
-    assert end["status"] == "failed" and end["step"] == 2 and "no space left on device" in end["reason"]
-    decided = run_state(run, [])
+    assert end["why"] == "failed" and end["step"] == 2 and "no space left on device" in end["reason"]
+    decided = run_state(run, History())
     assert decided.state == "failed" and decided.reason.startswith("CheckpointError: no space left on device at")
 
 
@@ -427,7 +429,7 @@ def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, m
         train(small_cfg(data_dir, steps=6), tmp_path / "run")
     assert all(torch.isfinite(p).all() for p in built[0].parameters())
     assert [s for s, _ in train_losses(tmp_path / "run")] == [0, 1, 2]
-    assert read_records(tmp_path / "run")[-1]["status"] == "diverged"
+    assert read_records(tmp_path / "run")[-1]["why"] == "diverged"
 
 
 # ---------------------------------------------------------------- a failing fast estimator

@@ -34,8 +34,8 @@ import torch
 
 import zbpscale
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.attempts import read_attempts
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
 from zbpscale.train import numerics
 from zbpscale.train.formats import FIELDS, FORMAT, MIGRATIONS, format_of, migrate
 from zbpscale.train.metrics import read_records
@@ -289,12 +289,12 @@ OLD_ATTEMPTS = {  # attempts.jsonl as the first job layers wrote it (their recor
 def test_attempts_of_the_first_job_layers_read_as_today_s(tmp_path):
     """Today's readers of attempts.jsonl over the events of the first releases that wrote it: the counts status
     shows, the retry rule, and status's row of a run whose old local job ended at its time limit."""
-    from zbpscale.jobs.attempts import last_submitted, requeue_counts, retry_decision
     from zbpscale.jobs.status import collect_rows
+    from zbpscale.run.history import History
 
-    slurm = [{**e, "time": 1000.0 + i} for i, e in enumerate(OLD_ATTEMPTS["slurm"])]
-    assert last_submitted(slurm)["job_id"] == "7" and requeue_counts(slurm) == (0, 1, 1)
-    assert retry_decision(slurm, "preempted", {"preempted": 1}).ok is False
+    slurm = History(tuple({**e, "time": 1000.0 + i} for i, e in enumerate(OLD_ATTEMPTS["slurm"])))
+    assert slurm.job_id == "7" and slurm.requeue_counts() == (0, 1, 1)
+    assert slurm.retry("preempted", {"preempted": 1}).ok is False
     run = copy_fixture("f2-360975a", "bp", tmp_path / "old" / "nano-bp")
     now = time.time()
     RunFolder(run).attempts.write_text("".join(json.dumps({**e, "time": now - 60 + i}) + "\n"

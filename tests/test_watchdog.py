@@ -5,7 +5,7 @@ a collective that never completes."""
 import json
 import time
 
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train.watchdog import Watchdog
 
 

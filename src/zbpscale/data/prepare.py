@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,7 +286,7 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
         docs, layout = sources.open_documents(source, offline=offline)  # fails before anything is written
         out.mkdir(parents=True, exist_ok=True)
         with _exclusive(out):
-            return _run(cfg, source, docs, layout, settings, route, pool, report_every, log, t0)
+            return _run(_Prep(cfg, source, layout, settings, route, log), docs, pool, report_every, t0)
     finally:
         if pool is not None:
             pool.terminate()
@@ -311,7 +311,20 @@ def _exclusive(out: Path):
         yield
 
 
-def _run(cfg: PrepConfig, source, docs, layout, settings, route, pool, report_every, log, t0) -> dict:
+@dataclass(frozen=True)
+class _Prep:
+    """One prep's settings, as every step of it reads them."""
+
+    cfg: PrepConfig
+    source: sources.Source
+    layout: str
+    settings: dict
+    route: str
+    log: Callable[[str], None]
+
+
+def _run(prep: _Prep, docs, pool, report_every: float, t0: float) -> dict:
+    cfg, settings, log, layout = prep.cfg, prep.settings, prep.log, prep.layout
     out = Path(cfg.out)
     if (out / MANIFEST).exists():  # another prep finished it while this one started
         return _finished(out, settings, cfg, log)
@@ -354,14 +367,15 @@ def _run(cfg: PrepConfig, source, docs, layout, settings, route, pool, report_ev
     timing = {"seconds": round(now - t0, 3), "startup_seconds": round((first[0] if first else now) - t0, 3)}
     if first and now > first[0]:
         timing["steady_tokens_per_s"] = round((packer.train.tokens + packer.val.tokens - first[1]) / (now - first[0]))
-    return _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, timing, log)
+    return _write_manifest(prep, packer, resumes, timing)
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, timing, log) -> dict:
+def _write_manifest(prep: _Prep, packer: packing.Packer, resumes: list[int], timing: dict) -> dict:
+    cfg, out, layout, route, log = prep.cfg, Path(prep.cfg.out), prep.layout, prep.route, prep.log
     exhausted = not packer.done
     short = [f"{name} split has {w.tokens:,} of {w.budget:,} tokens" for name, w in
              (("train", packer.train), ("val", packer.val)) if w.budget is not None and w.tokens < w.budget]
@@ -370,7 +384,7 @@ def _write_manifest(out, cfg, source, layout, settings, packer, route, resumes, 
               f"{out / MANIFEST}", file=sys.stderr)
     manifest = {
         "format": FORMAT, "format_version": shards.VERSION, "header_bytes": shards.HEADER_SIZE, "dtype": "uint16",
-        "settings": settings, "source": {**sources.describe(source), "layout": layout},
+        "settings": prep.settings, "source": {**sources.describe(prep.source), "layout": layout},
         "tokenizer": {"name": tokenizer.NAME, "route": route, "n_vocab": tokenizer.N_VOCAB, "eot": tokenizer.EOT},
         "token_budget": cfg.tokens, "documents_read": packer.next_doc, "source_exhausted": exhausted,
         "budget_short": short, "train": packer.train.summary(), "val": packer.val.summary(),

@@ -1,20 +1,22 @@
 """Job control: a sweep's runs as jobs on SLURM or the local queue, and what state each run is in.
 
-    layout.py       RunFolder: where every file of a run lives, run names (the only place a file is named)
-    attempts.py     attempts.jsonl's typed events, exit codes, the retry rule
-    state.py        a run's state (STATES) and what submit does with it (ACTIONS), decided once
+    runs.py         Run: one run as the commands pass it around (name, size, arm, seed, folder, what the sweep
+                    file plans, its history, its job's view, its state); find_runs and decide, for every command
+    state.py        a run's state (STATES) and what submit does with it (ACTIONS), decided once and without
+                    writing; an end only the scheduler knows of is recorded by submit, under the sweep's lock
     sweep.py        Sweep / Size / Data / Resources: a sweep file, checked at load; the arms (ARMS)
     submit.py, status.py, cancel.py    the commands
     poller.py       Poller: what waits asks the scheduler at most once per Sweep.poll_s, backed off when it fails
     sweep_edits.py  a sweep file edited under a half-done sweep: applied to runs not trained, named for the others
     sentinel.py     a trainer too frozen for its own watchdog, caught from outside (the driver, a SLURM sentinel)
-    executors/      one module per back end (base.Executor): slurm.py (+ slurm_job.py, slurm_commands.py),
-                    local.py (+ local_queue/)
+    executors/      one module per back end (base.Executor, which imports none): slurm.py (+ slurm_job.py,
+                    slurm_commands.py), local.py (+ local_queue/)
 
-May import: the shared modules (errors, files, lease, proc, signals, tables, text, version, cli), zbpscale.entry
-(the job names kept across releases, which call back into executors/), zbpscale.data and train's torch-free modules
-(schema, formats, metrics). The trainer (zbpscale.train.loop, .cli) only inside the function that runs on a compute node
-(executors/slurm_job.py's run_train_job, local_queue/rank.py); zbpscale.results.summary and .bundle
-only for submit --wait's table. Never results' commands (tests/test_layout.py checks). A new status column is
-one entry in status.py's COLUMNS (and `cells`); a new executor is one module in executors/ added to its KINDS.
+May import: zbpscale.run (the run folder and its history, below), the shared modules (errors, files, lease, proc,
+signals, tables, text, version, cli), zbpscale.entry (the job names kept across releases, which call back into
+executors/), zbpscale.data and train's torch-free modules (schema, formats, metrics, exits). The trainer
+(zbpscale.train.loop, .cli) only inside the function that runs on a compute node (executors/slurm_job.py's
+run_train_job, local_queue/rank.py); zbpscale.results.summary and .bundle only for submit --wait's table. Never
+results' commands (tests/test_layout.py checks). A new status column is one `Column` in status.py's COLUMNS; a new
+executor is one module in executors/ added to its KINDS.
 """

@@ -11,49 +11,39 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import ZbpError
+from zbpscale.jobs.runs import Run
 
 
-@dataclass(frozen=True)
-class RunRef:
-    """A run as cancel needs it: its name and folder (from a sweep file, or found in a sweep folder)."""
-
-    name: str
-    run_dir: Path
-
-
-def find_runs(target: str, only: str | None) -> tuple[Path, list[RunRef]]:
-    """(jobs root, the runs chosen) of a sweep file or a sweep folder, as `zbpscale status` finds them."""
-    from zbpscale.jobs.layout import RunFolder
-    from zbpscale.jobs.sweep import find_sweeps
+def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
+    """(jobs root, the runs chosen that have a folder) of one sweep, a file or a folder, found as `zbpscale status`
+    finds them (runs.find_runs)."""
+    from zbpscale.jobs.runs import find_runs
     from zbpscale.text import select
 
-    sweeps = find_sweeps(target)
+    sweeps = find_runs(target)
     if len(sweeps) > 1:
         raise ZbpError(f"{target} holds {len(sweeps)} sweeps ({', '.join(n for n, _ in sweeps)})",
                        hint="name one: zbpscale cancel jobs/<sweep> (or its sweep file)")
-    (_, folder), = sweeps
-    found = sorted(folder.iterdir()) if folder.is_dir() else []
-    runs = [RunRef(p.name, p) for p in found if RunFolder(p).config.exists()]
-    return folder.parent, select(runs, only)
+    (_, runs), = sweeps
+    runs = [r for r in runs if r.folder.config.exists()]
+    return (runs[0].run_dir.parent.parent if runs else Path("jobs")), select(runs, only)
 
 
-def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
+def request(root: Path, runs: list[Run]) -> list[Run]:
     """Ask every live job of the runs to stop, through the executor that holds it, all of an executor's jobs in
     one go (SLURM: one scancel per signal); returns those runs."""
     from zbpscale.jobs import executors
-    from zbpscale.jobs.attempts import last_submitted
 
-    attempts, view = executors.view_runs(root, [r.run_dir for r in runs])
-    by_kind: dict[str, list[tuple[RunRef, str, executors.JobView]]] = {}
+    histories, view = executors.view_runs(root, [r.run_dir for r in runs])
+    by_kind: dict[str, list[tuple[Run, str, executors.JobView]]] = {}
     for run in runs:
-        sub = last_submitted(attempts[run.name])
-        seen = view.of(sub.get("job_id"))
+        history = histories[run.name]
+        seen = view.of(history.job_id)
         if seen.live and seen.state != executors.UNKNOWN:
-            by_kind.setdefault(sub.get("executor", ""), []).append((run, sub["job_id"], seen))
+            by_kind.setdefault(history.executor, []).append((run, history.job_id, seen))
     for kind, jobs in by_kind.items():
         back = executors.get(kind, root)
         back.cancel_all([(run.run_dir, job, seen) for run, job, seen in jobs])
@@ -62,20 +52,20 @@ def request(root: Path, runs: list[RunRef]) -> list[RunRef]:
     return [run for jobs in by_kind.values() for run, _, _ in jobs]
 
 
-def wait_stopped(root: Path, runs: list[RunRef], *, timeout_s: float, poll_s: float = 60.0, tick_s: float = 1.0,
+def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float = 60.0, tick_s: float = 1.0,
                  poller=None) -> list[str]:
     """Wait until none of the runs has a live job, reading their folders every `tick_s` and asking the scheduler
     at most once per `poll_s` (and once more when a folder changes: jobs/poller.py); returns the names still live
     at the timeout."""
-    from zbpscale.jobs.attempts import last_submitted, read_attempts
     from zbpscale.jobs.poller import Poller
+    from zbpscale.run.history import History
 
     poller = poller or Poller(root, poll_s=poll_s, say=lambda line: print(line, flush=True))
     deadline, shown = time.time() + timeout_s, None
     while True:
-        attempts = {r.run_dir: read_attempts(r.run_dir) for r in runs}
-        view = poller.look(attempts)
-        left = [r.name for r in runs if view.of(last_submitted(attempts[r.run_dir]).get("job_id")).live]
+        histories = {r.run_dir: History.read(r.run_dir) for r in runs}
+        view = poller.look(histories)
+        left = [r.name for r in runs if view.of(histories[r.run_dir].job_id).live]
         if not left or time.time() > deadline:
             return left
         if left != shown:
@@ -93,7 +83,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    root, runs = find_runs(args.sweep, args.only)
+    root, runs = one_sweep(args.sweep, args.only)
     asked = request(root, runs)
     if not asked:
         print("nothing to cancel: no run of the selection has a queued or running job")

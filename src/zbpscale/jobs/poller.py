@@ -24,9 +24,9 @@ from typing import Callable
 
 from zbpscale.files import read_json
 from zbpscale.jobs import executors
-from zbpscale.jobs.attempts import last_submitted
 from zbpscale.jobs.executors import UNKNOWN, JobView, View
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.tables import age
 
 POLL_S = 60.0
@@ -59,20 +59,19 @@ def poll_s_of(target: str | Path | None) -> float:
     return POLL_S
 
 
-def folder_marks(run_dir: Path, attempts: list[dict], *, now: float, stale_s: float = STALE_S) -> tuple:
+def folder_marks(run_dir: Path, history: History, *, now: float, stale_s: float = STALE_S) -> tuple:
     """What of a run folder, when it changes, suggests that the scheduler has news: the number of attempts events
     the scheduler's account did not write (a submit, a start, an end by the job itself), the COMPLETE marker, and
     whether the heartbeat has gone stale."""
     folder = RunFolder(run_dir)
     beat = read_json(folder.heartbeat).get("time")
-    own = sum(1 for a in attempts if not a.get("source"))
+    own = sum(1 for a in history.events if not a.get("source"))
     return own, folder.complete.exists(), beat is not None and now - beat > stale_s
 
 
-def _rate_limited(attempts: list[dict]) -> bool:
-    sub = last_submitted(attempts)
-    kind = executors.KINDS.get(sub.get("executor") or "slurm")
-    return bool(sub.get("job_id")) and kind is not None and kind.rate_limited
+def _rate_limited(history: History) -> bool:
+    kind = executors.KINDS.get(history.executor or "slurm")
+    return bool(history.job_id) and kind is not None and kind.rate_limited
 
 
 def _clock(t: float) -> str:
@@ -99,14 +98,14 @@ class Poller:
         self.marks: dict = {}  # each run's folder_marks at the last ask
         self.changed_at: float | None = None
 
-    def look(self, attempts_by_run: dict) -> View:
-        """The view of the latest job of every run ({run folder: its attempts}): the free back ends asked now,
+    def look(self, histories: dict[Path, History]) -> View:
+        """The view of the latest job of every run ({run folder: its history}): the free back ends asked now,
         the rate-limited ones as last answered unless an ask is due."""
         now = self.clock()
-        polite = {d: a for d, a in attempts_by_run.items() if _rate_limited(a)}
-        view = executors.view_all(self.root, {d: a for d, a in attempts_by_run.items() if d not in polite}, now=now)
+        polite = {d: h for d, h in histories.items() if _rate_limited(h)}
+        view = executors.view_all(self.root, {d: h for d, h in histories.items() if d not in polite}, now=now)
         if polite:
-            marks = {d: folder_marks(d, a, now=now) for d, a in polite.items()}
+            marks = {d: folder_marks(d, h, now=now) for d, h in polite.items()}
             if self.due(now, marks):
                 self._ask(polite, marks, now)
             view.update(self._seen(polite, marks))
@@ -123,9 +122,9 @@ class Poller:
         self.changed_at = now if self.changed_at is None else self.changed_at
         return now >= self.changed_at + SETTLE_S and now >= self.asked_at + EARLY_GAP_S
 
-    def _ask(self, attempts_by_run: dict, marks: dict, now: float) -> None:
-        fresh = executors.view_all(self.root, attempts_by_run, now=now)
-        kinds = {last_submitted(a).get("executor") or "slurm" for a in attempts_by_run.values()}
+    def _ask(self, histories: dict[Path, History], marks: dict, now: float) -> None:
+        fresh = executors.view_all(self.root, histories, now=now)
+        kinds = {h.executor or "slurm" for h in histories.values()}
         self.asks += len(kinds)
         self.asked_at, self.marks, self.changed_at = now, marks, None
         if not fresh.failed:
@@ -133,7 +132,7 @@ class Poller:
                 self.say(f"the scheduler answers again ({_clock(now)})")
             self.failures, self.error, self.answered_at, self.next_at = 0, "", now, now + self.poll_s
             self.jobs, self.notes = dict(fresh.jobs), list(fresh.notes)
-            self.asked = {last_submitted(a)["job_id"] for a in attempts_by_run.values()}
+            self.asked = {h.job_id for h in histories.values()}
             return
         self.failures += 1
         delay = backoff_s(self.failures, self.poll_s)
@@ -143,7 +142,7 @@ class Poller:
             self.say(f"the scheduler is not answering ({fresh.failed}): asking again in {age(delay)}, then less "
                      f"often (at most every {age(MAX_BACKOFF_S)}) until it does; runs keep their last-seen states")
 
-    def _seen(self, attempts_by_run: dict, marks: dict) -> View:
+    def _seen(self, histories: dict[Path, History], marks: dict) -> View:
         """The last answers, for the runs' jobs now: a job nobody answered for, or one last seen ended whose run
         folder changed since, is UNKNOWN (left alone) until the next ask."""
         view = View(notes=list(self.notes))
@@ -151,8 +150,8 @@ class Poller:
             since = f"as of its last answer at {_clock(self.answered_at)}" if self.answered_at else "unknown"
             view.notes.append(f"the scheduler is not answering ({self.error}): states {since}; asking again at "
                               f"{_clock(self.next_at)}")
-        for run_dir, attempts in attempts_by_run.items():
-            job = last_submitted(attempts)["job_id"]
+        for run_dir, history in histories.items():
+            job = history.job_id
             seen, changed = self.jobs.get(job), marks[run_dir] != self.marks.get(run_dir)
             if seen is not None and (seen.live or not changed):
                 view.jobs[job] = seen

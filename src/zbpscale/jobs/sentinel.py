@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.files import read_json
-from zbpscale.jobs.attempts import last_end, read_attempts
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import pid_alive
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.train.metrics import tail_records
 
 GRACE_S = 15.0
@@ -82,9 +82,9 @@ def check(run_dir: Path, *, since: float, timeout_s: float, now: float | None = 
 def _ended_since(run_dir: Path, since: float) -> bool:
     """Whether the attempt has ended by its own word: its end in attempts.jsonl, or the trainer's end record (the
     watchdog writes that one before the job layer's)."""
-    attempts = read_attempts(run_dir)
-    starts = [a for a in attempts if a.get("event") == "start" and a.get("time", 0) >= since - 1]
-    if starts and last_end(attempts, starts[-1].get("job_id", "")):
+    history = History.read(run_dir)
+    starts = [a for a in history.starts() if a.get("time", 0) >= since - 1]
+    if starts and history.last_end(starts[-1].get("job_id", "")):
         return True
     return tail_records(RunFolder(run_dir).metrics, ("end",)).get("end", {}).get("time", 0) >= since
 
@@ -93,7 +93,7 @@ def _ranks(folder: RunFolder, since: float, now: float) -> tuple[str, str, tuple
     """(one line on every rank that stamped this attempt: its pid, host, how long silent, its process's state when
     it is on this host; the kernel stacks of those, for the log; the pids of those that still run)."""
     words, stacks, pids = [], [], []
-    stamps = sorted(folder.ranks.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+    stamps = folder.rank_files()
     for path in stamps:
         stamp = read_json(path)
         if "pid" not in stamp or stamp.get("alive", 0) < since:  # an earlier attempt's
@@ -135,5 +135,5 @@ def record_hang(run_dir: Path, hang: Hang) -> None:
     from zbpscale.train.metrics import MetricsLog
 
     log = MetricsLog(run_dir)
-    log.write("end", step=hang.step - 1, status="hung", reason=hang.reason)
+    log.write("end", step=hang.step - 1, why="hung", reason=hang.reason)
     log.close()

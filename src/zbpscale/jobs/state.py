@@ -3,8 +3,13 @@
 Two vocabularies, each used verbatim by status, submit's plan, submit --wait, collect and plot:
   State   what a run is in (STATES; `zbpscale status`'s state column, collect's `state` field);
   Action  what submit does with it (ACTIONS; the plan's action column): new, resume, retry, or leave it alone.
-An attempt's end (`why`, attempts.py: completed, timeout, ...) and the trainer's end record (metrics.py) say how
-one attempt ended; a run is `complete` when its trainer wrote COMPLETE.
+How one attempt ended is another word (`why`, run/history.py: completed, timeout, ...); a run is `complete` when
+its trainer wrote COMPLETE.
+
+Deciding writes nothing: `decide` reads a run's folder and its History (read once by the caller) and the
+scheduler's view of its job. An attempt that died without a word (kill -9, a lost node) is given the end it could
+not write from the scheduler's account (`unheard_end`) in memory; only submit records it (`record_unheard`),
+under the sweep's lock, so status, collect and a dry run never write.
 
 What a plain submit does with each state (RunState.next; `submit --retry` turns retry into an action):
   complete                     leave
@@ -31,10 +36,10 @@ from typing import Literal
 
 from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
 from zbpscale.files import read_json
-from zbpscale.jobs.attempts import last_end, last_submitted, read_attempts, record
 from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import pid_alive
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import End, History, record
 from zbpscale.tables import age
 from zbpscale.train.metrics import HEARTBEAT_S, tail_records
 
@@ -105,15 +110,15 @@ def stall_bound(folder: RunFolder) -> float:
     return step_timeout(folder) or STALL_S
 
 
-def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, now: float | None = None,
+def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now: float | None = None,
               stall_after_s: float | None = None) -> RunState:
-    """Decide a run's state from its folder and the scheduler's view of its latest job; `stall_after_s`: how long
-    a running trainer may be silent (None: stall_bound, its own step_timeout_s)."""
+    """Decide a run's state from its folder, its history and the scheduler's view of its latest job, as they are
+    (`decide` adds an unheard end first); `stall_after_s`: how long a running trainer may be silent (None:
+    stall_bound, its own step_timeout_s)."""
     folder, now = RunFolder(run_dir), time.time() if now is None else now
     if folder.complete.exists():
         return RunState("complete", next="leave")
-    sub = last_submitted(attempts)
-    job_id = sub.get("job_id", "")
+    sub, job_id = history.submitted, history.job_id
     try:
         check_config(folder)
     except BrokenRunFolder as err:
@@ -124,9 +129,8 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
     if job.state == "COMPLETING":  # its processes are ending (on a lost node: until SLURM calls the node down)
         return RunState("running", "its job is ending (COMPLETING)", next="leave")
     if job.state == "RUNNING":
-        starts = [a["time"] for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
         beat = read_json(folder.heartbeat).get("time")
-        started = starts[-1] if starts else now  # silent since the heartbeat, or since the start (start-up counts)
+        started = history.last_start().get("time", now)  # silent since the beat, or the start (start-up counts)
         last_sign = beat if beat is not None and beat >= started else started
         bound = stall_after_s
         if bound is None:  # the run's own: set-up and the estimator's compile are no steps; a beat every few s
@@ -142,7 +146,7 @@ def run_state(run_dir: Path, attempts: list[dict], job: JobView = JobView(), *, 
                         job.log)
     if job.live:
         return RunState("queued", job.reason if job.source == "submit" else "", next="leave")
-    end = last_end(attempts, job_id)
+    end = history.last_end()
     log = lambda: end.get("log") or str(folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
         return RunState("failed", end.get("reason", ""), log(), next="retry")
@@ -176,32 +180,43 @@ def direct_state(folder: RunFolder, now: float, stall_after_s: float | None) -> 
         if "time" in beat and now - beat["time"] <= (stall_after_s if stall_after_s is not None else
                                                      stall_bound(folder)):
             return RunState("running", next="leave")
-    how = stopped.get("status", "no end record")
+    how = stopped.get("why", "no end record")
     reason = ("" if how == "failed" else f"{how}: ") + f"{stopped.get('reason', '')} (run directly, no job)"
-    if stopped.get("status") in ("diverged", "failed"):
+    if stopped.get("why") in ("diverged", "failed"):
         return RunState("failed", reason, next="retry")
     return RunState("stopped", reason)
 
 
-def reconcile(run_dir: Path, attempts: list[dict], job: JobView) -> list[dict]:
-    """Give an attempt that died without a word (kill -9, the OOM killer, a lost node) the `end` record it could
-    not write, from the scheduler's account of its job (marked with that account's `source`); returns the
-    attempts with it. A crash counts against no bound here: a plain submit resumes the run. Only when the
-    scheduler's own account (squeue or sacct) says the job ended, and its latest attempt started after its
-    latest end."""
-    sub = last_submitted(attempts)
-    job_id = sub.get("job_id", "")
+def unheard_end(run_dir: Path, history: History, job: JobView) -> End | None:
+    """The `end` event an attempt that died without a word (kill -9, the OOM killer, a lost node) could not
+    write, from the scheduler's account of its job (marked with that account's `source`); None when there is none
+    to add: only when the scheduler's own account (squeue or sacct) says the job ended, and its latest attempt has
+    no end. A crash counts against no bound here: a plain submit resumes the run. Writes nothing."""
     if job.source not in ("squeue", "sacct") or job.live or job.state in ("", "COMPLETED"):
-        return attempts
-    starts = [a for a in attempts if a.get("event") == "start" and a.get("job_id") == job_id]
-    if not starts or last_end(attempts, job_id) or RunFolder(run_dir).complete.exists():
-        return attempts
+        return None
+    if not history.last_start() or history.last_end() or RunFolder(run_dir).complete.exists():
+        return None
     reason = (job.words or f"job ended {job.state}") + (f", {job.how}" if job.how else "")
-    end = {"job_id": job_id, "executor": sub.get("executor", ""),
-           "why": "cancelled" if job.state == "CANCELLED" else "crashed", "reason": reason,
-           "log": str(RunFolder(run_dir).log_path(sub, job_id)), "source": job.source}
+    return {"job_id": history.job_id, "executor": history.executor,
+            "why": "cancelled" if job.state == "CANCELLED" else "crashed", "reason": reason,
+            "log": str(RunFolder(run_dir).log_path(history.submitted, history.job_id)), "source": job.source}
+
+
+def record_unheard(run_dir: Path, job: JobView) -> History:
+    """Record the unheard end, if any, in the run's attempts (submit, under the sweep's lock: the one writer of
+    what the scheduler said), its history read afresh first; the history with it."""
+    history = History.read(run_dir)
+    end = unheard_end(run_dir, history, job)
+    if end is None:
+        return history
     record(run_dir, "end", **end)
-    return read_attempts(run_dir)
+    return History.read(run_dir)
+
+
+def heard(run_dir: Path, history: History, job: JobView, now: float | None = None) -> History:
+    """The history with the unheard end, if any, in memory: what the decision and status's counts read."""
+    end = unheard_end(run_dir, history, job)
+    return history if end is None else history.with_event({"event": "end", "time": now or time.time(), **end})
 
 
 def log_tail(path: Path, lines: int = 40) -> list[str]:
@@ -251,23 +266,9 @@ def refined(decided: RunState) -> RunState:
     return replace(decided, reason=refine_reason(decided.reason, decided.log)) if decided.state == "failed" else decided
 
 
-def sweep_states(folder: Path, *, stall_after_s: float | None = None) -> dict[str, RunState]:
-    """The state of every run folder in a sweep folder, as status decides it (one look at the scheduler; a
-    failed run's reason sharpened from its log)."""
-    from zbpscale.jobs import executors
+def decide(run_dir: Path, history: History, job: JobView, **kwargs) -> RunState:
+    """The run's state, an unheard end counted in (not recorded): what status and collect show and submit acts
+    on. Reads the folder, writes nothing."""
+    return run_state(run_dir, heard(run_dir, history, job, kwargs.get("now")), job, **kwargs)
 
-    run_dirs = [p for p in sorted(folder.iterdir()) if RunFolder(p).config.exists()] if folder.is_dir() else []
-    attempts = {p.name: read_attempts(p) for p in run_dirs}
-    now = time.time()
-    view = executors.view_all(folder.parent, attempts, now=now)
-    states = {}
-    for p in run_dirs:
-        states[p.name] = refined(decide(p, attempts[p.name], view.of(last_submitted(attempts[p.name]).get("job_id")),
-                                        now=now, stall_after_s=stall_after_s))
-    return states
-
-
-def decide(run_dir: Path, attempts: list[dict], job: JobView, **kwargs) -> RunState:
-    """reconcile, then run_state: what status shows and submit acts on."""
-    return run_state(run_dir, reconcile(run_dir, attempts, job), job, **kwargs)
 

@@ -8,8 +8,9 @@
 
 A run's state is its folder joined with the executors' view of its latest job (decided in state.run_state,
 which submit acts on too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's
-squeue and sacct reconciled (executors/slurm.py) or the local queue's entry files. An attempt that died
-without writing its end record gets one here, from the scheduler's account (state.reconcile).
+squeue and sacct reconciled (executors/slurm.py) or the local queue's entry files; an attempt that died
+without writing its end record is shown with the end the scheduler's account gives it (state.unheard_end), which
+only submit records: status reads, never writes.
 States: complete, running, stalled (the job runs but the heartbeat is older than its step_timeout_s or
 --stall-after), queued,
 unknown (the scheduler does not answer), failed (with a one-line reason and the log to read), broken (the run
@@ -27,19 +28,18 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import read_json
-from zbpscale.jobs import executors
-from zbpscale.jobs.attempts import last_submitted, requeue_counts
-from zbpscale.jobs.executors import JobView
-from zbpscale.jobs.layout import RunFolder, parse_run_name
 from zbpscale.jobs.poller import Poller, poll_s_of
-from zbpscale.jobs.state import STATES, log_tail, reconcile, refined, run_state
-from zbpscale.jobs.sweep import find_sweeps
+from zbpscale.jobs.runs import Run, decide, find_runs
+from zbpscale.jobs.state import STATES, log_tail
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
-from zbpscale.text import matches, patterns
 from zbpscale.train.metrics import tail_records
 
 
@@ -53,107 +53,78 @@ def first_record(path: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def run_row(run_dir: Path, seen: JobView, attempts: list[dict], *, now: float, stall_after_s: float | None) -> dict:
-    """Everything status shows about one run (plain JSON types), from its folder and the scheduler's view of
-    its latest job (`seen`). An attempt that died without a record gets one first (state.reconcile)."""
-    sub = last_submitted(attempts)
-    job = sub.get("job_id", "")
-    attempts = reconcile(run_dir, attempts, seen)
-    decided = refined(run_state(run_dir, attempts, seen, now=now, stall_after_s=stall_after_s))
+def run_row(run: Run, *, now: float) -> dict:
+    """Everything status shows about one run (plain JSON types), from its folder and its decision (its history,
+    the scheduler's view of its latest job, its state: runs.decide); a planned run without a folder yet shows
+    its sweep file's numbers."""
+    folder, history, decided = run.folder, run.history, run.state
     try:
-        config = RunFolder(run_dir).read_config() or {}
+        config = folder.read_config() or {}
     except BrokenRunFolder:
         config = {}
-    start = first_record(RunFolder(run_dir).metrics)
-    tail = tail_records(RunFolder(run_dir).metrics, ("train", "eval"))
-    beat = read_json(RunFolder(run_dir).heartbeat)
-    plan = read_json(RunFolder(run_dir).plan)
-    size, arm, seed = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
+    start = first_record(folder.metrics)
+    tail = tail_records(folder.metrics, ("train", "eval"))
+    beat = read_json(folder.heartbeat)
+    plan = read_json(folder.plan)
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
     # steps done: the heartbeat is rewritten every few seconds, the train record every log_every steps; after a
     # hard stop either may be the later one
     step = max(beat.get("step", 0), tail.get("train", {}).get("step", -1) + 1)
-    timeouts, preemptions, failures = requeue_counts(attempts)
-    starts = [a for a in attempts if a.get("event") == "start"]
-    used_h = sum(_attempt_hours(a, attempts, now) for a in starts) * plan.get("gpus", 0)
+    timeouts, preemptions, failures = history.requeue_counts()
+    used_h = history.hours(now) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
     state, reason, log = decided.state, decided.reason, decided.log
     step_time = tail.get("train", {}).get("step_time")
     eta = (steps - step) * step_time if state == "running" and step_time and steps else None
-    return {
-        "run": run_dir.name, "size": size, "arm": arm, "seed": seed, "state": state, "step": max(step, 0),
+    row = {
+        "run": run.name, "size": run.size, "arm": run.arm, "seed": run.seed, "state": state, "step": max(step, 0),
         "steps": steps,
         "tokens": max(step, 0) * tokens_per_step, "pct": 100.0 * max(step, 0) / steps if steps else 0.0,
         "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
         "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
         "timeouts": timeouts, "preemptions": preemptions, "failures": failures,
-        "job": job, "executor": sub.get("executor", ""), "heartbeat_age_s": beat_age,
+        "job": history.job_id, "executor": history.executor, "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "next": decided.next, "params": derived.get("params") or plan.get("params"),
-        "nodes": starts[-1].get("nodes", "") if starts else "",
+        "nodes": history.nodes,
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
-        "trackers_off": beat.get("trackers_off", []), "dir": str(run_dir),
+        "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
     }
-
-
-def _attempt_hours(start: dict, attempts: list[dict], now: float) -> float:
-    later = [a for a in attempts if a.get("event") == "end" and a.get("job_id") == start.get("job_id")
-             and a.get("time", 0) >= start["time"]]
-    return ((later[0]["time"] if later else now) - start["time"]) / 3600
+    if run.planned is not None and not folder.config.exists():  # planned, not written yet
+        hours = run.planned.estimated_hours()
+        row.update(steps=run.planned.size.steps, params=run.planned.size.params,
+                   gpu_hours_planned=None if hours != hours else hours * run.planned.size.resources.gpus)
+    return row
 
 
 # -------------------------------------------------------------------------------------------- the sweep
-def planned_runs(target: str | None) -> dict[str, dict]:
-    """{run name: planned steps, params, GPU-hours} of a sweep file (nothing for a folder target): the runs
-    without a folder yet are shown as new, with these numbers."""
-    path = Path(target or "jobs")
-    if not (path.is_file() and path.suffix == ".py"):
-        return {}
-    from zbpscale.jobs.sweep import expand, load_sweep
-
-    planned = {}
-    for run in expand(load_sweep(path)):
-        hours = run.estimated_hours()
-        planned[run.name] = {"steps": run.size.steps, "params": run.size.params,
-                             "gpu_hours_planned": None if hours != hours else hours * run.size.resources.gpus}
-    return planned
+def jobs_root(found: list[tuple[str, list[Run]]]) -> Path:
+    """The jobs root the found runs' sweeps lie in (where the executors keep their state)."""
+    return next((r.run_dir.parent.parent for _, runs in found for r in runs), Path("jobs"))
 
 
-def run_dirs(folder: Path, *, only: str | None = None, planned: dict[str, dict] | None = None) -> list[Path]:
-    """The run folders found under `folder`, and those of the `planned` runs without one yet, selected by `only`."""
-    found = {p.name for p in folder.iterdir() if RunFolder(p).config.exists()} if folder.is_dir() else set()
-    dirs = sorted(folder / name for name in found | set(planned or {}))
-    return [p for p in dirs if matches(p.name, patterns(only))] if only else dirs
-
-
-def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float | None = None,
-                 planned: dict[str, dict] | None = None) -> list[dict]:
-    """Every run's row: the run folders found under `folder`, and the `planned` runs without one yet (new)."""
-    ((_, rows),) = collect_sweeps([(folder.name, folder)], only=only, stall_after_s=stall_after_s, planned=planned)
+def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float | None = None) -> list[dict]:
+    """Every run's row of one sweep folder (or sweep file)."""
+    ((_, rows),) = collect_sweeps(find_runs(str(folder), only), stall_after_s=stall_after_s)
     return rows
 
 
-def collect_sweeps(sweeps: list[tuple[str, Path]], *, only: str | None = None, stall_after_s: float | None = None,
-                   planned: dict[str, dict] | None = None, look=None) -> list[tuple[str, list[dict]]]:
-    """[(sweep name, its rows)], from one view of every run's latest job whatever the number of runs and sweeps
-    (SLURM: one squeue, at most one sacct); `look`: a Poller's (status --watch), else each back end asked now."""
-    from zbpscale.files import read_jsonl
-
-    planned = planned or {}
-    dirs = {folder: run_dirs(folder, only=only, planned=planned) for _, folder in sweeps}
-    attempts = {p: read_jsonl(RunFolder(p).attempts) for found in dirs.values() for p in found}
+def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float | None = None, look=None
+                   ) -> list[tuple[str, list[dict]]]:
+    """[(sweep name, its rows)] of the runs found (runs.find_runs), from one view of every run's latest job
+    whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
+    --watch), else each back end asked now."""
     now = time.time()
-    view = look(attempts) if look else executors.view_all(sweeps[0][1].parent, attempts, now=now)
+    decided, view = decide([r for _, runs in found for r in runs], jobs_root(found), look=look, now=now,
+                           stall_after_s=stall_after_s)
+    by_name = {r.run_dir: r for r in decided}
     data = []
-    for name, folder in sweeps:
-        rows = [run_row(p, view.of(last_submitted(attempts[p]).get("job_id")), attempts[p], now=now,
-                        stall_after_s=stall_after_s) for p in dirs[folder]]
+    for name, runs in found:
+        rows = [run_row(by_name[r.run_dir], now=now) for r in runs]
         for row in rows:
             row["scheduler_notes"] = view.notes if row["executor"] else []
-            if not RunFolder(row["dir"]).config.exists():  # planned, not written yet
-                row.update(planned.get(row["run"], {}))
         data.append((name, sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))))  # the ladder's order
     return data
 
@@ -170,17 +141,49 @@ STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "b
          "cancelled": "magenta", "stopped": "yellow", "new": "dim", "broken": "bold red", "unknown": "yellow"}
 
 
-COLUMNS = ("size", "arm", "seed", "state", "progress", "tokens", "train", "val", "tok/s", "ETA", "T/P/F", "job",
-           "beat")
-KEEP = ("size", "arm", "seed", "state", "progress", "val", "ETA", "train", "T/P/F", "tokens", "job", "tok/s", "beat")
-"""The columns in the order they are given up when the terminal is narrow (the last first); the seed column
-only for a sweep of several seeds (`shown_columns`)."""
-LEFT = ("size", "arm", "state", "job")
+@dataclass(frozen=True)
+class Column:
+    """A column of status's table: its header, its cell from a run's row, and its place in the order columns are
+    given up on a narrow terminal (`keep`: lower is kept longer). A new column is one entry in COLUMNS."""
+
+    header: str
+    cell: Callable[[dict], str]
+    keep: int
+    left: bool = False
+    """Left-aligned (words); numbers are right-aligned."""
+    shown: Callable[[list[dict]], bool] = lambda rows: True
+    """Whether the table has the column at all, given its rows."""
 
 
-def shown_columns(rows: list[dict], columns: tuple[str, ...]) -> tuple[str, ...]:
-    """`columns`, without the seed column when the runs have one seed."""
-    return tuple(c for c in columns if c != "seed" or len({r["seed"] for r in rows}) > 1)
+def _loss(v: float | None) -> str:
+    return "" if v is None else f"{v:.3f}"
+
+
+def _beat(r: dict) -> str:
+    return age(r["heartbeat_age_s"]) if r["state"] in ("running", "stalled") and r["heartbeat_age_s"] is not None \
+        else ""
+
+
+COLUMNS = (
+    Column("size", lambda r: r["size"], keep=0, left=True),
+    Column("arm", lambda r: r["arm"], keep=1, left=True),
+    Column("seed", lambda r: str(r["seed"]), keep=2, shown=lambda rows: len({r["seed"] for r in rows}) > 1),
+    Column("state", lambda r: r["state"], keep=3, left=True),
+    Column("progress", lambda r: f"{r['step']}/{r['steps']} {r['pct']:.0f}%", keep=4),
+    Column("tokens", lambda r: fmt_tokens(r["tokens"]), keep=9),
+    Column("train", lambda r: _loss(r["train_loss"]), keep=7),
+    Column("val", lambda r: _loss(r["val_loss"]), keep=5),
+    Column("tok/s", lambda r: "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}", keep=11),
+    Column("ETA", lambda r: "" if r["eta_s"] is None else age(r["eta_s"]), keep=6),
+    Column("T/P/F", lambda r: f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", keep=8),
+    Column("job", lambda r: r["job"], keep=10, left=True),
+    Column("beat", _beat, keep=12),
+)
+"""The table's columns, in the order shown; the seed column only for a sweep of several seeds."""
+
+
+def shown_columns(rows: list[dict]) -> tuple[Column, ...]:
+    return tuple(c for c in COLUMNS if c.shown(rows))
 
 
 def title(name: str, rows: list[dict]) -> str:
@@ -188,27 +191,21 @@ def title(name: str, rows: list[dict]) -> str:
     return f"sweep {name}: {plural(len(rows), 'run')}" + (f", {seed_count(r['seed'] for r in rows)}" if rows else "")
 
 
-def cells(r: dict) -> dict[str, str]:
-    """One run's row as the table shows it."""
-    loss = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
-    beat = r["heartbeat_age_s"] if r["state"] in ("running", "stalled") else None
-    return {"size": r["size"], "arm": r["arm"], "seed": str(r["seed"]), "state": r["state"],
-            "progress": f"{r['step']}/{r['steps']} {r['pct']:.0f}%", "tokens": fmt_tokens(r["tokens"]),
-            "train": loss(r["train_loss"]), "val": loss(r["val_loss"]),
-            "tok/s": "" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}",
-            "ETA": "" if r["eta_s"] is None else age(r["eta_s"]),
-            "T/P/F": f"{r['timeouts']}/{r['preemptions']}/{r['failures']}", "job": r["job"],
-            "beat": "" if beat is None else age(beat)}
+def cells(rows: list[dict], columns: tuple[Column, ...]) -> list[dict[str, str]]:
+    """Each run's row as the table shows it: {header: text}."""
+    return [{c.header: c.cell(r) for c in columns} for r in rows]
 
 
 def table(name: str, rows: list[dict], width: int | None):
     from rich.table import Table
 
-    shown = [cells(r) for r in rows]
-    columns = fit_columns(shown_columns(rows, COLUMNS), shown_columns(rows, KEEP), shown, width)
+    available = shown_columns(rows)
+    shown, left = cells(rows, available), {c.header for c in available if c.left}
+    columns = fit_columns(tuple(c.header for c in available),
+                          tuple(c.header for c in sorted(available, key=lambda c: c.keep)), shown, width)
     t = Table(title=title(name, rows), title_justify="left")
     for col in columns:
-        t.add_column(col, justify="left" if col in LEFT else "right", no_wrap=True)
+        t.add_column(col, justify="left" if col in left else "right", no_wrap=True)
     for r, c in zip(rows, shown):
         t.add_row(*(f"[{STYLE[r['state']]}]{c[col]}[/]" if col == "state" else c[col] for col in columns))
     return t
@@ -216,9 +213,11 @@ def table(name: str, rows: list[dict], width: int | None):
 
 def plain_table(name: str, rows: list[dict]) -> list[str]:
     """The same table as plain text lines, every column (for files, pipes and logs)."""
-    shown, columns = [cells(r) for r in rows], shown_columns(rows, COLUMNS)
+    available = shown_columns(rows)
+    shown, columns = cells(rows, available), [c.header for c in available]
+    left = {c.header for c in available if c.left}
     width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in columns}
-    line = lambda d: "  ".join(d[c].ljust(width[c]) if c in LEFT else d[c].rjust(width[c])  # noqa: E731
+    line = lambda d: "  ".join(d[c].ljust(width[c]) if c in left else d[c].rjust(width[c])  # noqa: E731
                                for c in columns).rstrip()
     return [title(name, rows), line({c: c for c in columns}), *(line(d) for d in shown)]
 
@@ -342,16 +341,13 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     if args.target and RunFolder(Path(args.target)).config.exists():  # one run's folder: that run of its sweep
         args.target, args.only = str(Path(args.target).parent), Path(args.target).name
-    sweeps, planned = find_sweeps(args.target), planned_runs(args.target)
+    found = find_runs(args.target, args.only)
     if args.logs:
-        return print_logs(sweeps, args.logs, args.lines)
-    poller = Poller(sweeps[0][1].parent, poll_s=poll_s_of(args.target)) if args.watch else None
-    gather = lambda: collect_sweeps(sweeps, only=args.only, stall_after_s=args.stall_after,  # noqa: E731
-                                    planned=planned, look=poller.look if poller else None)
-    data = gather()
-    if args.only and not any(rows for _, rows in data):
-        names = sorted(p.name for _, f in sweeps for p in run_dirs(f, planned=planned))
-        raise ConfigError(f"no run matches --only {args.only!r}", hint="runs: " + ", ".join(names))
+        return print_logs(found, args.logs, args.lines)
+    poller = Poller(jobs_root(found), poll_s=poll_s_of(args.target)) if args.watch else None
+    gather = lambda: collect_sweeps(find_runs(args.target, args.only), stall_after_s=args.stall_after,  # noqa: E731
+                                    look=poller.look if poller else None)
+    data = collect_sweeps(found, stall_after_s=args.stall_after, look=poller.look if poller else None)
     if args.json:
         print(json.dumps({n: rows for n, rows in data}, indent=1))
         return exit_code([r for _, rows in data for r in rows])
@@ -362,21 +358,15 @@ def run(args) -> int:
     return exit_code([r for _, rows in data for r in rows])
 
 
-def print_logs(sweeps: list[tuple[str, Path]], run: str, lines: int) -> int:
-    for _, folder in sweeps:
-        run_dir = folder / run
-        if RunFolder(run_dir).config.exists():
-            from zbpscale.files import read_jsonl
-
-            attempts = read_jsonl(RunFolder(run_dir).attempts)
-            sub = last_submitted(attempts)
-            ends = [a for a in attempts if a.get("event") == "end" and a.get("job_id") == sub.get("job_id")]
-            log = Path(ends[-1]["log"]) if ends and ends[-1].get("log") else \
-                RunFolder(run_dir).log_path(sub, sub.get("job_id", ""))
-            if not log.is_file():
-                raise ConfigError(f"{run}: no log yet at {log}", hint="the run has not started")
-            print(f"==> {log} <==")
-            print("\n".join(log_tail(log, lines)))
-            return 0
-    names = sorted(p.name for _, f in sweeps for p in f.iterdir() if RunFolder(p).config.exists())
-    raise ConfigError(f"no run {run!r} here", hint="runs: " + ", ".join(names))
+def print_logs(found: list[tuple[str, list[Run]]], name: str, lines: int) -> int:
+    for run in (r for _, runs in found for r in runs if r.name == name and r.folder.config.exists()):
+        history = History.read(run.run_dir)
+        end = history.last_end()
+        log = Path(end["log"]) if end.get("log") else run.folder.log_path(history.submitted, history.job_id)
+        if not log.is_file():
+            raise ConfigError(f"{name}: no log yet at {log}", hint="the run has not started")
+        print(f"==> {log} <==")
+        print("\n".join(log_tail(log, lines)))
+        return 0
+    names = sorted(r.name for _, runs in found for r in runs if r.folder.config.exists())
+    raise ConfigError(f"no run {name!r} here", hint="runs: " + ", ".join(names))

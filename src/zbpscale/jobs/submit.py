@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -29,15 +30,16 @@ from zbpscale.data import manifest_path
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import read_json
 from zbpscale.jobs import executors
-from zbpscale.jobs.attempts import last_submitted, read_attempts, requeue_counts
+from zbpscale.jobs import runs as found
 from zbpscale.jobs.executors import Executor, View
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.jobs.poller import Poller
-from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config
+from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config, record_unheard
 from zbpscale.jobs.state import decide as decide_state
 from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
 from zbpscale.jobs.sweep_edits import config_notes
 from zbpscale.lease import try_lock
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.tables import fit_columns, fmt_tokens, plural, seed_count, terminal_width
 from zbpscale.text import select
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
@@ -49,9 +51,9 @@ def run_action(run: Run, view: View, *, retry: bool = False) -> Action:
 
 
 def decide(run: Run, view: View) -> RunState:
-    """The run's state, after giving an attempt that died without a record its end record from the scheduler."""
-    attempts = read_attempts(run.run_dir)
-    return decide_state(run.run_dir, attempts, view.of(last_submitted(attempts).get("job_id")))
+    """The run's state, on the executors' `view` of its latest job (state.decide: writes nothing)."""
+    history = History.read(run.run_dir)
+    return decide_state(run.run_dir, history, view.of(history.job_id))
 
 
 def broken_notes(runs: list[Run], states: dict[str, RunState]) -> list[str]:
@@ -179,9 +181,12 @@ def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
-def look(sweep: Sweep, runs: list[Run]) -> View:
-    """The executors' view of the runs' latest jobs (one question per executor)."""
-    return executors.view_runs(sweep.jobs_root, [r.run_dir for r in runs])[1]
+def look(sweep: Sweep, runs: list[Run], *, poller: Poller | None = None) -> tuple[dict[str, found.Run], View]:
+    """Every run decided ({run name: runs.Run with its history, job view and state}) and the executors' view of
+    the runs' latest jobs (one question per executor; through `poller` when given)."""
+    decided, view = found.decide([found.Run.of(r) for r in runs], sweep.jobs_root,
+                                 look=poller.look if poller else None)
+    return {r.name: r for r in decided}, view
 
 
 SUBMIT_STALE_S = 120.0
@@ -221,8 +226,12 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     runs = select(expand(sweep), only)
     back = executors.choose(executor, sweep.jobs_root)
     with contextlib.nullcontext() if dry_run else sweep_lock(sweep) as lock:
-        view = look(sweep, runs)
-        states = {r.name: decide(r, view) for r in runs}
+        decided, view = look(sweep, runs)
+        if not dry_run:  # what the scheduler said of attempts that died without a word, recorded under the lock
+            for r in runs:
+                d = decided[r.name]
+                decided[r.name] = dataclasses.replace(d, history=record_unheard(r.run_dir, d.job))
+        states = {r.name: decided[r.name].state for r in runs}
         actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in SUBMITS]
         notes = data_notes(sweep, todo) + broken_notes(runs, states) + view.notes
@@ -238,20 +247,19 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             return sweep, runs, back, actions
         back.check(todo)
         for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
-            attempts = read_attempts(run.run_dir)
-            counts = requeue_counts(attempts)
+            counts = decided[run.name].history.requeue_counts()
             print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "
                   f"were {'/'.join(map(str, counts))}; attempts.jsonl keeps every attempt)")
         if not lock.renew(force=True):  # paused past the lease (Ctrl-Z): another submit may have queued these
             raise ConfigError(f"this submit lost {sweep.jobs_dir / '.submit.lock'} to another ({lock.taken_by()}) "
                               "while it was paused; nothing submitted", hint="submit again")
-        replace_stuck(sweep, todo, view)
+        replace_stuck(sweep, todo, decided)
         back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
                     manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
     left = [r for r in runs if actions[r.name] == "leave"]
     if left:
         settled = ("complete", "failed", "broken")  # their words cannot have changed since the plan
-        view = look(sweep, runs) if any(states[r.name].state not in settled for r in left) else view
+        view = look(sweep, runs)[1] if any(states[r.name].state not in settled for r in left) else view
         words = {r.name: states[r.name].state if states[r.name].state in settled else progress(r, view) for r in left}
         print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
     if any(states[r.name].state == "failed" for r in left):
@@ -259,15 +267,14 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     return sweep, runs, back, actions
 
 
-def replace_stuck(sweep: Sweep, todo: list[Run], view: View) -> None:
+def replace_stuck(sweep: Sweep, todo: list[Run], decided: dict[str, found.Run]) -> None:
     """Cancel the live jobs of runs about to be submitted again: jobs that would wait for ever (their prep job
     failed). Any other live job keeps its run out of `todo` (state.py)."""
     for run in todo:
-        sub = last_submitted(read_attempts(run.run_dir))
-        seen = view.of(sub.get("job_id"))
+        history, seen = decided[run.name].history, decided[run.name].job
         if seen.live:
-            executors.get(sub.get("executor", ""), sweep.jobs_root).cancel(run.run_dir, sub["job_id"], seen)
-            print(f"{run.name}: job {sub['job_id']} cancelled ({seen.reason or seen.state.lower()}): it is replaced")
+            executors.get(history.executor, sweep.jobs_root).cancel(run.run_dir, history.job_id, seen)
+            print(f"{run.name}: job {history.job_id} cancelled ({seen.reason or seen.state.lower()}): it is replaced")
 
 
 # ------------------------------------------------------------------------------------------------ run folders
@@ -332,9 +339,8 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2
     poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
     shown, shown_at, told = None, 0.0, set()
     while True:
-        attempts = {r.run_dir: read_attempts(r.run_dir) for r in runs}
-        view = poller.look(attempts)
-        states = {r.name: decide(r, view) for r in runs}
+        decided, _ = look(sweep, runs, poller=poller)
+        states = {r.name: decided[r.name].state for r in runs}
         key = [(r.name, states[r.name].state) for r in runs]
         if key != shown or time.time() - shown_at >= every_s:
             print("\n".join(wait_block(runs, states, at=time.strftime("%H:%M:%S"), width=width)), flush=True)
@@ -344,11 +350,10 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2
             if now.state == "failed" and r.name not in told:
                 print(f"{r.name}: failed: {now.reason}" + (f" (log: {now.log})" if now.log else ""), flush=True)
                 told.add(r.name)
-        submitted = {r.name: last_submitted(attempts[r.run_dir]) for r in runs}
-        if not any(view.of(submitted[r.name].get("job_id")).live and states[r.name].state not in ("complete", "failed")
-                   for r in runs):
+        histories = [decided[r.name].history for r in runs]
+        if not any(decided[r.name].job.live and states[r.name].state not in ("complete", "failed") for r in runs):
             break  # nothing left that can go on (a COMPLETE run's job may still be leaving the queue)
-        said = back.keep_going([s for s in submitted.values() if s.get("executor") == back.name])
+        said = back.keep_going([h.submitted for h in histories if h.executor == back.name])
         if said:
             print(said, flush=True)
         time.sleep(tick_s)

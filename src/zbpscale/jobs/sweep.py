@@ -20,8 +20,8 @@ from typing import Mapping
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.layout import RunFolder, run_name
 from zbpscale.jobs.poller import MIN_POLL_S, POLL_S
+from zbpscale.run.folder import RunFolder, run_name
 from zbpscale.text import closest, did_you_mean
 from zbpscale.train.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
 from zbpscale.zbp import ZBPConfig, arm_zbp_config

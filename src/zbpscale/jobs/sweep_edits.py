@@ -16,9 +16,9 @@ from pathlib import Path
 
 from zbpscale.errors import ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.sweep import Run
+from zbpscale.run.folder import RunFolder
 from zbpscale.train.schema import RESUME_SAFE, TrainConfig
 
 

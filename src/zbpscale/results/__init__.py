@@ -8,7 +8,8 @@
     table.py        table.md: the runs over seeds, then one row per run
     collect.py, plot.py, upload.py    the commands
 
-May import: the shared modules, train's record types (zbpscale.train.metrics), zbpscale.jobs.layout and
-zbpscale.jobs.state (a run's state, as status says it) and the sweep loader. Never zbpscale.jobs.submit or an
-executor. A new figure is a function in plot.py that takes typed rows and returns what it drew.
+May import: the shared modules, zbpscale.run (the run folder and its history), train's record types
+(zbpscale.train.metrics), zbpscale.jobs.state (a run's state, as status says it) and, inside a function, the sweep
+loader and zbpscale.jobs.runs (the runs of a sweep, decided as status decides them). Never zbpscale.jobs.submit or
+an executor. A new figure is a function in plot.py that takes typed rows and returns what it drew.
 """

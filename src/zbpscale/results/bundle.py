@@ -20,8 +20,8 @@ from pathlib import Path
 
 from zbpscale.errors import ConfigError
 from zbpscale.files import atomic_write, read_json
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.results.summary import RunSummary
+from zbpscale.run.folder import RunFolder
 
 FORMAT, VERSION = "zbpscale-results", 2
 """Version 2 names a run's state `state` (version 1: `status`); both load."""

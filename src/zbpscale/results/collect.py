@@ -20,61 +20,15 @@ import io
 import json
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.layout import RunFolder, parse_run_name
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
 from zbpscale.results.summary import FIELDS, RunSummary, sort_key, summarize
+from zbpscale.run.folder import RunFolder
 from zbpscale.tables import seed_count
 from zbpscale.text import matches, patterns
-
-
-# ------------------------------------------------------------------------------------------------ runs
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    """A run to collect: where its folder is and what it is."""
-
-    name: str
-    """Run name (the key in the bundle)."""
-    run_dir: Path
-    """Its folder (may not exist yet)."""
-    size: str
-    """Model size preset."""
-    arm: str
-    """Training arm."""
-    seed: int
-    """Seed."""
-    config: dict | None = None
-    """Planned config (sweep files only), for runs that have not written theirs."""
-
-
-def find_runs(sweep: str | Path) -> tuple[str, list[Source]]:
-    """(sweep name, runs) from a sweep file (every planned run) or a sweep folder (the run folders in it)."""
-    path = Path(sweep)
-    if path.is_file():
-        from zbpscale.jobs.sweep import expand, load_sweep
-
-        s = load_sweep(path)
-        return s.name, [Source(name=r.name, run_dir=r.run_dir, size=r.size.name, arm=r.arm.name, seed=r.seed,
-                               config=r.train_config().to_dict()) for r in expand(s)]
-    if not path.is_dir():
-        from zbpscale.jobs.sweep import not_found
-
-        raise not_found(path)
-    runs = []
-    for run_dir in sorted(p for p in path.iterdir() if p.is_dir()):
-        parsed = parse_run_name(run_dir.name)
-        folder = RunFolder(run_dir)
-        if parsed and any(f.exists() for f in (folder.metrics, folder.config, folder.attempts)):
-            size, arm, seed = parsed
-            runs.append(Source(name=run_dir.name, run_dir=run_dir, size=size, arm=arm, seed=seed))
-    if not runs:
-        raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
-                          hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
-    return path.name, runs
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -126,12 +80,22 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     """Collect (or update) the bundle at `out` (default: `default_out`); returns the summary rows.
     with_ckpt: also copy the latest checkpoint of every run (True) or of the runs matching comma-separated
     name patterns ('s1b-*,*-bp'), as `zbpscale upload --with-ckpt` takes them."""
-    from zbpscale.jobs.state import sweep_states
+    from zbpscale.jobs.runs import decide, find_runs
 
-    name, sources = find_runs(sweep)
+    path = Path(sweep)
+    if not path.exists():
+        from zbpscale.jobs.sweep import not_found
+
+        raise not_found(path)
+    found = find_runs(str(path), planned_only=True)
+    if len(found) != 1 or not found[0][1]:
+        raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
+                          hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
+    ((name, sources),) = found
     bundle = Bundle(out or default_out(sources[0].run_dir.parent))
     ckpt_patterns = ["*"] if with_ckpt is True else patterns(with_ckpt or None)
-    states = {run: (s.state, s.reason or None) for run, s in sweep_states(sources[0].run_dir.parent).items()}
+    decided, _ = decide([s for s in sources if s.folder.config.exists()], sources[0].run_dir.parent.parent)
+    states = {r.name: (r.state.state, r.state.reason or None) for r in decided}
     old_manifest = bundle.read_manifest()
     if old_manifest and old_manifest.get("sweep") != name:
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
@@ -139,8 +103,9 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
     changed = []
     for src in sources:
+        config = src.planned.train_config().to_dict() if src.planned else None
         row = summarize(src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
-                        state=states.get(src.name, ("new", None)), config=src.config)
+                        state=states.get(src.name, ("new", None)), config=config)
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue

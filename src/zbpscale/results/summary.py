@@ -1,8 +1,8 @@
 """RunSummary: one row per run of a results bundle (summary.csv, summary.json), from the run's own records.
 
 `summarize` reads a run folder (or a run's copy in a bundle: the same layout) through the record types of
-train/metrics.py and attempts.py; collect writes the rows, plot and submit --wait read them. Torch-free unless a
-run has not started (its planned numbers come from the model's closed-form parameter count).
+train/metrics.py and its history (run/history.py); collect writes the rows, plot and submit --wait read them.
+Torch-free unless a run has not started (its planned numbers come from the model's closed-form parameter count).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.files import read_json
-from zbpscale.jobs.attempts import count_ends, read_attempts
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.jobs.state import IN_PROGRESS, State
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.train.metrics import Record, StartRecord, by_kind, read_records
 
 
@@ -124,7 +124,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
     planned config, for runs that have not written theirs."""
     folder = RunFolder(run_dir)
     records = read_records(run_dir)
-    attempts = read_attempts(run_dir)
+    history = History.read(run_dir)
     kinds = by_kind(records)
     starts: list[StartRecord] = kinds.get("start", [])
     trains, evals, diags = kinds.get("train", []), kinds.get("eval", []), kinds.get("diag", [])
@@ -147,9 +147,9 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
         final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(wall, 3),
         gpu_hours=None if gpu_h is None else round(gpu_h, 6), attempts=len(starts),
-        timeouts=count_ends(attempts, "timeout"),
+        timeouts=history.count_ends("timeout"),
         impl_used=" ".join(f"{c}={p}" for c, p in _impl_used(records).items()),
-        preemptions=count_ends(attempts, "preempted"),
+        preemptions=history.count_ends("preempted"),
         c_attn=_mean([c["c"] for c in cores if c.get("core") == "attn"]),
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zbpscale.errors import ConfigError, ZbpError
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.text import matches, patterns
 
 HEADER_BYTES = 7

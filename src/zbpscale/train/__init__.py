@@ -8,9 +8,10 @@
     metrics.py      the record types of metrics.jsonl and heartbeat.json, and their writer (torch-free)
     diagnostics.py  rho_k and the NSR constant c (rows typed in metrics.py);  numerics.py  what a run computed with
     watchdog.py     a hung collective ends the process;  cli.py  `python -m zbpscale.train`
+    exits.py        the exit codes by which a training process tells its executor how it ended (torch-free)
 
-May import: zbpscale.zbp, zbpscale.data, the shared modules (errors, files, lease, proc, signals, tables, text,
-version) and the run folder's nouns (zbpscale.jobs.layout, zbpscale.jobs.attempts: file names and exit codes).
-Never jobs' commands, state or executors, never zbpscale.results (tests/test_layout.py checks). A new diagnostic is
+May import: zbpscale.zbp, zbpscale.data, zbpscale.run (the run folder, and the word for how an attempt ended) and
+the shared modules (errors, files, lease, proc, signals, tables, text, version). Nothing of zbpscale.jobs, nothing
+of zbpscale.results (tests/test_layout.py checks). A new diagnostic is
 a field of metrics.DiagRecord (or a row type there), computed in diagnostics.py and drawn in results/plot.py.
 """

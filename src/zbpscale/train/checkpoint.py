@@ -26,7 +26,7 @@ import torch
 
 from zbpscale.errors import CheckpointError
 from zbpscale.files import atomic_write, remove_stale_temps
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 
 
 def seed_rngs(seed: int) -> None:

@@ -14,9 +14,9 @@ import json
 import sys
 
 from zbpscale.errors import ConfigError, ZbpError, report
-from zbpscale.jobs.attempts import EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.text import did_you_mean
+from zbpscale.train.exits import EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.train.loop import TrainingDiverged, train
 from zbpscale.train.schema import TrainConfig
 

@@ -27,8 +27,9 @@ import torch
 from zbpscale import signals
 from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.lease import Lock, Rule
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import Why
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, numerics
 from zbpscale.train.formats import migrate
@@ -106,8 +107,9 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] | None = None,
-          holder_gone: Rule | None = None) -> str:
-    """Train (or continue) the run in `run_dir`; returns 'completed' or 'checkpointed'. A hang (no step for
+          holder_gone: Rule | None = None) -> Why:
+    """Train (or continue) the run in `run_dir`; returns how the attempt ended in the word of its end record
+    (run.history.Why): 'completed' or 'checkpointed'. A hang (no step for
     cfg.step_timeout_s) ends the process with EXIT_HUNG after the trainer's end record and, on rank 0,
     `on_hang(reason)` (the job layer's decision: requeue or fail). `holder_gone(holder)`: the job layer's word
     that the trainer whose lease holds the run folder is gone (its job ended), so that this one may take over."""
@@ -184,7 +186,7 @@ class _Run:
 
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None,
-           lock: Lock | None = None) -> str:
+           lock: Lock | None = None) -> Why:
     _check_config(run_dir, cfg)
     if RunFolder(run_dir).complete.exists():
         if env.is_main:
@@ -199,7 +201,7 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         return "checkpointed"
 
     def hung(reason: str) -> None:  # rank 0, from the watchdog's thread while the loop is blocked
-        r.log.write("end", step=dog.step - 1, status="hung", reason=reason)
+        r.log.write("end", step=dog.step - 1, why="hung", reason=reason)
         r.log.close()
         if on_hang is not None:
             on_hang(reason)
@@ -221,16 +223,16 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         dog.stop()
 
 
-def _last_word(r: _Run, step: int, status: str, reason: str) -> None:
+def _last_word(r: _Run, step: int, why: Why, reason: str) -> None:
     """The end record of an attempt that stops on an exception; best effort (the disk may be full)."""
     try:
-        r.log.write("end", step=step, status=status, reason=reason)
+        r.log.write("end", step=step, why=why, reason=reason)
         r.log.close()
     except OSError:
         pass
 
 
-def _loop(r: _Run, dog: Watchdog) -> str:
+def _loop(r: _Run, dog: Watchdog) -> Why:
     cfg, env = r.cfg, r.env
     tokens_per_step = r.numbers["tokens_per_step"]
     last_ckpt, last_print, done, stop = time.monotonic(), 0.0, r.start, None
@@ -442,7 +444,7 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), max_norm).item()
     # ---- never step on a non-finite loss or gradient ----
     if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
-        r.log.write("end", step=step, status="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
+        r.log.write("end", step=step, why="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
         raise TrainingDiverged(
             f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
             f"optimizer update in {r.run_dir}", hint="lower the learning rate or check the data")
@@ -477,7 +479,7 @@ def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, ste
           f"{eta}", flush=True)
 
 
-def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
+def _finish(r: _Run, done: int, stop_signal: int | None) -> Why:
     """The end of an attempt: the final checkpoint and COMPLETE marker, or (stop_signal not None: the ranks
     voted to stop) the record of a stop on a signal."""
     cfg, env = r.cfg, r.env
@@ -487,9 +489,9 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> str:
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts)
             atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
-        r.log.write("end", step=cfg.steps - 1, status="completed", reason="all steps done")
+        r.log.write("end", step=cfg.steps - 1, why="completed", reason="all steps done")
     else:
-        r.log.write("end", step=done - 1, status="checkpointed", reason=f"signal {stop_signal}: requeue me")
+        r.log.write("end", step=done - 1, why="checkpointed", reason=f"signal {stop_signal}: requeue me")
         if env.is_main:
             print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
     r.log.heartbeat(done, done * r.numbers["tokens_per_step"], force=True, **estimator_state())

@@ -17,15 +17,14 @@ from pathlib import Path
 from typing import Literal, TypedDict, Union
 
 from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.proc import process_start_time
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import Why
 
 STEP_KINDS = ("train", "eval", "diag")
 HEARTBEAT_S = 5.0
 """How often the trainer rewrites heartbeat.json while it steps (MetricsLog's default)."""
 
-EndStatus = Literal["completed", "checkpointed", "diverged", "hung", "failed", "interrupted"]
-"""How an attempt of the trainer ended; interrupted: a second Ctrl-C stopped it at once, without a checkpoint."""
 
 
 class StartRecord(TypedDict, total=False):
@@ -117,7 +116,7 @@ class EndRecord(TypedDict, total=False):
     kind: Literal["end"]
     time: float
     step: int
-    status: EndStatus
+    why: Why  # one of run.history.TRAINER_ENDS; `status` in records before 2026-12-02 (`upgraded`)
     reason: str
 
 
@@ -141,8 +140,16 @@ RECORDS: dict[str, type] = {"start": StartRecord, "resume": ResumeRecord, "train
 
 
 def read_records(run_dir: Path) -> list[Record]:
-    """Every record of the run's metrics.jsonl, in order."""
-    return read_jsonl(RunFolder(run_dir).metrics)
+    """Every record of the run's metrics.jsonl, in order, as today's types have them (`upgraded`)."""
+    return [upgraded(r) for r in read_jsonl(RunFolder(run_dir).metrics)]
+
+
+def upgraded(record: dict) -> Record:
+    """A record as today's type has it: the end record of releases before 2026-12-02 said how the attempt ended
+    in `status`, now `why` (the word attempts.jsonl uses; same values)."""
+    if record.get("kind") == "end" and "status" in record and "why" not in record:
+        record = {("why" if k == "status" else k): v for k, v in record.items()}
+    return record
 
 
 def by_kind(records: list[Record]) -> dict[str, list[Record]]:
@@ -240,7 +247,7 @@ def tail_records(path: Path, kinds: tuple[str, ...], max_bytes: int = 1 << 20) -
                 if kind not in kinds or kind in found:
                     continue  # decode only the lines asked for
                 try:
-                    found[kind] = json.loads(line)
+                    found[kind] = upgraded(json.loads(line))
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     continue  # a torn line
             if len(found) == len(kinds) or start == 0 or block >= max_bytes:

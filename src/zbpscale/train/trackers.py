@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from zbpscale.files import atomic_write, read_json
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
 from zbpscale.train.metrics import STEP_KINDS
 
 INSTALL_HINT = "pip install 'zbpscale[trackers]'"
@@ -122,7 +122,7 @@ def notes_of(kind: str, record: dict) -> dict[str, str]:
         path = ", ".join(f"{core} {impl}" for core, impl in used.items()) or "exact backprop (bp arm)"
         return {"estimator_path": f"attempt {record.get('attempt')}: {path}"}
     if kind == "end":
-        return {"attempt_end": f"{record.get('status')}: {record.get('reason', '')}"}
+        return {"attempt_end": f"{record.get('why')}: {record.get('reason', '')}"}
     return {}
 
 

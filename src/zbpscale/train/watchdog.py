@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from zbpscale.jobs.attempts import EXIT_HUNG
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.files import temp_path
 from zbpscale.proc import process_start_time
+from zbpscale.run.folder import RunFolder
+from zbpscale.train.exits import EXIT_HUNG
 
 HOST = socket.gethostname()
 PID_START = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
@@ -40,7 +41,7 @@ class Watchdog:
 
     def __init__(self, run_dir: Path, rank: int, world_size: int, timeout_s: float,
                  on_hang: Callable[[str], None] | None = None):
-        self.folder, self.rank, self.world = RunFolder(run_dir).ranks, rank, world_size
+        self.folder, self.rank, self.world = RunFolder(run_dir), rank, world_size
         self.timeout_s, self.on_hang = timeout_s, on_hang
         self.step, self.last = -1, time.monotonic()
         self._stop = threading.Event()
@@ -48,7 +49,7 @@ class Watchdog:
 
     def start(self) -> Watchdog:
         if self.timeout_s > 0:
-            self.folder.mkdir(exist_ok=True)
+            self.folder.ranks.mkdir(exist_ok=True)
             self._stamp()
             self._thread.start()
         return self
@@ -62,8 +63,8 @@ class Watchdog:
 
     def _stamp(self) -> None:
         """Rewrite this rank's stamp (a rename: readers see a whole one; no fsync: it only matters while we run)."""
-        path = self.folder / f"{self.rank}.json"
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        path = self.folder.rank_file(self.rank)
+        tmp = temp_path(path)
         tmp.write_text(json.dumps({"step": self.step, "alive": time.time(), "pid": os.getpid(), "pid_start": PID_START,
                                    "host": HOST}))
         os.replace(tmp, path)
@@ -79,7 +80,7 @@ class Watchdog:
         now, stale = time.time(), []
         for rank in range(self.world):
             try:
-                stamp = json.loads((self.folder / f"{rank}.json").read_text())
+                stamp = json.loads(self.folder.rank_file(rank).read_text())
             except (OSError, ValueError):
                 stale.append(f"rank {rank} (never reported)")
                 continue

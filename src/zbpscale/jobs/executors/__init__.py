@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.attempts import last_end, last_submitted, read_attempts
 from zbpscale.jobs.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.executors.local import LocalExecutor
 from zbpscale.jobs.executors.slurm import SlurmExecutor
+from zbpscale.run.history import History
 
 KINDS: dict[str, type[Executor]] = {"slurm": SlurmExecutor, "local": LocalExecutor}
 
@@ -47,24 +47,23 @@ def choose(requested: str, root: Path) -> Executor:
     return get("local", root)
 
 
-def view_all(root: Path, attempts_by_run: dict, *, now: float | None = None) -> View:
-    """One view of the latest job of every run ({run: its attempts}, any key), each asked of the executor that
+def view_all(root: Path, histories: dict, *, now: float | None = None) -> View:
+    """One view of the latest job of every run ({run: its History}, any key), each asked of the executor that
     holds it (one call each, whatever the number of runs); a job whose latest attempt's end its run folder
     recorded is marked `ended` (its why), so accounting is not asked about it again."""
     now = time.time() if now is None else now
     by_kind: dict[str, list[dict]] = {}
-    for attempts in attempts_by_run.values():
-        sub = last_submitted(attempts)
-        if sub.get("job_id"):
-            end = last_end(attempts, sub["job_id"])
-            by_kind.setdefault(sub.get("executor", ""), []).append({**sub, "ended": end["why"]} if end else sub)
+    for history in histories.values():
+        if history.job_id:
+            end, sub = history.last_end(), history.submitted
+            by_kind.setdefault(history.executor, []).append({**sub, "ended": end["why"]} if end else sub)
     view = View()
     for kind, submitted in by_kind.items():
         view.update(get(kind, root).view(submitted, now=now))
     return view
 
 
-def view_runs(root: Path, run_dirs: list[Path]) -> tuple[dict[str, list[dict]], View]:
-    """The runs' attempts records ({run name: events}) and the view of their latest jobs."""
-    attempts = {Path(d).name: read_attempts(d) for d in run_dirs}
-    return attempts, view_all(root, attempts)
+def view_runs(root: Path, run_dirs: list[Path]) -> tuple[dict[str, History], View]:
+    """The runs' histories ({run name: History}) and the view of their latest jobs."""
+    histories = {Path(d).name: History.read(d) for d in run_dirs}
+    return histories, view_all(root, histories)

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from zbpscale.jobs.executors.slurm_commands import ALIVE
-
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import Run, Sweep
 
+ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
+         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
+"""Job states in which a job still holds or waits for resources: squeue's spelling, which every back end's view
+speaks (the local queue's queued and running are PENDING and RUNNING)."""
 UNKNOWN = "UNKNOWN"  # the scheduler did not answer: the job may be alive, so nothing acts on it
 DRIVER_DOWN = "DRIVER_DOWN"  # a local-queue job whose driver is not running (its entry still waits)
 NEVER_REASON = "DependencyNeverSatisfied"  # squeue: the job waits for a job that failed (its data prep)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zbpscale.errors import ConfigError
-from zbpscale.jobs.attempts import record
 from zbpscale.jobs.executors.base import DRIVER_DOWN, Executor, JobView, View
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import record
 
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import Run, Sweep

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zbpscale.errors import ZbpError
-from zbpscale.jobs.attempts import record
 from zbpscale.jobs.executors import slurm_commands as slurm
-from zbpscale.jobs.executors.base import GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.jobs.executors.base import ALIVE, GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
+from zbpscale.run.folder import RunFolder, job_log
+from zbpscale.run.history import record
 
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import Run, Sweep
@@ -65,7 +65,7 @@ class SlurmExecutor(Executor):
             view.notes.append("squeue not answering: runs with a job are left alone until it does")
         seen = {s["job_id"]: ours([queued[s["job_id"]]] if queued and s["job_id"] in queued else [], s)
                 for s in submitted}
-        unlisted = [s for s in submitted if not (seen[s["job_id"]] and seen[s["job_id"]]["state"] in slurm.ALIVE)
+        unlisted = [s for s in submitted if not (seen[s["job_id"]] and seen[s["job_id"]]["state"] in ALIVE)
                     and s.get("ended") not in ENDED]
         accounted = slurm.sacct_rows([s["job_id"] for s in unlisted], errors) if unlisted else {}
         if accounted is None:
@@ -73,12 +73,12 @@ class SlurmExecutor(Executor):
         view.failed = "; ".join(errors)
         for sub in submitted:
             job, row = sub["job_id"], seen[sub["job_id"]]
-            if row and row["state"] in slurm.ALIVE:
+            if row and row["state"] in ALIVE:
                 view.jobs[job] = JobView(row["state"], source="squeue", reason=row["reason"],
                                          log=sub.get("prep_log", "") if row["reason"] == NEVER_REASON else "")
                 continue
             acct = ours((accounted or {}).get(job, []), sub)
-            if acct and acct["state"] not in slurm.ALIVE:
+            if acct and acct["state"] not in ALIVE:
                 view.jobs[job] = JobView(acct["state"], how=acct["how"], words=REASONS.get(acct["state"], ""),
                                          source="sacct")
             elif row:
@@ -185,7 +185,7 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
     folder = (sweep.jobs_dir / "prep-data-logs").absolute()
     job = _executor(folder, params).submit(PrepJob(cfg))
     print(f"data not prepared at {cfg.out}: prep job {job.job_id} (logs in {folder})")
-    return str(job.job_id), str(folder / f"{job.job_id}_0_log.out")
+    return str(job.job_id), str(job_log(folder, job.job_id, submitit=True))
 
 
 def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log: str = "") -> str:

@@ -10,10 +10,6 @@ import signal
 import subprocess
 import time
 
-ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
-         "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
-"""Job states in which a job still holds or waits for resources (squeue/sacct spelling)."""
-
 
 def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess | None:
     if shutil.which(cmd[0]) is None:

@@ -30,10 +30,12 @@ from typing import NoReturn
 # unpickles them by that name. Their state is entry's (the same attributes).
 from zbpscale.entry import PrepJob, TrainJob  # noqa: F401
 from zbpscale.errors import ZbpError, report
-from zbpscale.jobs.attempts import EXIT_USAGE, last_end, read_attempts, record, retry_decision, unended_start
 from zbpscale.jobs.executors import slurm_commands as slurm
+from zbpscale.jobs.executors.base import ALIVE
 from zbpscale.jobs.executors.slurm_sentinel import start_sentinel
-from zbpscale.jobs.layout import RunFolder
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History, record
+from zbpscale.train.exits import EXIT_USAGE
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
@@ -64,7 +66,7 @@ def run_train_job(job: TrainJob) -> str:
     run_dir, main = Path(job.run_dir), env.global_rank == 0
     job_id, started = str(env.job_id), time.time()
     if main:
-        lost = unended_start(read_attempts(run_dir), job_id)
+        lost = History.read(run_dir).unended_start(job_id)
         if lost is not None:  # the job's last attempt died without a word and SLURM started the job again
             record(run_dir, "end", job_id=job_id, executor="slurm", why="crashed", source="restart",
                    reason="no end record: SLURM started the job again (a lost node, or the job requeued by the "
@@ -97,7 +99,7 @@ def run_train_job(job: TrainJob) -> str:
     # The trainer has put submitit's handlers back. A stop request from now on (a late time-limit warning, a
     # preemption while requeueing) has nothing left to stop, and submitit's handler would fail the job.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    if main and last_end(read_attempts(run_dir), job_id):  # decided already: the sentinel requeued it as hung
+    if main and History.read(run_dir).last_end(job_id):  # decided already: the sentinel requeued it as hung
         _wait_to_be_requeued(run_dir, job_id, since=started)
     if status == "completed":
         if main:
@@ -153,7 +155,7 @@ def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: i
 
 def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> bool:
     """The attempt's end (hung, or failed over max_crashes); whether it may be requeued."""
-    retry = retry_decision(read_attempts(run_dir), "hung", {"crashed": max_crashes}, reason)
+    retry = History.read(run_dir).retry("hung", {"crashed": max_crashes}, reason)
     record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
            reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
     return retry.ok
@@ -162,7 +164,7 @@ def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> b
 def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str) -> None:
     why = classify_interruption(slurm.seconds_left(job_id), job.signal_delay_s)
     bounds = {"timeout": job.max_timeouts, "preempted": job.max_preemptions}
-    retry = retry_decision(read_attempts(run_dir), why, bounds)
+    retry = History.read(run_dir).retry(why, bounds)
     if not retry.ok:
         record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
         raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
@@ -192,8 +194,8 @@ def holder_gone(holder) -> bool:
     state = slurm.controller_state(holder.job)
     if state is None:
         rows = (slurm.sacct_rows([holder.job]) or {}).get(holder.job, [])
-        return bool(rows) and all(row["state"] not in slurm.ALIVE for row in rows)
-    return state not in slurm.ALIVE
+        return bool(rows) and all(row["state"] not in ALIVE for row in rows)
+    return state not in ALIVE
 
 
 def lost_peer(err: BaseException) -> bool:
@@ -218,8 +220,7 @@ def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: f
     decided the run cannot go on (its `end` record says failed), leave at once instead."""
     deadline = time.time() + limit_s
     while time.time() < deadline:
-        ends = [a for a in read_attempts(run_dir) if a.get("event") == "end" and a.get("job_id") == job_id
-                and a.get("time", 0) >= since]
+        ends = History.read(run_dir).ends_since(job_id, since)
         if ends and ends[-1].get("why") == "failed":
             break
         time.sleep(1.0)

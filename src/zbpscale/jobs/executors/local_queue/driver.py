@@ -11,7 +11,7 @@ One driver per queue (its lock says which: queue.py). Every tick it renews its l
        a trainer frozen past step_timeout_s (jobs/sentinel.py; its watchdog cannot act) -> killed, hung, likewise
        anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
                                                           max_crashes, with the log's last line as the reason;
-       (the retry rule is zbpscale.jobs.attempts.retry_decision, shared with the SLURM job)
+       (the retry rule is zbpscale.run.history.History.retry, shared with the SLURM job)
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
   4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU;
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
@@ -30,12 +30,12 @@ from pathlib import Path
 
 from zbpscale import signals
 from zbpscale.jobs import sentinel
-from zbpscale.jobs.attempts import EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
-from zbpscale.jobs.layout import RunFolder
 from zbpscale.jobs.state import step_timeout
 from zbpscale.proc import pid_alive, process_start_time
+from zbpscale.run.folder import RunFolder, job_log
+from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.train.metrics import tail_records
 
 RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
@@ -121,7 +121,7 @@ class Driver:
             dep = by_id.get(e.after) if e.after else None
             if dep is not None and dep.state in ("failed", "cancelled"):
                 self.finish(e, "failed", f"dependency {dep.job_id} ({dep.name}) {dep.state}: {dep.reason}",
-                            log_file=Path(dep.log_dir) / f"{dep.job_id}_0.log")  # the log that says why
+                            log_file=job_log(Path(dep.log_dir), dep.job_id))  # the log that says why
             elif dep is None or dep.state == "completed":
                 ready.append(e)
         wants = [Want(key=e.job_id, gpus=e.gpus, time_s=e.time_s) for e in ready]
@@ -143,7 +143,7 @@ class Driver:
                               threads=e.threads)}
             rank_cmd = [*signals.BLOCKED_PYTHON, *RANK_COMMAND, e.run_dir]  # stop signals held back
             cmd = e.command if e.kind == "command" else rank_cmd
-            with open(log_dir / f"{e.job_id}_{rank}.log", "ab") as out:
+            with open(job_log(log_dir, e.job_id, rank), "ab") as out:
                 out.write(f"=== {e.job_id} attempt {e.attempts} rank {rank} started "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
                 out.flush()
@@ -153,7 +153,7 @@ class Driver:
         self.procs[e.job_id] = procs
         self.q.write(e)
         if e.kind == "train":
-            from zbpscale.jobs.attempts import record
+            from zbpscale.run.history import record
 
             record(Path(e.run_dir), "start", job_id=e.job_id, executor="local", host=socket.gethostname(),
                    ranks=e.ranks, pid=procs[0].pid, gpus=list(gpus), logs=str(log_dir))
@@ -196,7 +196,7 @@ class Driver:
         if hang is None:
             return
         log(f"{e.job_id} {e.name}: hung: {hang.reason}; killing its ranks")
-        with open(Path(e.log_dir) / f"{e.job_id}_0.log", "a") as out:
+        with open(job_log(Path(e.log_dir), e.job_id), "a") as out:
             out.write(f"driver: {hang.reason}\n" + (f"{hang.detail}\n" if hang.detail else ""))
         sentinel.record_hang(run_dir, hang)
         self.hangs[e.job_id] = hang.reason
@@ -219,7 +219,7 @@ class Driver:
 
     def settle(self, e: Entry, codes: list[int | None]) -> None:
         """An attempt ended: record why, then requeue or finish the entry."""
-        log_file = Path(e.log_dir) / f"{e.job_id}_0.log"
+        log_file = job_log(Path(e.log_dir), e.job_id)
         if e.kind == "command":
             ok = all(c == 0 for c in codes)
             self.finish(e, "completed" if ok else "failed", "exit status 0" if ok else _failure(codes, log_file))
@@ -242,11 +242,11 @@ class Driver:
             self.requeue(e, "crashed", codes, how=_failure(codes, log_file, run_dir))
 
     def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
-        from zbpscale.jobs.attempts import read_attempts, retry_decision
+        from zbpscale.run.history import History
 
         bounds = {"timeout": e.max_timeouts, "preempted": e.max_preemptions, "crashed": e.max_crashes}
         how = how or ("checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit")
-        retry = retry_decision(read_attempts(Path(e.run_dir)), why, bounds, how)
+        retry = History.read(Path(e.run_dir)).retry(why, bounds, how)
         if not retry.ok:
             self.finish(e, "failed", f"{retry.reason} (last: {how})" if why == "crashed" else retry.reason)
             return
@@ -263,10 +263,10 @@ class Driver:
         log(f"{e.job_id} {e.name}: {state} ({reason})")
 
     def _record_end(self, e: Entry, why: str, reason: str, log_file: Path | None = None) -> None:
-        from zbpscale.jobs.attempts import record
+        from zbpscale.run.history import record
 
         record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
-               log=str(log_file or Path(e.log_dir) / f"{e.job_id}_0.log"))
+               log=str(log_file or job_log(Path(e.log_dir), e.job_id)))
 
 
 def _failure(codes: list[int | None], log_file: Path, run_dir: Path | None = None) -> str:

@@ -33,8 +33,8 @@ from zbpscale.files import atomic_write
 from zbpscale.lease import kernel_held, lease_path, live_holder, read_holder, try_lock
 
 QUEUE_DIR = ".localq"
-LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (attempts.py's words)
-SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see slurm.ALIVE)
+LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (run/history.py's words)
+SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see base.ALIVE)
 STALE_S = 300.0
 """A queue lease not renewed for this long is its holder gone (seen from another node: on this one, its pid says).
 The driver renews every tick, and is slowest before its first (the GPU inventory may import torch); a submit

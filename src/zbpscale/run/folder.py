@@ -7,9 +7,9 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
               plan.json        parameters, GPUs and planned GPU-hours (submit; read by status)
               metrics.jsonl    the trainer's records (train/metrics.py: one record type per kind)
               heartbeat.json   step, tokens, time, host, pid, pid_start, rewritten every few seconds
-              attempts.jsonl   one event per line: submitted | start | end (jobs/attempts.py)
+              attempts.jsonl   one event per line: submitted | start | end (run/history.py)
               checkpoints/     ckpt_<8-digit step>.pt, written atomically, the newest K kept
-              logs/            the executor's own stdout/stderr files
+              logs/            the executor's own stdout/stderr files (`job_log`: <job>_<rank>.log, <job>_0_log.out)
               .trainer.lock    flock held by the live trainer (rank 0) for its whole life: one writer per folder,
               .trainer.lease   with the lease that holds across nodes (lease.py: who holds it, renewed as it steps)
               .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, train/watchdog.py)
@@ -32,6 +32,12 @@ from zbpscale.lease import Rule, lease_path, try_lock
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
+
+
+def job_log(logs: Path, job: str, rank: int = 0, *, submitit: bool = False) -> Path:
+    """A job's log in an executor's log folder: the local queue's `<job>_<rank>.log`, submitit's
+    `<job>_<rank>_log.out` (its stderr beside it, `_log.err`)."""
+    return Path(logs) / (f"{job}_{rank}_log.out" if submitit else f"{job}_{rank}.log")
 
 
 def run_name(size: str, arm: str, seed: int = 0) -> str:
@@ -91,13 +97,19 @@ class RunFolder:
         """Rank `rank`'s liveness stamp (the hang watchdog)."""
         return self.ranks / f"{rank}.json"
 
+    def rank_files(self) -> list[Path]:
+        """Every rank's liveness stamp, by rank."""
+        found = self.ranks.glob("*.json") if self.ranks.is_dir() else []
+        return sorted((p for p in found if p.stem.isdigit()), key=lambda p: int(p.stem))
+
     def log_path(self, submitted: dict, job: str) -> Path:
         """The job's log file (the local queue's `<job>_0.log`, submitit's `<job>_0_log.out`), else its folder;
         `submitted`: the run's latest submitted event, which names the executor's log folder."""
         logs = Path(submitted.get("logs") or self.logs)
-        for name in (f"{job}_0.log", f"{job}_0_log.out", f"{job}_0_log.err"):
-            if (logs / name).exists():
-                return logs / name
+        out = job_log(logs, job, submitit=True)
+        for path in (job_log(logs, job), out, out.with_name(out.name[:-4] + ".err")):
+            if path.exists():
+                return path
         found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
         return found[-1] if found else logs
 

@@ -1,0 +1,110 @@
+"""The runs a command works on: one `Run` that status, submit, cancel and collect pass around, found one way.
+
+A `Run` is a run's name (with its size, arm and seed), its folder, what its sweep file plans for it (`planned`, a
+sweep.Run; None for a run found only on disk), and, once decided (`decide`), its history (its attempts, read once),
+the scheduler's view of its latest job and its state. `find_runs` finds them for every command: from a sweep file,
+every run it plans (folder or not); from a sweep folder, the run folders in it; from a jobs root (or nothing:
+./jobs), every sweep's. Deciding writes nothing (jobs/state.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from zbpscale.errors import ConfigError
+from zbpscale.jobs.executors.base import JobView, View
+from zbpscale.jobs.state import RunState, heard, refined, run_state
+from zbpscale.jobs.sweep import Run as PlannedRun
+from zbpscale.jobs.sweep import find_sweeps, load_sweep, not_found
+from zbpscale.run.folder import RunFolder, parse_run_name
+from zbpscale.run.history import History
+from zbpscale.text import matches, patterns
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as the commands see it (see the module docstring)."""
+
+    name: str
+    run_dir: Path
+    size: str
+    arm: str
+    seed: int = 0
+    planned: PlannedRun | None = None
+    """What the sweep file plans (its Size, Arm and config), when the run was found through it."""
+    history: History = History()
+    job: JobView = JobView()
+    state: RunState = RunState("new")
+
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.run_dir)
+
+    @classmethod
+    def of(cls, planned: PlannedRun) -> Run:
+        """A run a sweep file plans."""
+        return cls(planned.name, Path(planned.run_dir), planned.size.name, planned.arm.name, planned.seed, planned)
+
+    @classmethod
+    def found(cls, run_dir: Path) -> Run:
+        """A run folder found on disk (a name that is no `{size}-{arm}` is its own size)."""
+        size, arm, seed = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
+        return cls(run_dir.name, Path(run_dir), size, arm, seed)
+
+
+def is_run_folder(path: Path) -> bool:
+    """A folder holding a run's records: its config, metrics or attempts."""
+    folder = RunFolder(path)
+    return path.is_dir() and any(f.exists() for f in (folder.config, folder.metrics, folder.attempts))
+
+
+def find_runs(target: str | None, only: str | None = None, *, planned_only: bool = False
+              ) -> list[tuple[str, list[Run]]]:
+    """[(sweep name, its runs)] of a sweep file (every planned run, folder or not, and, unless `planned_only`, any
+    other run folder in its sweep folder), a sweep folder, a jobs root or nothing (./jobs); `only`: comma-separated
+    name patterns (a ConfigError naming the runs when they match none)."""
+    path = Path(target or "jobs")
+    if path.is_file() and path.suffix == ".py":
+        from zbpscale.jobs.sweep import expand
+
+        sweep = load_sweep(path)
+        runs = {r.name: Run.of(r) for r in expand(sweep)}
+        folders = sorted(p for p in sweep.jobs_dir.iterdir() if is_run_folder(p)) if sweep.jobs_dir.is_dir() else []
+        runs.update({p.name: Run.found(p) for p in folders if p.name not in runs and not planned_only})
+        found = [(sweep.name, list(runs.values()))]
+    elif target is not None and not path.exists():
+        raise not_found(path)
+    else:
+        found = [(name, [Run.found(p) for p in sorted(folder.iterdir()) if is_run_folder(p)])
+                 for name, folder in find_sweeps(target)]
+    if not patterns(only):
+        return found
+    chosen = [(name, [r for r in runs if matches(r.name, patterns(only))]) for name, runs in found]
+    if not any(runs for _, runs in chosen):
+        names = sorted(r.name for _, runs in found for r in runs)
+        raise ConfigError(f"no run matches --only {only!r}", hint="runs: " + ", ".join(names))
+    return chosen
+
+
+def decide(runs: list[Run], root: Path, *, look=None, now: float | None = None,
+           stall_after_s: float | None = None) -> tuple[list[Run], View]:
+    """The runs decided: each one's history read once, one view of their latest jobs (each back end asked once,
+    whatever the number of runs; `look`: a Poller's, else asked now), an attempt that died without a word given
+    the end the scheduler's account gives it (in memory: state.heard), and the state (a failed run's reason
+    sharpened from its log); and the view. What status's rows, collect's states and submit's plan are made of.
+    Writes nothing."""
+    from zbpscale.jobs import executors
+
+    now = time.time() if now is None else now
+    histories = {r.run_dir: History.read(r.run_dir) for r in runs}
+    view = look(histories) if look else executors.view_all(root, histories, now=now)
+    decided = []
+    for r in runs:
+        job = view.of(histories[r.run_dir].job_id)
+        history = heard(r.run_dir, histories[r.run_dir], job, now)
+        state = refined(run_state(r.run_dir, history, job, now=now, stall_after_s=stall_after_s))
+        decided.append(dataclasses.replace(r, history=history, job=job, state=state))
+    return decided, view

@@ -1,0 +1,20 @@
+"""The run below everything: one run's folder and its history. Torch-free.
+
+    folder.py   RunFolder: where every file of a run lives (logs, rank stamps and checkpoint names too), run names;
+                the only module that spells a run's file (tests/test_layout.py checks, f-strings included)
+    history.py  the typed events of attempts.jsonl and `History`, a run's attempts read once as a value (its latest
+                job, that job's last start and end, requeue counts, the retry rule), and the one vocabulary of
+                how an attempt ended (`why`)
+
+How an attempt ended (`why`: completed, checkpointed, timeout, preempted, cancelled, crashed, hung, diverged,
+failed, interrupted) is the word of both the trainer's end record and the attempts' end events, and what
+`train()` returns. A run's *state* (jobs/state.py: complete, running, stopped, failed, ...) is another thing:
+what the run is in now, decided from its folder, its history and the scheduler's view of its job.
+
+Below train, jobs and results, each of which imports it; it imports only the shared modules.
+"""
+
+from zbpscale.run.folder import RunFolder, parse_run_name, run_name
+from zbpscale.run.history import History
+
+__all__ = ["History", "RunFolder", "parse_run_name", "run_name"]

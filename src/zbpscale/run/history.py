@@ -1,0 +1,209 @@
+"""A run's history: its attempts, one event per line of `<run>/attempts.jsonl`, read once into a `History`. Torch-free.
+
+Each event is a typed record below (`record` refuses a field its type does not have): `submitted` by submit (an
+executor), `start` by the job when an attempt begins, `end` when it ends. A `History` answers every question asked
+of those events (the latest submission and its job, that job's last start and its end, the requeue counts, the
+retry rule) so that no other module filters the events by hand; both executors decide a retry with it.
+
+How an attempt ended and what state a run is in are two vocabularies:
+  `why` (WHYS)    how one attempt ended: the word of an attempt's `end` event and of the trainer's `end` record
+                  (train/metrics.py), and `train()`'s return value. The trainer knows TRAINER_ENDS (completed,
+                  checkpointed, diverged, hung, failed, interrupted); the job layer, which also knows why a
+                  checkpointed attempt stopped, records ENDS (completed, timeout, preempted, cancelled, crashed,
+                  hung, failed).
+  state           what a run is in now (jobs/state.py: complete, running, failed, ...), decided from its folder,
+                  this history and the scheduler's view of its job: a run is `complete` once, an attempt
+                  `completed` its steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypedDict, Union
+
+from zbpscale.files import append_jsonl, check_fields, read_jsonl
+from zbpscale.run.folder import RunFolder
+
+Why = Literal["completed", "checkpointed", "timeout", "preempted", "cancelled", "crashed", "hung", "diverged",
+              "failed", "interrupted"]
+WHYS: tuple[Why, ...] = Why.__args__
+"""How an attempt ended, in the one vocabulary of the trainer's end record and the attempts' end events."""
+TRAINER_ENDS: tuple[Why, ...] = ("completed", "checkpointed", "diverged", "hung", "failed", "interrupted")
+"""What the trainer knows of its own end (`why` of its end record; interrupted: a second Ctrl-C, no checkpoint)."""
+ENDS: tuple[Why, ...] = ("completed", "timeout", "preempted", "cancelled", "crashed", "hung", "failed")
+"""What the job layer records (`why` of an `end` event): a checkpointed attempt as timeout, preempted or cancelled."""
+
+
+class Submitted(TypedDict, total=False):
+    """submit queued a job for the run."""
+
+    event: Literal["submitted"]
+    time: float
+    job_id: str
+    executor: str  # slurm | local
+    logs: str  # the executor's log folder
+    retry: bool  # submitted with --retry: the requeue counts start again
+    name: str  # the job's name
+    grace_s: float  # how long the scheduler may take to show a new job (SLURM)
+    prep_job: str  # the data-prep job it waits for (afterok), if any
+    prep_log: str
+
+
+class Start(TypedDict, total=False):
+    """An attempt began: the job's rank 0 (SLURM) or the local queue's driver."""
+
+    event: Literal["start"]
+    time: float
+    job_id: str
+    executor: str
+    host: str
+    ranks: int
+    pid: int
+    nodes: str  # SLURM's node list
+    gpus: list[int]  # the local queue's GPUs
+    logs: str
+
+
+class End(TypedDict, total=False):
+    """An attempt ended: by the job itself, its executor, or submit for one that died without a word (the end the
+    scheduler's account gives it: jobs/state.py's unheard_end)."""
+
+    event: Literal["end"]
+    time: float
+    job_id: str
+    executor: str
+    why: Why
+    reason: str
+    log: str  # the log to read
+    source: str  # squeue | sacct: recorded by submit from the scheduler's account; restart: by the job's next start
+
+
+Event = Union[Submitted, Start, End]
+EVENTS: dict[str, type] = {"submitted": Submitted, "start": Start, "end": End}
+
+
+def record(run_dir: Path, event: str, **fields) -> None:
+    """Append one event (submitted | start | end) to the run's attempts record, fsynced. A field the event's
+    record type does not have is a bug (TypeError): every reader knows the fields from the type."""
+    check_fields(EVENTS[event], fields)
+    if fields.get("why", "completed") not in ENDS:
+        raise TypeError(f"End.why must be one of {', '.join(ENDS)}, got {fields['why']!r}")
+    append_jsonl(RunFolder(run_dir).attempts, {"event": event, "time": time.time(), **fields})
+
+
+def read_attempts(run_dir: Path) -> list[Event]:
+    """Every event of the run's attempts record, in order (a torn last line is skipped)."""
+    return read_jsonl(RunFolder(run_dir).attempts)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The retry decision for an interrupted attempt: `ok` to requeue; `reason` for the attempts record."""
+
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class History:
+    """A run's attempts as one value: the events, read once (`History.read`), and what they say. "The job" is
+    the run's latest submitted job; a requeued SLURM job keeps its id, so an end before the job's latest start
+    belongs to an earlier attempt."""
+
+    events: tuple[Event, ...] = ()
+
+    @classmethod
+    def read(cls, run_dir: Path) -> History:
+        return cls(tuple(read_attempts(run_dir)))
+
+    def _of(self, event: str, job: str | None = None) -> list[dict]:
+        return [a for a in self.events if a.get("event") == event and (job is None or a.get("job_id") == job)]
+
+    @property
+    def submitted(self) -> Submitted:
+        """The latest `submitted` event (job id, executor, logs), {} if the run was never submitted."""
+        subs = self._of("submitted")
+        return subs[-1] if subs else {}
+
+    @property
+    def job_id(self) -> str:
+        """The latest submitted job's id, "" if none."""
+        return self.submitted.get("job_id", "")
+
+    @property
+    def executor(self) -> str:
+        """The executor that holds the latest job ("" for records older than the local queue: SLURM)."""
+        return self.submitted.get("executor", "")
+
+    def starts(self, job: str | None = None) -> list[Start]:
+        """Every attempt's start, or only `job`'s."""
+        return self._of("start", job)
+
+    def last_start(self, job: str | None = None) -> Start:
+        """The latest attempt's start of `job` (default: the latest job), {} if it never started."""
+        starts = self.starts(self.job_id if job is None else job)
+        return starts[-1] if starts else {}
+
+    def last_end(self, job: str | None = None) -> End:
+        """The `end` of `job`'s latest attempt (default: the latest job), {} if that attempt has none."""
+        job = self.job_id if job is None else job
+        since = self.last_start(job).get("time", 0)
+        return next((a for a in reversed(self._of("end", job)) if a.get("time", 0) >= since), {})
+
+    def ends_since(self, job: str, since: float) -> list[End]:
+        """`job`'s end events recorded at `since` or later."""
+        return [a for a in self._of("end", job) if a.get("time", 0) >= since]
+
+    def unended_start(self, job: str) -> Start | None:
+        """The job's latest attempt when it has no end record (it died without a word: a lost node, a kill), else
+        None. Asked by the job's next start: SLURM starts a job again under the same id (NODE_FAIL is requeued by
+        the scheduler itself), and that attempt gets its end record then, so that it is counted."""
+        start = self.last_start(job)
+        return start if start and not self.last_end(job) else None
+
+    @property
+    def nodes(self) -> str:
+        """Where the latest attempt ran (SLURM's node list), "" if unknown."""
+        starts = self.starts()
+        return starts[-1].get("nodes", "") if starts else ""
+
+    def count_ends(self, why: str) -> int:
+        """Attempts that ended for `why`, since the run was last submitted with --retry (which resets the count)."""
+        since = max((a.get("time", 0) for a in self._of("submitted") if a.get("retry")), default=0)
+        return sum(1 for a in self._of("end") if a.get("why") == why and a.get("time", 0) >= since)
+
+    def requeue_counts(self) -> tuple[int, int, int]:
+        """(timeouts, preemptions, failures) since the last --retry, as status's T/P/F column shows them: failures
+        are the attempts that crashed, hung or failed."""
+        return (self.count_ends("timeout"), self.count_ends("preempted"),
+                sum(self.count_ends(why) for why in ("crashed", "hung", "failed")))
+
+    def hours(self, now: float) -> float:
+        """Wall hours of every attempt (one still running counts until `now`)."""
+        total = 0.0
+        for start in self.starts():
+            later = self.ends_since(start.get("job_id", ""), start["time"])
+            total += ((later[0]["time"] if later else now) - start["time"]) / 3600
+        return total
+
+    def retry(self, why: str, bounds: dict[str, int], how: str = "checkpointed") -> Retry:
+        """May an attempt that ended for `why` (timeout | preempted | crashed | hung) be requeued? Each kind is
+        counted against its own bound, bounds = {"timeout": max_timeouts, "preempted": max_preemptions, "crashed":
+        max_crashes}; a hang counts as a crash. The attempt being decided is not in the history yet. Both
+        executors decide with this."""
+        kinds = ("crashed", "hung") if why in ("crashed", "hung") else (why,)
+        why = "crashed" if why == "hung" else why
+        used, bound = sum(self.count_ends(k) for k in kinds) + 1, bounds[why]
+        if used > bound:
+            return Retry(False, f"{why} {used} times, over max_{_plural(why)}={bound}")
+        return Retry(True, f"{how}; requeue {used}/{bound}")
+
+    def with_event(self, event: dict) -> History:
+        """This history with one more event (a decision shown before, or without, recording it)."""
+        return History((*self.events, event))
+
+
+def _plural(why: str) -> str:
+    return {"timeout": "timeouts", "preempted": "preemptions", "crashed": "crashes"}[why]
