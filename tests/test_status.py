@@ -252,11 +252,14 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "ckpt_00000009.pt").write_bytes(b"x")
     fake_sacct({"40": "FAILED|9:0|0:9"})
-    before = (run / "attempts.jsonl").read_bytes()
+    before, hours = (run / "attempts.jsonl").read_bytes(), []
     for _ in range(2):
         row = by_run(collect_rows(sweep))["s60-bp"]
         assert (run / "attempts.jsonl").read_bytes() == before  # status only reads
         assert row["state"] == "failed" and "signal 9 (SIGKILL)" in row["reason"] and row["failures"] == 1
+        hours.append(row["gpu_hours"])
+        time.sleep(0.05)
+    assert hours[0] == hours[1]  # the dead attempt's hours stop at its last heartbeat, not at each look
     seen = JobView("FAILED", how="a task was killed by signal 9 (SIGKILL)", source="sacct")
     for _ in range(2):
         record_unheard(run, seen)

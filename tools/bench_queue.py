@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from zbpscale.jobs.attempts import read_attempts
+from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
 

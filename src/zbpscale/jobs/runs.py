@@ -104,7 +104,7 @@ def decide(runs: list[Run], root: Path, *, look=None, now: float | None = None,
     decided = []
     for r in runs:
         job = view.of(histories[r.run_dir].job_id)
-        history = heard(r.run_dir, histories[r.run_dir], job, now)
+        history = heard(r.run_dir, histories[r.run_dir], job)
         state = refined(run_state(r.run_dir, history, job, now=now, stall_after_s=stall_after_s))
         decided.append(dataclasses.replace(r, history=history, job=job, state=state))
     return decided, view

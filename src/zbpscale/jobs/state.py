@@ -191,13 +191,15 @@ def unheard_end(run_dir: Path, history: History, job: JobView) -> End | None:
     """The `end` event an attempt that died without a word (kill -9, the OOM killer, a lost node) could not
     write, from the scheduler's account of its job (marked with that account's `source`); None when there is none
     to add: only when the scheduler's own account (squeue or sacct) says the job ended, and its latest attempt has
-    no end. A crash counts against no bound here: a plain submit resumes the run. Writes nothing."""
+    no end. Its time is the attempt's last sign of life (its heartbeat, else its start), so that the attempt's
+    hours stop there. A crash counts against no bound here: a plain submit resumes the run. Writes nothing."""
     if job.source not in ("squeue", "sacct") or job.live or job.state in ("", "COMPLETED"):
         return None
     if not history.last_start() or history.last_end() or RunFolder(run_dir).complete.exists():
         return None
     reason = (job.words or f"job ended {job.state}") + (f", {job.how}" if job.how else "")
-    return {"job_id": history.job_id, "executor": history.executor,
+    last_sign = max(history.last_start().get("time", 0), read_json(RunFolder(run_dir).heartbeat).get("time", 0))
+    return {"time": last_sign, "job_id": history.job_id, "executor": history.executor,
             "why": "cancelled" if job.state == "CANCELLED" else "crashed", "reason": reason,
             "log": str(RunFolder(run_dir).log_path(history.submitted, history.job_id)), "source": job.source}
 
@@ -213,10 +215,10 @@ def record_unheard(run_dir: Path, job: JobView) -> History:
     return History.read(run_dir)
 
 
-def heard(run_dir: Path, history: History, job: JobView, now: float | None = None) -> History:
+def heard(run_dir: Path, history: History, job: JobView) -> History:
     """The history with the unheard end, if any, in memory: what the decision and status's counts read."""
     end = unheard_end(run_dir, history, job)
-    return history if end is None else history.with_event({"event": "end", "time": now or time.time(), **end})
+    return history if end is None else history.with_event({"event": "end", **end})
 
 
 def log_tail(path: Path, lines: int = 40) -> list[str]:
@@ -269,6 +271,6 @@ def refined(decided: RunState) -> RunState:
 def decide(run_dir: Path, history: History, job: JobView, **kwargs) -> RunState:
     """The run's state, an unheard end counted in (not recorded): what status and collect show and submit acts
     on. Reads the folder, writes nothing."""
-    return run_state(run_dir, heard(run_dir, history, job, kwargs.get("now")), job, **kwargs)
+    return run_state(run_dir, heard(run_dir, history, job), job, **kwargs)
 
 

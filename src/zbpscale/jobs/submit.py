@@ -259,8 +259,10 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     left = [r for r in runs if actions[r.name] == "leave"]
     if left:
         settled = ("complete", "failed", "broken")  # their words cannot have changed since the plan
-        view = look(sweep, runs)[1] if any(states[r.name].state not in settled for r in left) else view
-        words = {r.name: states[r.name].state if states[r.name].state in settled else progress(r, view) for r in left}
+        if any(states[r.name].state not in settled for r in left):
+            decided, view = look(sweep, runs)
+        words = {r.name: states[r.name].state if states[r.name].state in settled
+                 else progress(r, view, decided[r.name].state) for r in left}
         print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
     if any(states[r.name].state == "failed" for r in left):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")

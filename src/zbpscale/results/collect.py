@@ -88,7 +88,10 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
 
         raise not_found(path)
     found = find_runs(str(path), planned_only=True)
-    if len(found) != 1 or not found[0][1]:
+    if len(found) > 1:
+        raise ConfigError(f"{path} holds {len(found)} sweeps ({', '.join(n for n, _ in found)})",
+                          hint="name one: zbpscale collect jobs/<sweep> (or its sweep file)")
+    if not found[0][1]:
         raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
     ((name, sources),) = found

@@ -90,7 +90,7 @@ def record(run_dir: Path, event: str, **fields) -> None:
     check_fields(EVENTS[event], fields)
     if fields.get("why", "completed") not in ENDS:
         raise TypeError(f"End.why must be one of {', '.join(ENDS)}, got {fields['why']!r}")
-    append_jsonl(RunFolder(run_dir).attempts, {"event": event, "time": time.time(), **fields})
+    append_jsonl(RunFolder(run_dir).attempts, {"event": event, "time": time.time(), **fields})  # time: now unless given
 
 
 def read_attempts(run_dir: Path) -> list[Event]:
