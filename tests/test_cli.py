@@ -61,6 +61,8 @@ import signal  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import pytest  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -112,6 +114,43 @@ def test_a_sweep_that_is_not_there_is_one_line_worded_the_same_by_every_command(
             lines.add(out.stderr)
         assert len(lines) == 1, lines
     one_line_error(zbpscale("status", cwd=tmp_path), f"no jobs/ folder in {tmp_path}", "zbpscale status sweeps/")
+
+
+def immutable(folder: Path):
+    """`folder` made immutable (chattr +i: even root cannot create in it) until the test ends; skips without it."""
+    folder.mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (not root, or not ext4/xfs)")
+    return folder
+
+
+@pytest.mark.parametrize("where", ["under a file", "immutable", "in /proc"])
+def test_a_jobs_root_that_cannot_be_written_is_one_line_for_submit_and_its_dry_run(tmp_path, where):
+    """Sweep.root under a regular file, in an immutable folder, or in /proc: submit and its dry run both refuse
+    in the same line (the folder and the errno's words), exit 2, plan nothing and leave nothing behind."""
+    if where == "under a file":
+        (tmp_path / "file").write_text("x")
+        root, cause = tmp_path / "file" / "jobs", f"{tmp_path / 'file'} is not a folder"
+    elif where == "immutable":
+        root, cause = immutable(tmp_path / "frozen") / "jobs", f"{tmp_path / 'frozen'}: Operation not permitted (EPERM)"
+    else:
+        root, cause = Path("/proc/zbpscale-test/jobs"), "/proc is on proc"
+    home = project(tmp_path, "smoke.py")
+    sweep = home / "sweeps" / "smoke.py"
+    sweep.write_text(sweep.read_text().replace("SWEEP = Sweep(", f"SWEEP = Sweep(root={str(root)!r}, ", 1))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    try:
+        lines = set()
+        for args in ((sweep, "--dry-run"), (sweep,)):
+            out = zbpscale("submit", *args, cwd=home)
+            one_line_error(out, f"cannot make the sweep's folder of runs {root / 'smoke'}: {cause}")
+            assert out.stdout == "", out.stdout  # no plan
+            lines.add(out.stderr)
+        assert len(lines) == 1
+    finally:
+        if where == "immutable":
+            subprocess.run(["chattr", "-i", str(tmp_path / "frozen")], check=True)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
 def test_runs_go_to_the_sweeps_project_folder_from_any_directory(tmp_path):

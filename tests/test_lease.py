@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import signal
 import socket
@@ -161,6 +162,43 @@ def test_a_lease_of_this_host_before_a_reboot_is_taken_over_at_once(tmp_path):
     lock.release()
 
 
+def test_a_lease_renewed_in_this_hosts_future_names_the_skew_and_waits_no_more_than_the_bound(tmp_path,
+                                                                                               monkeypatch):
+    """node-b's clock runs 300 s ahead: its lease says it was renewed in our future. A contender names the skew
+    (not "renewed 0s ago"); a waiter takes over a lease that stays unchanged for the bound by its own clock (1 s
+    here, not 301 s), and never one that its holder keeps renewing, however its clock runs."""
+    import threading
+
+    monkeypatch.setattr(fcntl, "flock", missing_flock)
+    path = tmp_path / ".submit.lock"
+    stale_lease(path, age_s=-300.0)
+    lock, holder = lease.try_lock(path, stale_after_s=1.0)
+    here = socket.gethostname()
+    assert lock is None and f"lease renewed 5m in this host's future: the clocks of node-b and {here} disagree by " \
+        "at least 5m (check NTP)" in holder, holder
+    t0 = time.monotonic()
+    lock, holder = lease.wait_lock(path, stale_after_s=1.0, wait_s=30.0, poll_s=0.05)
+    assert lock is not None and holder == "" and 1.0 < time.monotonic() - t0 < 10.0
+    lock.release()
+
+    stale_lease(path, age_s=-300.0)
+    stop = threading.Event()
+
+    def renew() -> None:  # the holder lives and renews, by its clock 300 s ahead
+        while not stop.wait(0.1):
+            then = time.time() + 300.0
+            os.utime(lease.lease_path(path), (then, then))
+
+    renewer = threading.Thread(target=renew)
+    renewer.start()
+    try:
+        lock, holder = lease.wait_lock(path, stale_after_s=1.0, wait_s=3.0, poll_s=0.05)
+    finally:
+        stop.set()
+        renewer.join()
+    assert lock is None and "pid 4242 on node-b" in holder
+
+
 def test_the_schedulers_word_frees_a_lease_before_the_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(fcntl, "flock", missing_flock)
     path = tmp_path / ".trainer.lock"
@@ -286,7 +324,8 @@ def test_a_holder_of_an_older_release_is_named_from_the_lock_file(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ two trainers
 NODE = textwrap.dedent("""\
-    # Pretend to be the node named in ZBPSCALE_TEST_NODE, on a filesystem whose flock is node-local.
+    # Pretend to be the node named in ZBPSCALE_TEST_NODE, on a filesystem whose flock is node-local; with
+    # ZBPSCALE_TEST_SLACK_S, a trainer's lease bound is its step_timeout_s plus that (no set-up allowance).
     import fcntl, os, socket
     node = os.environ.get("ZBPSCALE_TEST_NODE")
     if node:
@@ -296,11 +335,14 @@ NODE = textwrap.dedent("""\
         fcntl.flock = lambda *args: None
         import zbpscale.lease
         zbpscale.lease.MACHINE = "machine-of-" + node
+    if os.environ.get("ZBPSCALE_TEST_SLACK_S"):
+        import zbpscale.train.loop as loop
+        loop.SETUP_S, loop.LEASE_SLACK_S = 0.0, float(os.environ["ZBPSCALE_TEST_SLACK_S"])
     """)
 
 
-def trainer(run: Path, node: str, site: Path, *args: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ZBPSCALE_TEST_NODE": node,
+def trainer(run: Path, node: str, site: Path, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "ZBPSCALE_TEST_NODE": node,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run), *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
@@ -371,3 +413,72 @@ def test_a_trainer_whose_lease_is_taken_over_writes_no_more(tmp_path, data_dir, 
     assert not [r for r in read_records(run.path) if r["kind"] == "end"]
     assert not run.list_checkpoints() and not run.complete.exists()
     assert lease.read_holder(run.trainer_lease).pid == 4242
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every entry under `folder`: a file's size and sha256, a link's target, a folder as such."""
+    found = {}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        if p.is_symlink():
+            found[key] = "-> " + os.readlink(p)
+        elif p.is_dir():
+            found[key] = "dir"
+        else:
+            found[key] = f"{p.stat().st_size} {hashlib.sha256(p.read_bytes()).hexdigest()}"
+    return found
+
+
+def wait_until(predicate, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"{what}: the trainer exited: {proc.communicate()}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
+    """node-a trains (hang watchdog at 4 s, lease bound 5 s, TensorBoard and W&B offline) and is SIGSTOPped past
+    its bound; node-b takes the run over, resumes from node-a's checkpoint and finishes it; then node-a gets
+    SIGCONT. Its watchdog and its training thread both wake past every bound; neither may write: every byte under
+    the run folder (records, stamps, checkpoints, heartbeat, lease, trackers' files) is as node-b left it, and
+    node-a exits 5 with one line naming the takeover. The run reads as node-b made it: every step once, in
+    metrics.jsonl and in both trackers, one end record per attempt and no hang."""
+    from conftest import FAKE_WANDB_KEY, check_trackers
+    from zbpscale.train.metrics import read_records
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NODE)
+    run = tmp_path / "jobs" / "direct" / "nano-bp"
+    env = {"ZBPSCALE_TEST_SLACK_S": "1", "WANDB_MODE": "offline", "WANDB_API_KEY": FAKE_WANDB_KEY,
+           "WANDB_SILENT": "true"}
+    records = lambda kind: [r for r in read_records(run) if r["kind"] == kind]  # noqa: E731
+    first = trainer(run, "node-a", site, "--size", "nano", "--data", str(data_dir), "--steps", "60", "--set",
+                    "global_batch=8", "--set", "eval_every=0", "--set", "ckpt_every=10", "--set", "step_timeout_s=4",
+                    "--set", "trackers=tensorboard,wandb", env=env)
+    second = None
+    try:
+        wait_until(lambda: len(records("train")) >= 25, first, "node-a's 25 steps")
+        first.send_signal(signal.SIGSTOP)
+        time.sleep(6.0)  # past node-a's lease bound (4 s + 1 s) and its watchdog's 4 s
+        second = trainer(run, "node-b", site, env=env)
+        out, err = second.communicate(timeout=300)
+        assert second.returncode == 0, out + err
+        before = snapshot(run)
+        first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+        after = snapshot(run)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                kill(proc)
+    assert first.returncode == 5, err
+    (line,) = err.strip().splitlines()
+    assert f"{run} was taken over by another trainer" in line and "stopping without writing more" in line, line
+    assert {k: v for k, v in after.items() if before.get(k) != v} == {} and set(after) == set(before)
+    assert [r["step"] for r in records("train")] == list(range(60))
+    assert [(r["why"], r["step"]) for r in records("end")] == [("completed", 59)]
+    assert len(records("start")) == 2 and not (run / ".trainer.lease").exists()
+    check_trackers(run, tmp_path / "jobs")

@@ -4,7 +4,8 @@ Compared: the GPU slots a scheduler hands out with the inventory (never twice, e
 within one time limit of heading the queue, where a greedy scheduler starves it); the CUDA_VISIBLE_DEVICES each
 rank of the real driver sees with the GPU it was given; run folders with what the sweep asked for; the losses of
 runs interrupted by a time limit, a killed driver or a cancel with those of an uninterrupted in-process run
-(bitwise); the queue entries of a second submit with those of the first.
+(bitwise); the queue entries of a second submit with those of the first; the steps a fault's record names (a hang's,
+a rank killed with its driver) with those metrics.jsonl and the checkpoints on disk hold.
 """
 
 import json
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAKE_WANDB_KEY, check_trackers, straight_losses, wheel_env, write_sweep
+from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, rank_env, schedule
@@ -413,6 +415,70 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     assert hung["reason"].count("no step for") == 1 and hung["reason"].endswith("; requeue 1/3")
     (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["why"] == "hung"]
     assert "seen from outside the trainer" in end["reason"]
+    assert losses(run) == reference_losses(run, tmp_path)
+    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+
+
+def heartbeat_step(run_dir: Path) -> int:
+    return read_json(RunFolder(run_dir).heartbeat).get("step", -1)
+
+
+@pytest.mark.slow
+def test_a_hang_names_the_last_step_of_the_records_not_the_lagging_heartbeats(tmp_path, data_dir):
+    """The hang's step: the trainer is stopped (SIGSTOP) three steps or more past its last heartbeat (rewritten at most
+    every 5 s). The hang the driver records names the steps done as metrics.jsonl holds them (its last train record,
+    0-based, + 1), in the attempt's end and in the trainer's end record, not the heartbeat's older count."""
+    sweep = write_sweep(tmp_path, "lagging", data_dir, steps=100, step_timeout_s=5)
+    run = tmp_path / "jobs" / "lagging" / "nano-bp"
+    submit(sweep)
+    wait_until(lambda: heartbeat_step(run) >= 1 and last_step(run) + 1 >= heartbeat_step(run) + 3, 120,
+               "three steps past a heartbeat")
+    pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    done, beat = last_step(run) + 1, heartbeat_step(run)  # the records and the heartbeat of the stopped trainer
+    assert beat < done, f"a heartbeat was written just before the stop ({beat} of {done} steps): stop again"
+    wait_until(lambda: ends(run), 5 + 15 + 60, "the hang to be caught")
+    hung = next(a for a in read_attempts(run) if a["event"] == "end")
+    assert hung["why"] == "hung" and f"after step {done}, seen from outside the trainer" in hung["reason"], (hung, beat)
+    (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["why"] == "hung"]
+    assert end["step"] == done - 1  # the last step taken, 0-based as every step record
+    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
+    assert [s for s, _ in losses(run)] == list(range(100))
+
+
+@pytest.mark.slow
+def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tmp_path, data_dir):
+    """The driver and its rank killed together (kill -9 of the driver's process group) a few steps past
+    a checkpoint: nothing was checkpointed on the way out. The next driver records the attempt as crashed (counted
+    against max_crashes), naming the steps dropped (from the last step in metrics.jsonl to the newest checkpoint on
+    disk), and the run finishes from that checkpoint with every step once, bitwise equal to a run never killed."""
+    sweep = write_sweep(tmp_path, "together", data_dir, steps=80, ckpt_every=10)
+    run = tmp_path / "jobs" / "together" / "nano-bp"
+    queue = LocalQueue(tmp_path / "jobs")
+    submit(sweep)
+
+    def past_a_checkpoint() -> bool:
+        found = RunFolder(run).list_checkpoints()
+        return bool(found) and last_step(run) >= found[-1][0] + 2
+
+    wait_until(past_a_checkpoint, 120, "two steps past a checkpoint")
+    group = os.getpgid(queue.driver_info()["pid"])  # the driver's own session: it and the ranks it started
+    assert group != os.getpgrp()
+    os.killpg(group, signal.SIGKILL)
+    wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
+    assert not RunFolder(run).complete.exists(), "the run finished before the kill: make it longer"
+    last, resume_at = last_step(run), RunFolder(run).list_checkpoints()[-1][0]
+    redone = [r for r in read_records(run) if r["kind"] in ("train", "eval", "diag") and r["step"] >= resume_at]
+    assert last >= resume_at, f"killed right after checkpoint {resume_at}: nothing to drop"
+    out = submit(sweep, "--wait", timeout=600)
+    assert "driver was not running: started it again" in out.stdout
+    assert ends(run) == ["crashed", "completed"], ends(run)
+    crashed = next(a for a in read_attempts(run) if a["event"] == "end")
+    assert f"last logged step is {last}, it resumes from checkpoint {resume_at}: steps {resume_at}..{last} dropped" \
+        in crashed["reason"] and crashed["reason"].endswith("; requeue 1/3"), crashed
+    (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
+    assert resume["from_step"] == resume_at and resume["dropped"] == len(redone)
     assert losses(run) == reference_losses(run, tmp_path)
     assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
 

@@ -17,13 +17,14 @@ import dataclasses
 import json
 import math
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import config_json
+from conftest import config_json, trainer_env
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
@@ -316,6 +317,44 @@ def test_a_bundle_without_evals_gets_one_truthful_line(tmp_path, diag_every):
     assert ("diag_every" in lines[0]) == (diag_every == 0)
     notes = (tmp_path / "results" / "early" / "table.md").read_text()
     assert ("set diag_every" in notes) == (diag_every == 0)
+
+
+def test_runs_trained_by_hand_into_folders_without_a_dash_are_collected_and_plotted(tmp_path, data_dir):
+    """`python -m zbpscale.train --run-dir G/try/run ...` (a folder named without a dash, no sweep), then `zbpscale
+    collect G/try` and `zbpscale plot`: plot raised IndexError (it cut the size off the run's name). Compared: each
+    summary row's size and arm with the model the trainer recorded in its config.json (the size preset and arm
+    that give that model), its final val loss and the gap with the runs' own last eval records, and each loss
+    curve's label with its folder's name."""
+    from zbpscale.train.metrics import read_records
+    from zbpscale.train.schema import TrainConfig, model_config
+    from zbpscale.zbp.config import arm_zbp_config
+
+    runs = {"run": "bp", "probes": "zbp_n4"}
+    for name, arm in runs.items():
+        trained = subprocess.run(
+            [sys.executable, "-m", "zbpscale.train", "--run-dir", f"G/try/{name}", "--size", "nano", "--arm", arm,
+             "--data", str(data_dir), "--steps", "4", "--set", "global_batch=2", "--set", "eval_every=2",
+             "--set", "eval_batches=1", "--set", "ckpt_every=0", "--set", "ckpt_every_s=0", "--set", "device=cpu"],
+            cwd=tmp_path, env=trainer_env(1), capture_output=True, text=True, timeout=300)
+        assert trained.returncode == 0, trained.stdout + trained.stderr
+    zbpscale("collect", "G/try", "--out", "results/try", cwd=tmp_path)
+    figures = plot(tmp_path / "results" / "try", log=lambda line: None)
+
+    rows = {r.run: r for r in Bundle(tmp_path / "results" / "try").read_summary()}
+    last_val = {}
+    for name, arm in runs.items():
+        folder = tmp_path / "G" / "try" / name
+        recorded = TrainConfig.from_dict(json.loads((folder / "config.json").read_text()))
+        row = rows[name]
+        assert (row.arm, row.seed, row.state) == (arm, recorded.seed, "complete")
+        assert recorded.model == model_config(row.size, max_seq_len=recorded.seq_len, zbp=arm_zbp_config(row.arm))
+        last_val[name] = [r["val_loss"] for r in read_records(folder) if r["kind"] == "eval"][-1]
+        assert row.final_val_loss == last_val[name]
+    assert figures.curves == {"nano": ["run", "probes"]}  # bp first; each line named by its folder
+    (point,) = figures.gap_points
+    assert (point.size, point.arm, point.final) == ("nano", "zbp_n4", True)
+    assert point.gap == pytest.approx(last_val["probes"] - last_val["run"])
+    check_files(f for f in figures.files if f.suffix in (".png", ".pdf"))
 
 
 def test_the_docs_copy_of_the_mini_ladder_shows_only_files_that_exist():

@@ -191,13 +191,50 @@ def test_faults_garbled_config_and_a_killed_requeued_attempt(tmp_path, fake_sacc
         fh.write(json.dumps({"event": "start", "time": time.time() - 30, "job_id": "32", "executor": "slurm"}) + "\n")
     fake_sacct({"31": "PENDING", "32": "FAILED"})
     rows = by_run(collect_rows(sweep))
-    assert rows["s60-bp"]["state"] == "queued"  # its job is still waiting: the scheduler's word first
+    assert rows["s60-bp"]["state"] == "broken"  # its job still waits, and would start on a config it refuses
     fake_sacct({"31": "COMPLETED", "32": "FAILED"})
     rows = by_run(collect_rows(sweep))
     assert rows["s60-bp"]["state"] == "broken"
     assert "config.json is not valid JSON" in rows["s60-bp"]["reason"] and str(broken) in rows["s60-bp"]["reason"]
     assert rows["s60-zbp_n16"]["state"] == "failed" and "FAILED" in rows["s60-zbp_n16"]["reason"]
     assert rows["s60-zbp_n16"]["log"].endswith("32_0_log.out")
+    assert exit_code(list(rows.values())) == 1
+
+
+def test_a_queued_run_whose_config_is_garbage_is_broken(tmp_path, fake_sacct):
+    """Fault: garbage in the config.json of a run whose job waits: on SLURM (squeue: PENDING) status said
+    `queued`, on the local queue (its entry waiting for a driver that is not running) `stopped 0/0`. Both are
+    broken, with the trainer's own one-line reason (the file and the JSON error, against RunFolder.read_config's
+    error), the job still named, and status exits 1; submit leaves both alone (their jobs are live)."""
+    from types import SimpleNamespace
+
+    from zbpscale.errors import BrokenRunFolder
+    from zbpscale.jobs.executors import DRIVER_DOWN, JobView, View
+    from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
+    from zbpscale.jobs.submit import run_action
+    from zbpscale.run.folder import RunFolder
+
+    sweep = tmp_path / "jobs" / "garbled"
+    (entry,) = LocalQueue(tmp_path / "jobs").add([Entry(job_id="", name="garbled/s60-zbp_n16", run_dir=str(
+        sweep / "s60-zbp_n16"), log_dir=str(sweep / "s60-zbp_n16" / "logs"), time_s=60)])  # queued, no driver
+    queued = {"s60-bp": ("31", "slurm"), "s60-zbp_n16": (entry.job_id, "local")}
+    for name, (job, executor) in queued.items():  # what submit leaves before the job starts, then garbage
+        run = sweep / name
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{garbage")
+        (run / "plan.json").write_text(json.dumps({"params": 1000, "gpus": 0, "gpu_hours": 0.0}))
+        (run / "attempts.jsonl").write_text(json.dumps({"event": "submitted", "time": time.time() - 60, "job_id": job,
+                                                        "executor": executor, "logs": str(run / "logs")}) + "\n")
+    fake_sacct({"31": "PENDING"})
+    rows = by_run(collect_rows(sweep))
+    for name, (job, _) in queued.items():
+        with pytest.raises(BrokenRunFolder) as refused:
+            RunFolder(sweep / name).read_config()
+        assert str(refused.value).startswith(f"{sweep / name / 'config.json'} is not valid JSON (line 1: ")
+        assert (rows[name]["state"], rows[name]["job"]) == ("broken", job), name
+        assert rows[name]["reason"].startswith(str(refused.value).split(" (hint:")[0]), name
+        view = View({job: JobView("PENDING" if job == "31" else DRIVER_DOWN, source="squeue")})
+        assert run_action(SimpleNamespace(run_dir=sweep / name), view) == "leave"
     assert exit_code(list(rows.values())) == 1
 
 

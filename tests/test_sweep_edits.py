@@ -6,11 +6,14 @@ the jobs folder before and after a dry run (a dry run writes nothing); the confi
 start record) with the sweep file's values, the run that never started taking all of them, the one that trained
 keeping its own unless --apply-changes gives it the fields safe on resume; and, for those, its per-step losses
 with a straight run of its original config in its own process (bitwise: eval and checkpoint cadence change what
-is measured, not what is trained).
+is measured, not what is trained). A size removed from the sweep file while its run's job waits: the line that
+names it in submit, its dry run and status, against the job its run folder recorded, and the cancel command that
+line gives against the job a stand-in `scancel` was asked to drop.
 """
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -128,3 +131,71 @@ def test_apply_changes_gives_a_trained_run_the_fields_safe_on_resume_and_it_trai
                               if (d % 3 == 0 if d <= stopped else d % 2 == 0) or d == 40]
     assert losses(trained) == losses(reference)  # the cadence changed, the training did not
     assert json.loads(RunFolder(trained).config.read_text())["eval_every"] == 2 != json.loads(original)["eval_every"]
+
+
+TWO_SIZES = """\
+from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+SWEEP = Sweep(
+    name="shrunk",
+    sizes=tuple(Size(name=s, global_batch=4, seq_len=32, tokens=4 * 32 * 40, lr=3e-3, resources=CPU) for s in {sizes}),
+    arms=(arm("bp"),),
+    data=Data(dir={data!r}, source="embedded"),
+)
+"""
+
+
+def fake_slurm(bin_dir: Path, pending: list[str], monkeypatch) -> Path:
+    """Stand-ins on PATH: `squeue` listing the `pending` jobs as PENDING, `sacct` knowing nothing more, and
+    `scancel` writing the job ids it was given to the file it returns."""
+    bin_dir.mkdir()
+    asked = bin_dir / "scancel.log"
+    rows = "\\n".join(f"{job}|PENDING|None||" for job in pending)
+    for name, body in (("squeue", f"printf '{rows}\\n'"), ("sacct", "true"), ("scancel", f'echo "$@" >> {asked}')):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return asked
+
+
+def test_a_size_removed_while_its_job_is_queued_is_named_with_how_to_cancel_it(tmp_path, data_dir, monkeypatch):
+    """Both runs of a sweep (nano, micro) submitted to SLURM and waiting (PENDING); then micro is removed from the
+    sweep file. submit, its dry run and status named nothing about micro-bp, whose job would still train. Each now
+    says it in one line with the job its folder recorded and the command to cancel it; that command drops exactly
+    that job; a dry run and status write nothing."""
+    from zbpscale.jobs.sweep import expand, load_sweep
+    from zbpscale.run.history import History, record
+
+    (tmp_path / "sweeps").mkdir()
+    sweep = tmp_path / "sweeps" / "shrunk.py"
+    sweep.write_text(TWO_SIZES.format(sizes=("nano", "micro"), data=str(data_dir)))
+    jobs = {}
+    for n, run in enumerate(expand(load_sweep(sweep))):  # what a SLURM submit leaves (executors/slurm.py)
+        run_dir, jobs[run.name] = run.write_folder(), str(76 + n)
+        record(run_dir, "submitted", job_id=jobs[run.name], executor="slurm", logs=str(RunFolder(run_dir).logs),
+               retry=False, name=f"shrunk/{run.name}", grace_s=180.0)
+    assert sorted(jobs) == ["micro-bp", "nano-bp"]
+    asked = fake_slurm(tmp_path / "bin", list(jobs.values()), monkeypatch)
+    sweep.write_text(TWO_SIZES.format(sizes=("nano",), data=str(data_dir)))  # micro removed
+
+    said = (f"micro-bp: no longer in the sweep file, but its job {jobs['micro-bp']} is queued: it trains on unless "
+            "cancelled (zbpscale cancel jobs/shrunk --only micro-bp)")
+    before = folder_bytes(tmp_path / "jobs")
+    plan = zbpscale(str(sweep), "--dry-run", cwd=tmp_path).stdout
+    status = subprocess.run([sys.executable, "-m", "zbpscale.status", "sweeps/shrunk.py"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=trainer_env(1))
+    assert folder_bytes(tmp_path / "jobs") == before  # reads never write
+    assert status.returncode == 3, status.stdout + status.stderr  # unfinished
+    for out in (plan, status.stdout):
+        assert said in " ".join(out.split()) and "nano-bp: no longer" not in out
+    submitted = zbpscale(str(sweep), cwd=tmp_path).stdout
+    assert said in " ".join(submitted.split()) and "left alone: nano-bp (queued)" in submitted
+
+    cancel = subprocess.run(["zbpscale", "cancel", "jobs/shrunk", "--only", "micro-bp", "--no-wait"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    assert asked.read_text().split() == [jobs["micro-bp"]]  # that job, and only it
+    ends = {name: History.read(tmp_path / "jobs" / "shrunk" / name).last_end() for name in jobs}
+    assert ends["micro-bp"]["why"] == "cancelled" and ends["micro-bp"]["job_id"] == jobs["micro-bp"]
+    assert ends["nano-bp"] == {}

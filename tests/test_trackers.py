@@ -9,7 +9,9 @@ start or mid-run, leaves training bitwise equal to a run without trackers, metri
 status. A tracker is one class: a stand-in defined here is accepted by TrainConfig and gets every record.
 """
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -57,63 +59,150 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
         time.sleep(0.05)
 
 
-def test_a_run_stopped_killed_and_resumed_shows_each_step_once_in_both_trackers(tmp_path, data_dir):
+SITE = """\
+import os
+if os.environ.get("ZBPSCALE_TEST_WANDB_FLUSH_S"):  # how often W&B is finished and resumed (WandB.FLUSH_S)
+    from zbpscale.train.trackers import WandB
+    WandB.FLUSH_S = float(os.environ["ZBPSCALE_TEST_WANDB_FLUSH_S"])
+"""
+
+
+def wandb_steps(folder: Path) -> list[int]:
+    """The steps whose train loss an offline W&B folder holds, read back as the trainer does."""
+    from zbpscale.train import wandb_log
+
+    return [step for f in folder.glob("run-*.wandb") for step, row in wandb_log.history(f) if "train/loss" in row]
+
+
+def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_trackers(tmp_path, data_dir):
+    """One run, five attempts: killed -9 at its first step (before W&B wrote a row), stopped by SIGUSR2 (a
+    preemption), killed -9 between W&B's flushes once its folder holds steps past the checkpoint the next attempt
+    resumes from (they must not be sent twice), killed -9 right after a W&B flush (finished and resumed at a
+    checkpoint), then run to the end. Compared with metrics.jsonl: every step once in TensorBoard and once over
+    all the offline W&B folders that `zbpscale sync` would upload, with the JSONL's values; one W&B run id."""
+    from zbpscale.results.sync import pending
+
     run = tmp_path / "jobs" / "study" / "nano-bp"
     run.mkdir(parents=True)
-    cfg = config(data_dir, trackers=("tensorboard", "wandb"))
+    cfg = config(data_dir, steps=60, trackers=("tensorboard", "wandb"))
     RunFolder(run).config.write_text(json.dumps(cfg.to_dict()))
-    env = trainer_env(1, WANDB_API_KEY=KEY, WANDB_MODE="offline", WANDB_SILENT="true")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
+    env = trainer_env(1, WANDB_API_KEY=KEY, WANDB_MODE="offline", WANDB_SILENT="true",
+                      PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")])))
     steps = lambda: len(by_step(run, "train", "loss"))  # noqa: E731
+    ckpts = lambda: [s for s, _ in RunFolder(run).list_checkpoints()]  # noqa: E731
+    folders = lambda: sorted(RunFolder(run).wandb.glob("offline-run-*"))  # noqa: E731
+    killed_held = []  # what each killed attempt's W&B folder held when it was killed
 
-    first = launch(run, env)  # attempt 1: a preemption's signal
-    wait_for(lambda: steps() >= 8, first)
-    first.send_signal(signal.SIGUSR2)
-    out, _ = first.communicate(timeout=120)
-    assert first.returncode == 75, out
-    stopped_at = steps()
+    def kill_when(predicate, flush_s: float = 600.0) -> None:
+        before = set(folders())
+        proc = launch(run, {**env, "ZBPSCALE_TEST_WANDB_FLUSH_S": str(flush_s)})
+        wait_for(predicate, proc)
+        proc.kill()
+        proc.communicate(timeout=60)
+        killed_held.append([wandb_steps(f) for f in folders() if f not in before])
 
-    second = launch(run, env)  # attempt 2: killed 3 steps past a checkpoint
-    wait_for(lambda: any(s >= stopped_at + 5 for s, _ in RunFolder(run).list_checkpoints())
-             and steps() >= RunFolder(run).list_checkpoints()[-1][0] + 3, second)
-    second.kill()
-    second.communicate(timeout=60)
-
-    third = launch(run, env)  # attempt 3: to the end
-    out, _ = third.communicate(timeout=300)
-    assert third.returncode == 0, out
-    assert [r["kind"] for r in read_records(run)].count("start") == 3
+    kill_when(lambda: steps() >= 1)  # 1: at its first step
+    second = launch(run, env)  # 2: a preemption's signal
+    wait_for(lambda: steps() >= 12, second)
+    second.send_signal(signal.SIGUSR2)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 75, out
+    # 3: between flushes, once W&B holds steps past the newest checkpoint
+    kill_when(lambda: ckpts() and any(s >= ckpts()[-1] for f in folders() for s in wandb_steps(f)))
+    assert any(s >= max(ckpts()) for f in killed_held[-1] for s in f), killed_held
+    # 4: right after a W&B flush (finished and resumed at every checkpoint)
+    through = lambda: json.loads(RunFolder(run).trackers.read_text())["wandb"]["through"]  # noqa: E731
+    start = through()
+    kill_when(lambda: through() > start, flush_s=0.0)
+    fifth = launch(run, env)  # 5: to the end
+    out, _ = fifth.communicate(timeout=300)
+    assert fifth.returncode == 0, out
+    assert [r["kind"] for r in read_records(run)].count("start") == 5
 
     losses, vals = by_step(run, "train", "loss"), by_step(run, "eval", "val_loss")
-    assert [s for s, _ in losses] == list(range(40))
+    assert [s for s, _ in losses] == list(range(60))
     float32 = lambda rows: [(s, float(torch.tensor(v, dtype=torch.float32))) for s, v in rows]  # noqa: E731
     # TensorBoard keeps float32: every step once, equal to the JSONL's value rounded to float32
     assert tensorboard_scalars(run, "train/loss") == float32(losses)
     assert tensorboard_scalars(run, "val/loss") == float32(vals)
-    assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == [9, 19, 29, 39]
-    # W&B: one run, every step once across the attempts' offline folders, the JSONL's values
-    run_id = json.loads(RunFolder(run).trackers.read_text())["wandb"]["id"]
-    folders = wandb_runs(run)
-    assert len(folders) >= 3 and all(name.endswith(f"-{run_id}") or f"-{run_id}-" in name for name, _ in folders)
+    assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == [9, 19, 29, 39, 49, 59]
+    # W&B: every step once over the folders `zbpscale sync` uploads, with the JSONL's values; one run
+    upload, _ = pending(run)
+    assert sorted(s for f in upload for s in wandb_steps(f)) == list(range(60))
     assert wandb_history(run, "train/loss") == losses
     assert wandb_history(run, "val/loss") == vals
-    starts = [r.run for _, records in folders for r in records if r.WhichOneof("record_type") == "run"]
+    run_id = json.loads(RunFolder(run).trackers.read_text())["wandb"]["id"]
+    named = wandb_runs(run)
+    starts = [r.run for _, records in named for r in records if r.WhichOneof("record_type") == "run"]
     assert {s.run_id for s in starts} == {run_id} and {s.display_name for s in starts} == {"nano-bp"}
     assert {s.project for s in starts} == {"study"} and {s.run_group for s in starts} == {"study"}
     config_seen = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in starts[-1].config.update}
-    assert config_seen["steps"] == 40 and config_seen["trackers"] == ["tensorboard", "wandb"]
+    assert config_seen["steps"] == 60 and config_seen["trackers"] == ["tensorboard", "wandb"]
     assert set(config_seen["code"]) == {"zbpscale", "git"}
     # the key W&B was given in the environment is in no file of the run
     leaked = [p for p in run.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
     assert leaked == []
-    # `zbpscale sync`: the folders with data wait (the killed attempt's W&B wrote none); without a key, one line
+    # `zbpscale sync`: the folders with data wait, the empty ones are named; without a key, one line
     sync = [sys.executable, "-m", "zbpscale.cli", "sync", str(run.parent)]
     no_key = {k: v for k, v in env.items() if k != "WANDB_API_KEY"} | {"HOME": str(tmp_path)}  # no ~/.netrc either
     dry = subprocess.run(sync + ["--dry-run"], env=no_key, capture_output=True, text=True, timeout=60)
-    with_data = [name for name, records in folders if len(records) > 1]
-    assert dry.returncode == 0 and f"nano-bp: {len(with_data)} W&B folder(s) to upload" in dry.stdout, dry
-    assert f"{len(folders) - len(with_data)} empty" in dry.stdout and len(with_data) < len(folders)
+    assert dry.returncode == 0 and f"nano-bp: {len(upload)} W&B folder(s) to upload" in dry.stdout, dry
     refused = subprocess.run(sync, env=no_key, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no W&B key here" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_trackers_that_fail_mid_run_say_one_line_each_and_get_what_they_missed_in_the_next_attempt(tmp_path, data_dir):
+    """W&B's folder on a disk that fills up (a small tmpfs, filled mid-run) and TensorBoard's events file made
+    immutable: each tracker is turned off with one line in the log (no logging traceback, no thread traceback),
+    training goes on; after a preemption and with the disk freed and the file writable again, the next attempt
+    hands each tracker the steps it missed: every step once in TensorBoard and once over W&B's folders."""
+    from zbpscale.results.sync import pending
+
+    run = tmp_path / "jobs" / "study" / "nano-bp"
+    RunFolder(run).wandb.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(RunFolder(run).wandb)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    events = []
+    try:
+        cfg = config(data_dir, steps=50, trackers=("tensorboard", "wandb"))
+        RunFolder(run).config.write_text(json.dumps(cfg.to_dict()))
+        env = {k: v for k, v in trainer_env(1).items() if not k.startswith("WANDB_")} | {"WANDB_MODE": "offline"}
+        first = launch(run, env)
+        wait_for(lambda: len(by_step(run, "train", "loss")) >= 8, first)
+        with open(RunFolder(run).wandb / "filler", "wb") as fh:  # the disk is full from here on
+            with contextlib.suppress(OSError):
+                while True:
+                    fh.write(b"\0" * 65536)
+                    fh.flush()
+        events = [str(p) for p in RunFolder(run).tensorboard.iterdir()] + [str(RunFolder(run).tensorboard)]
+        subprocess.run(["chattr", "+i", *events], check=True)
+        wait_for(lambda: len(by_step(run, "train", "loss")) >= 20, first)
+        first.send_signal(signal.SIGUSR2)
+        out, _ = first.communicate(timeout=120)
+        assert first.returncode == 75, out
+        said = [line for line in out.splitlines() if not line.startswith(("step ", "run ", "W&B: run", "checkpointed"))]
+        assert len(said) == 2 and all("is off for the rest of this attempt" in line for line in said), out[-3000:]
+        assert "tracker tensorboard is off" in said[0] + said[1] and "tracker wandb is off" in said[0] + said[1]
+        subprocess.run(["chattr", "-i", *events], check=True)
+        events = []
+        (RunFolder(run).wandb / "filler").unlink()
+        second = launch(run, env)
+        out, _ = second.communicate(timeout=300)
+        assert second.returncode == 0 and "is off" not in out, out
+        losses = by_step(run, "train", "loss")
+        assert [s for s, _ in losses] == list(range(50))
+        assert tensorboard_scalars(run, "train/loss") == [(s, float(torch.tensor(v, dtype=torch.float32)))
+                                                          for s, v in losses]
+        upload, _ = pending(run)
+        assert sorted(s for f in upload for s in wandb_steps(f)) == list(range(50))
+        assert wandb_history(run, "train/loss") == losses
+    finally:
+        if events:
+            subprocess.run(["chattr", "-i", *events])
+        subprocess.run(["umount", "-l", str(RunFolder(run).wandb)])
 
 
 # ---------------------------------------------------------------- failures never stop training

@@ -24,6 +24,7 @@ import json
 import os
 import pickle
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -267,6 +268,55 @@ def test_status_collect_and_plot_read_every_release_s_records(resumed, tmp_path)
                 assert summary[f"nano-{arm}"].final_val_loss == pytest.approx(expected, rel=RTOL), (release, when)
             if release == RELEASES[0]:  # ~2 s a bundle; the others' records hold every field of the oldest's
                 assert plot(tmp_path / "bundles" / f"{when}-{release}", log=lambda _: None).files
+
+
+def killed_mid_run(release: str, dest: Path, **beat) -> Path:
+    """A fixture run folder of `release` as its trainer, run directly, leaves it when killed -9 mid-run: its records
+    without their end record (a killed trainer writes none), its heartbeat.json with the fixture's own fields and
+    `beat`'s values (this host, a pid, a time)."""
+    run = copy_fixture(release, "bp", dest)
+    folder = RunFolder(run)
+    lines = folder.metrics.read_text().splitlines(keepends=True)
+    folder.metrics.write_text("".join(line for line in lines if json.loads(line)["kind"] != "end"))
+    old = json.loads(folder.heartbeat.read_text())
+    assert set(beat) <= set(old) | {"pid_start"}  # only fields the release's own heartbeat has (or today's)
+    folder.heartbeat.write_text(json.dumps({**old, **beat}))
+    return run
+
+
+def test_a_direct_run_of_a_release_before_pid_start_killed_9_is_failed_at_once(tmp_path):
+    """A run trained directly (`python -m zbpscale.train`, no job) by 360975a, whose heartbeat.json names the host
+    and pid but not the process's start time (pid_start came with 6b60db0), killed -9 on this host: its pid dead,
+    status said `running` until the heartbeat aged past 15 minutes. Compared with a run of 45c20c8 (pid_start in
+    its heartbeat) killed the same way: both failed at once, with the same reason; while a process has the pid and
+    started before the heartbeat, the old run is running; a process that started after it (a reused pid) is not
+    its trainer."""
+    from zbpscale.jobs.status import collect_rows
+    from zbpscale.proc import process_start_time, process_started_at
+
+    host, sweep = socket.gethostname(), tmp_path / "try"
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    victim_start = process_start_time(victim.pid)
+    victim.kill()  # kill -9
+    victim.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        now, born = time.time(), process_started_at(alive.pid)
+        killed_mid_run("f2-360975a", sweep / "old-killed", host=host, pid=victim.pid, time=now)
+        killed_mid_run("f3-45c20c8", sweep / "today-killed", host=host, pid=victim.pid, pid_start=victim_start,
+                       time=now)
+        killed_mid_run("f2-360975a", sweep / "old-alive", host=host, pid=alive.pid, time=now)
+        killed_mid_run("f2-360975a", sweep / "old-reused", host=host, pid=alive.pid, time=born - 60)
+        rows = {r["run"]: r for r in collect_rows(sweep)}
+    finally:
+        alive.kill()
+        alive.wait()
+    gone = f"the trainer (pid {victim.pid}) is gone without an end record (run directly, no job)"
+    assert {name: (r["state"], r["reason"]) for name, r in rows.items()} == {
+        "old-killed": ("failed", gone), "today-killed": ("failed", gone), "old-alive": ("running", ""),
+        "old-reused": ("failed", f"the trainer (pid {alive.pid}) is gone without an end record (run directly, no "
+                                 "job)")}
+    assert rows["old-reused"]["heartbeat_age_s"] < 120  # fresh: only the pid's own start time tells
 
 
 OLD_ATTEMPTS = {  # attempts.jsonl as the first job layers wrote it (their record() calls, with their fields)

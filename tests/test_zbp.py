@@ -21,6 +21,7 @@ from zbpscale.zbp import (
     ProbeStream,
     ZBPClock,
     ZBPConfig,
+    arm_name,
     arm_zbp_config,
     call_seed,
     call_seq0,
@@ -297,3 +298,11 @@ def test_arm_names():
     assert arm_zbp_config("zbp_n64_gaussian", cores="ffn") == ZBPConfig(n=64, probe="gaussian", cores="ffn")
     with pytest.raises(ConfigError, match="unknown arm 'zbp16'"):
         arm_zbp_config("zbp16")
+
+
+@pytest.mark.parametrize("arm", ["bp", "zbp_n16", "zbp_n4_fwd", "zbp_n64_gaussian", "zbp_n8_fwd_sphere"])
+def test_an_arm_s_name_is_read_back_from_its_settings(arm):
+    """arm_name is arm_zbp_config's inverse (what names a run trained by hand, from its config); settings no name
+    carries are left out."""
+    assert arm_name(arm_zbp_config(arm)) == arm
+    assert arm_name(arm_zbp_config(arm, impl="plain", cores="ffn") if arm != "bp" else None) == arm

@@ -32,6 +32,11 @@ class RunFolderBusy(ZbpError):
     """Another trainer is training this run folder: a second one must not write beside it."""
 
 
+class LeaseLost(RunFolderBusy):
+    """Another trainer took the run folder over while this one was silent past its lease (paused, frozen in I/O):
+    this one writes nothing more into it (no record, stamp, checkpoint or tracker event) and leaves."""
+
+
 class CheckpointError(ZbpError):
     """A checkpoint could not be written or read; the message names the file and what is still intact."""
 

@@ -8,6 +8,8 @@ name, fsync the folder. Temp files are named by `temp_path` alone (`.<name>.tmp-
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 from pathlib import Path
@@ -22,10 +24,12 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def atomic_write(path: Path, data: Content) -> None:
+def atomic_write(path: Path, data: Content, *, before_rename: Callable[[], None] | None = None) -> None:
     """Write `data` so that `path` is either absent, its old content, or the complete new file (temp file, fsync,
     rename, fsync of the folder). On any error the temp file is removed and the error raised: a full disk leaves
-    no half-written file behind, and the old file intact."""
+    no half-written file behind, and the old file intact. `before_rename()` is called once the data are on disk,
+    just before they become `path`: raising there leaves `path` as it was (a writer that may no longer write,
+    found out after a long write)."""
     path = Path(path)
     tmp = temp_path(path)
     try:
@@ -39,6 +43,8 @@ def atomic_write(path: Path, data: Content) -> None:
                     fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -112,3 +118,44 @@ def check_fields(kind: type, fields: dict) -> None:
     unknown = set(fields) - set(kind.__annotations__)
     if unknown:
         raise TypeError(f"{kind.__name__} has no field {', '.join(sorted(unknown))}")
+
+
+KERNEL_FILESYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "configfs",
+                      "pstore", "bpf", "devpts", "mqueue", "hugetlbfs", "fusectl", "efivarfs"}
+"""Filesystems of the kernel's own objects: no folder of runs can be made there."""
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why files cannot be made in `folder` (made with its parents where missing), in a few words, or None when
+    they can. Asked without writing (a dry run says it too): the nearest part of the path that exists must be a
+    folder, on a filesystem that holds files, that this process may write into (access(2): permissions, an
+    immutable folder, a read-only mount)."""
+    existing = Path(folder).absolute()
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    kind = _filesystem(existing)
+    if kind in KERNEL_FILESYSTEMS:
+        return f"{existing} is on {kind}, a filesystem of the kernel's own objects"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.access(os.fsencode(existing), os.W_OK | os.X_OK) != 0:
+        code = ctypes.get_errno()
+        return f"{existing}: {os.strerror(code)} ({errno.errorcode.get(code, code)})"
+    return None
+
+
+def _filesystem(path: Path) -> str:
+    """The type of the filesystem that holds `path` (its mount in /proc/self/mountinfo); '' when unknown."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    best, kind = "", ""
+    for line in mounts:
+        fields, _, rest = line.partition(" - ")
+        point = fields.split()[4].replace("\\040", " ")
+        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, rest.split()[0]
+    return kind

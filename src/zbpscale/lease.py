@@ -22,6 +22,17 @@ holder can change the lease meanwhile: its holder is gone, others lack the claim
 free. A claim left by a contender that died mid-takeover is judged, and taken over, by the same rules.
 Releasing removes the lease only if it is still ours (under the same claim), then unlocks the kernel lock.
 
+A holder must write nothing once its lease is gone, whatever wakes it (a node frozen in I/O for minutes, a
+SIGSTOP): it asks `Lock.renew()` before every write. Within RENEW_S of its last look the answer is in memory; later
+the lease's nonce on disk is read (and the lease touched); after a silence longer than QUIET_S the look is made
+under the takeover claim, so that a contender that judged the silent holder gone either finishes its takeover
+first (the holder then sees another nonce) or finds the holder renewed when it judges again under the claim.
+Processes that write under another's lease (a trainer's other ranks) ask a `Follower` the same question. What
+no check closes: a holder frozen between a check and its write (a few microseconds), and a holder judged gone by
+the caller's `gone` rule (its job ended) while it still runs, until its next look (at most RENEW_S).
+`wait_lock` waits for a lock, judging a lease that stays unchanged for the bound by its own clock: a holder
+whose clock runs ahead costs no more than the bound.
+
 Assumed of the filesystem: an exclusive create (`link`, else O_EXCL) that fails for all clients but one, and a
 file's mtime visible to every client within the bound; of the hosts: clocks that agree to well within the bound
 (NTP). Torch-free; imports only shared modules.
@@ -41,6 +52,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from zbpscale.errors import ZbpError
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.tables import age
 
@@ -50,6 +62,11 @@ ENOLCK); any other error is raised."""
 RENEW_S = 5.0
 """`Lock.renew` touches the lease at most this often (one stat, read and utime): cheap for a metadata server."""
 MAX_DEPTH = 2
+SKEW_S = 2.0
+"""A lease renewed more than this far in the future was renewed by a clock ahead of this host's (named in messages)."""
+QUIET_S = 2 * RENEW_S
+"""A holder silent longer than this (paused, frozen in I/O, a long step) confirms its lease under the takeover claim
+(`Lock.renew`): it may have been judged gone meanwhile."""
 """A claim on a claim is as deep as a takeover goes (a contender that died while taking over a dead holder's)."""
 
 
@@ -100,9 +117,22 @@ class Holder:
         return self.host == socket.gethostname() and bool(boot) and bool(now) and boot != now
 
     def __str__(self) -> str:
-        """`pid N on HOST, job J` (and how old the lease is when it is on another machine)."""
+        """`pid N on HOST, job J` (and how old the lease is when it is on another machine; a lease renewed in this
+        host's future names the clock skew)."""
         text = f"pid {self.pid} on {self.host}" + (f", job {self.job}" if self.job else "")
-        return text if self.here() else f"{text}, lease renewed {age(max(0.0, time.time() - self.renewed))} ago"
+        if self.here():
+            return text
+        ahead = self.skew()
+        if ahead:
+            return (f"{text}, lease renewed {age(ahead)} in this host's future: the clocks of {self.host} and "
+                    f"{socket.gethostname()} disagree by at least {age(ahead)} (check NTP)")
+        return f"{text}, lease renewed {age(max(0.0, time.time() - self.renewed))} ago"
+
+    def skew(self) -> float:
+        """How far in this host's future the lease was renewed (0 when not beyond SKEW_S): a clock that runs ahead
+        on the holder's host (or behind here)."""
+        ahead = self.renewed - time.time()
+        return ahead if ahead > SKEW_S else 0.0
 
 
 def me() -> Holder:
@@ -155,33 +185,53 @@ def judge(stale_after_s: float | None = None, gone: Rule | None = None) -> Rule:
 
 
 class Lock:
-    """A held lock: the lease (and the kernel lock where one works). `renew()` while holding, `release()` once;
-    also a context manager."""
+    """A held lock: the lease (and the kernel lock where one works). `renew()` while holding, and before every write
+    (it is the cheap check that the lease is still ours), `release()` once; also a context manager."""
 
     def __init__(self, path: Path, holder: Holder, kernel_file):
         self.path, self.lease, self.holder = Path(path), lease_path(path), holder
         self._kernel_file, self._renewed, self._held = kernel_file, time.monotonic(), True
         self._stop: threading.Event | None = None
+        self._mutex = threading.Lock()  # the training thread, the watchdog and a renewal thread all ask
 
     def renew(self, *, force: bool = False) -> bool:
-        """Mark the lease alive (at most every RENEW_S unless forced); False once it is no longer ours (another
-        process judged this one gone and took it over): the caller must stop writing."""
-        now = time.monotonic()
-        if not self._held or (not force and now - self._renewed < RENEW_S):
-            return self._held
-        self._renewed = now
-        try:
-            found = read_holder(self.lease)
-            if found is None or found.nonce != self.holder.nonce:
+        """Whether the lease is still ours, renewed on disk at most every RENEW_S unless forced: within RENEW_S of
+        the last look the answer is in memory (a clock read), later it is the lease's identity on disk (its nonce),
+        touched to mark it alive. After a silence longer than QUIET_S (a pause, a node frozen in I/O) another
+        process may have judged this one gone and be taking the lease over, so the look is made under the takeover
+        claim, which such a process holds until its own lease is in place. False once the lease is no longer ours:
+        the caller must write nothing more."""
+        with self._mutex:
+            now = time.monotonic()
+            if not self._held or (not force and now - self._renewed < RENEW_S):
+                return self._held
+            quiet, self._renewed = now - self._renewed, now
+            try:
+                self._held = self._confirm_claimed() if quiet > QUIET_S else self._confirm()
+            except FileNotFoundError:
                 self._held = False
-                return False
-            t = time.time()
-            os.utime(self.lease, (t, t))
-        except FileNotFoundError:
-            self._held = False
-        except OSError:
-            pass  # a network filesystem's passing error proves nothing: the next renewal tries again
-        return self._held
+            except OSError:
+                pass  # a network filesystem's passing error proves nothing: the next renewal tries again
+            return self._held
+
+    def _confirm(self) -> bool:
+        """The lease on disk is still ours: touch it."""
+        found = read_holder(self.lease)
+        if found is None or found.nonce != self.holder.nonce:
+            return False
+        t = time.time()
+        os.utime(self.lease, (t, t))
+        return True
+
+    def _confirm_claimed(self) -> bool:
+        """`_confirm` under the claim a takeover of this lease needs: a contender holding it may be replacing it."""
+        claim = self.lease.with_name(f"{self.lease.name}.takeover-{self.holder.nonce}")
+        if not _create(claim, self.holder):
+            return False
+        try:
+            return self._confirm()
+        finally:
+            _unlink(claim)
 
     def keep_renewed(self, every_s: float = RENEW_S) -> Lock:
         """Renew from a thread every `every_s` until released: for a holder that has no loop to renew from (a
@@ -197,22 +247,24 @@ class Lock:
 
     def taken_by(self) -> str:
         """Who holds the lease now, in words (after `renew` said it is no longer ours)."""
-        return str(read_holder(self.lease) or "nobody")
+        return taken_by(self.lease)
 
     def release(self) -> None:
-        """Remove the lease if it is still ours, then let go of the kernel lock; twice is harmless."""
+        """Remove the lease if it is still ours, then let go of the kernel lock; twice is harmless. A lock found
+        lost (`renew` said False) touches nothing on disk."""
         if self._stop is not None:
             self._stop.set()
-        if self._kernel_file is None and not self._held:
-            return
-        try:
-            if self._held:
-                _remove_if(self.lease, self.holder, self.holder)
-        finally:
-            self._held = False
-            if self._kernel_file is not None:
-                self._kernel_file.close()  # closing releases the flock
-                self._kernel_file = None
+        with self._mutex:
+            if self._kernel_file is None and not self._held:
+                return
+            try:
+                if self._held:
+                    _remove_if(self.lease, self.holder, self.holder)
+            finally:
+                self._held = False
+                if self._kernel_file is not None:
+                    self._kernel_file.close()  # closing releases the flock
+                    self._kernel_file = None
 
     def __enter__(self) -> Lock:
         return self
@@ -221,12 +273,47 @@ class Lock:
         self.release()
 
 
+class Follower:
+    """A process that writes under another's lease (a trainer's ranks other than rank 0, whose lease holds the run
+    folder): `renew()` is True while the lease on disk names the holder `nonce` it was given, looked at at most
+    every RENEW_S (it never touches the lease). Answers like `Lock.renew`, so a writer takes either."""
+
+    def __init__(self, path: Path, nonce: str):
+        self.lease, self.nonce = lease_path(path), nonce
+        self._seen, self._held = time.monotonic(), True
+        self._mutex = threading.Lock()
+
+    def renew(self, *, force: bool = False) -> bool:
+        with self._mutex:
+            now = time.monotonic()
+            if not self._held or (not force and now - self._seen < RENEW_S):
+                return self._held
+            self._seen = now
+            try:
+                with open(self.lease, "rb") as fh:  # opening revalidates a network filesystem's cached attributes
+                    self._held = json.loads(fh.read()).get("nonce") == self.nonce
+            except FileNotFoundError:
+                self._held = False
+            except (OSError, ValueError, AttributeError):
+                pass  # unreadable for a moment: the holder's own renewal decides
+            return self._held
+
+    def taken_by(self) -> str:
+        return taken_by(self.lease)
+
+
 def try_lock(path: Path, *, stale_after_s: float | None = None, gone: Rule | None = None
              ) -> tuple[Lock | None, str]:
     """Take the lock on `path` without waiting: (the held Lock, "") or (None, who holds it: "pid N on HOST, job J").
     `stale_after_s` and `gone`: when another's lease counts as its holder's being gone (`judge`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        open(path, "a").close()
+    except OSError as err:  # a folder under a file, an immutable one, /proc, a read-only mount: the user's to fix
+        raise ZbpError(f"cannot write {err.filename or path}: {err.strerror or err} ("
+                       f"{errno.errorcode.get(err.errno, 'errno')} {err.errno})", hint="choose a folder you can "
+                       "write, or fix its permissions") from None
     kernel_file, busy = _kernel_lock(path)
     if busy:
         return None, _describe(path)
@@ -239,6 +326,33 @@ def try_lock(path: Path, *, stale_after_s: float | None = None, gone: Rule | Non
     for claim in lease.parent.glob(f"{lease.name}.takeover-*"):  # claims on leases gone since: litter
         _unlink(claim)
     return Lock(path, mine, kernel_file), ""
+
+
+def wait_lock(path: Path, *, stale_after_s: float, wait_s: float, poll_s: float = 0.2,
+              waiting: Callable[[str], None] | None = None) -> tuple[Lock | None, str]:
+    """`try_lock` until it is ours or `wait_s` has passed: (the Lock, "") or (None, who holds it). `waiting(holder)`
+    is called once, when the first try finds the lock held. A lease that stays exactly as it was (same holder, same
+    renewal) for `stale_after_s` of this process's own clock is a holder gone, however far its host's clock is
+    from this one's: a lease renewed in this host's future (clock skew) costs no more than the bound."""
+    deadline, seen, said = time.monotonic() + wait_s, {}, False
+
+    def unchanged(holder: Holder) -> bool:
+        first = seen.setdefault((holder.nonce, holder.renewed), time.monotonic())
+        return time.monotonic() - first > stale_after_s
+
+    while True:
+        lock, holder = try_lock(path, stale_after_s=stale_after_s, gone=unchanged)
+        if lock is not None or time.monotonic() > deadline:
+            return lock, holder
+        if not said and waiting is not None:
+            waiting(holder)
+            said = True
+        time.sleep(poll_s)
+
+
+def taken_by(lease: Path) -> str:
+    """Who holds `lease` now, in words, for one that was ours: its holder, or that it was released since."""
+    return str(read_holder(lease) or "who has released it since")
 
 
 def live_holder(path: Path, *, stale_after_s: float | None = None, gone: Rule | None = None) -> Holder | None:
@@ -306,6 +420,8 @@ def _acquire(lease: Path, mine: Holder, is_gone: Rule, depth: int = 0) -> tuple[
         try:
             now = read_holder(lease)
             if now is not None and now.nonce == holder.nonce:
+                if now.renewed != holder.renewed and not is_gone(now):  # renewed meanwhile (a paused holder
+                    return False, now                                    # that woke): judged again, it stays
                 _unlink(lease)  # still the gone holder's, and only the claim's holder may touch it
             if _create(lease, mine):
                 return True, None

@@ -1,4 +1,5 @@
-"""Words for people, once each: choosing runs by name patterns, and a did-you-mean for a mistyped name.
+"""Words for people, once each: choosing runs by name patterns, a did-you-mean for a mistyped name, and a path as
+one would type it.
 
 Torch-free, and imports only zbpscale.errors: every command and the sweep loader use it.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zbpscale.errors import ConfigError
@@ -47,3 +49,12 @@ def did_you_mean(word: str, known: Iterable[str], *, say: Callable[[str], str] =
     """'did you mean X?' for the known word closest to `word` (`say` words it: e.g. `--set X=1`), or None."""
     close = closest(word, known)
     return f"did you mean {say(close)}?" if close else None
+
+
+def shown_path(path) -> str:
+    """A path as the user would type it in a command: relative to the current folder where it lies below it."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

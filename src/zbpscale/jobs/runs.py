@@ -3,8 +3,10 @@
 A `Run` is a run's name (with its size, arm and seed), its folder, what its sweep file plans for it (`planned`, a
 sweep.Run; None for a run found only on disk), and, once decided (`decide`), its history (its attempts, read once),
 the scheduler's view of its latest job and its state. `find_runs` finds them for every command: from a sweep file,
-every run it plans (folder or not); from a sweep folder, the run folders in it; from a jobs root (or nothing:
-./jobs), every sweep's. Deciding writes nothing (jobs/state.py).
+every run it plans (folder or not) and the run folders beside them that it no longer plans (`unplanned`); from a
+sweep folder, the run folders in it; from a jobs root (or nothing: ./jobs), every sweep's. A folder found on disk
+is named by its own records when its name is not `{size}-{arm}[-s{seed}]` (`identity`). Deciding writes nothing
+(jobs/state.py).
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbpscale.errors import ConfigError
+from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.jobs.executors.base import JobView, View
 from zbpscale.jobs.state import RunState, heard, refined, run_state
 from zbpscale.jobs.sweep import Run as PlannedRun
-from zbpscale.jobs.sweep import find_sweeps, load_sweep, not_found
+from zbpscale.jobs.sweep import Sweep, find_sweeps, load_sweep, not_found
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
 from zbpscale.text import matches, patterns
+from zbpscale.train.schema import SIZES, TrainConfig
+from zbpscale.zbp.config import arm_name
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,9 @@ class Run:
     history: History = History()
     job: JobView = JobView()
     state: RunState = RunState("new")
+    unplanned: bool = False
+    """A run folder of the sweep's folder that the sweep file, found through it, no longer plans (its size, arm or
+    seed removed from the file, or a folder made by hand); False for every run found without a sweep file."""
 
     @property
     def folder(self) -> RunFolder:
@@ -50,9 +57,35 @@ class Run:
 
     @classmethod
     def found(cls, run_dir: Path) -> Run:
-        """A run folder found on disk (a name that is no `{size}-{arm}` is its own size)."""
-        size, arm, seed = parse_run_name(run_dir.name) or (run_dir.name, "", 0)
-        return cls(run_dir.name, Path(run_dir), size, arm, seed)
+        """A run folder found on disk, named as `identity` says."""
+        return cls(run_dir.name, Path(run_dir), *identity(RunFolder(run_dir)))
+
+
+def identity(folder: RunFolder) -> tuple[str, str, int]:
+    """(size, arm, seed) of a run folder found on disk: from its name when it is `{size}-{arm}[-s{seed}]` (what a
+    sweep names its runs), else from its own config.json (a run trained by hand into any folder): the size preset
+    of its model's shape (else the folder's name), the arm of its estimator settings and its seed; without a
+    config the trainer would take, the folder's name is its size and its arm is ''."""
+    parsed = parse_run_name(folder.name)
+    if parsed:
+        return parsed
+    try:
+        config = TrainConfig.from_dict(folder.read_config() or {})
+    except ZbpError:
+        return folder.name, "", 0
+    shape = dataclasses.replace(config.model, zbp=None)
+    size = next((name for name, preset in SIZES.items()  # a sweep's Size may set its own context length
+                 if dataclasses.replace(preset, max_seq_len=shape.max_seq_len) == shape), folder.name)
+    return size, arm_name(config.model.zbp), config.seed
+
+
+def unplanned(sweep: Sweep, planned: set[str]) -> list[Run]:
+    """The run folders of the sweep's folder that its sweep file does not plan (`planned`: the names it does), as
+    found on disk and marked `unplanned`."""
+    folder = sweep.jobs_dir
+    found = sorted(p for p in folder.iterdir() if p.name not in planned and is_run_folder(p)) if folder.is_dir() \
+        else []
+    return [dataclasses.replace(Run.found(p), unplanned=True) for p in found]
 
 
 def is_run_folder(path: Path) -> bool:
@@ -72,8 +105,7 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
 
         sweep = load_sweep(path)
         runs = {r.name: Run.of(r) for r in expand(sweep)}
-        folders = sorted(p for p in sweep.jobs_dir.iterdir() if is_run_folder(p)) if sweep.jobs_dir.is_dir() else []
-        runs.update({p.name: Run.found(p) for p in folders if p.name not in runs and not planned_only})
+        runs.update({r.name: r for r in ([] if planned_only else unplanned(sweep, set(runs)))})
         found = [(sweep.name, list(runs.values()))]
     elif target is not None and not path.exists():
         raise not_found(path)

@@ -8,9 +8,12 @@ something outside it watches the attempt's progress, from the run folder:
     it leaves when the trainer's process does, and dies with the job);
   - on the local queue, the driver itself (driver.py, every tick).
 Progress is the heartbeat (rank 0 rewrites it every few seconds while it steps); it counts only once this attempt
-has made its first step (set-up and the estimator's compile are not steps). When the heartbeat is older than
-`step_timeout_s` + GRACE_S (the trainer's watchdog gets the first word: a blocked collective is its to report)
-and this attempt has no end record yet (in attempts.jsonl or metrics.jsonl), the watcher:
+has made its first step (set-up and the estimator's compile are not steps). The step a hang is named after is the
+last one this attempt's records hold (metrics.jsonl's last train record, written as each step ends): the
+heartbeat, rewritten at most every HEARTBEAT_S (train/metrics.py), may lag it by many steps (`steps_done`).
+When the heartbeat is older than `step_timeout_s` + GRACE_S (the trainer's watchdog gets the first word: a blocked
+collective is its to report) and this attempt has no end record yet (in attempts.jsonl or metrics.jsonl), the
+watcher:
   1. writes what it can see of each rank's process into the job's log (its state, e.g. `T (stopped)` or
      `D (disk sleep)`; its kernel stack where readable): a frozen Python process cannot print its own stacks;
   2. records `hung` (metrics.jsonl's end record and the attempt's end, with what it saw as the reason) and has
@@ -28,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale import lease
 from zbpscale.files import read_json
 from zbpscale.proc import pid_alive
 from zbpscale.run.folder import RunFolder
@@ -50,7 +54,7 @@ class Hang:
     """An attempt that made no step for longer than its bound."""
 
     step: int
-    """Steps done when it went silent (the heartbeat's)."""
+    """Steps done when it went silent (`steps_done`)."""
     silent_s: float
     reason: str
     """What was seen, in one line: which ranks, their processes' states."""
@@ -74,9 +78,19 @@ def check(run_dir: Path, *, since: float, timeout_s: float, now: float | None = 
     if _ended_since(run_dir, since):
         return None
     seen, detail, pids = _ranks(folder, since, now)
-    reason = f"no step for {silent:.0f} s (step_timeout_s={timeout_s:g}) after step {beat.get('step', 0)}, " \
+    step = steps_done(folder, beat, since)
+    reason = f"no step for {silent:.0f} s (step_timeout_s={timeout_s:g}) after step {step}, " \
              f"seen from outside the trainer: {seen}"
-    return Hang(step=int(beat.get("step", 0)), silent_s=silent, reason=reason, detail=detail, pids=pids)
+    return Hang(step=step, silent_s=silent, reason=reason, detail=detail, pids=pids)
+
+
+def steps_done(folder: RunFolder, beat: dict, since: float) -> int:
+    """Steps the attempt that started at `since` has done: its last train record's step + 1 (records are 0-based,
+    written as each step ends), or the heartbeat's count where that is higher (a run with log_every > 1) or this
+    attempt has no train record yet."""
+    train = tail_records(folder.metrics, ("train",)).get("train", {})
+    logged = train["step"] + 1 if train.get("time", 0) >= since and "step" in train else 0
+    return max(logged, int(beat.get("step", 0)))
 
 
 def _ended_since(run_dir: Path, since: float) -> bool:
@@ -128,6 +142,14 @@ def _read(path: str) -> str:
         return Path(path).read_text()
     except OSError:
         return ""
+
+
+def holds(run_dir: Path, trainer_pid: int) -> bool:
+    """Whether the run folder's lease still names the trainer `trainer_pid` (rank 0) of this machine. A watcher
+    writes a hang into the folder only on behalf of the trainer that holds it: one frozen past its lease may have
+    been replaced by another trainer meanwhile, whose folder it is now."""
+    holder = lease.read_holder(RunFolder(run_dir).trainer_lease)
+    return holder is not None and holder.here() and holder.pid == trainer_pid
 
 
 def record_hang(run_dir: Path, hang: Hang) -> None:

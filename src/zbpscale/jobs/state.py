@@ -21,11 +21,13 @@ What a plain submit does with each state (RunState.next; `submit --retry` turns 
   failed                       resume when the job died without deciding (killed, node lost: a crash, or its
                                prep job failed); retry when it decided to fail (bounds spent, diverged, a
                                mistake): `submit --retry` after fixing the cause, else leave
-  broken                       leave: config.json must be fixed or the folder moved aside
+  broken                       leave: config.json must be fixed or the folder moved aside (whether or not a job
+                               waits for it: one that starts would stop at once; a running trainer is running)
 """
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import socket
@@ -37,7 +39,7 @@ from typing import Literal
 from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
-from zbpscale.proc import pid_alive
+from zbpscale.proc import pid_alive, process_start_time, process_started_at
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import End, History, record
 from zbpscale.tables import age
@@ -122,8 +124,8 @@ def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now:
     try:
         check_config(folder)
     except BrokenRunFolder as err:
-        if not job.live:
-            return RunState("broken", str(err), next="leave")
+        if job.state not in ("RUNNING", "COMPLETING"):  # a running trainer read its config when it started; a job
+            return RunState("broken", str(err), next="leave")  # that waits would start on one the trainer refuses
     if job.state == UNKNOWN:
         return RunState("unknown", job.reason, next="leave")
     if job.state == "COMPLETING":  # its processes are ending (on a lost node: until SLURM calls the node down)
@@ -166,15 +168,14 @@ def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now:
 def direct_state(folder: RunFolder, now: float, stall_after_s: float | None) -> RunState:
     """A run trained directly (python -m zbpscale.train), not through a job: its own records say. A trainer
     that is gone without an end record is failed at once when it ran on this host (its heartbeat names the
-    process), else once its heartbeat is older than `stall_after_s`."""
+    process: `trainer_gone`, for every release's heartbeat), else once its heartbeat is older than `stall_after_s`."""
     own = tail_records(folder.metrics, ("start", "end"))
     if not own:
         return RunState("new")
     started, stopped = own.get("start", {}), own.get("end", {})
     beat = read_json(folder.heartbeat)
     if not (stopped and stopped.get("time", 0) >= started.get("time", 0)):
-        here = beat.get("host") == socket.gethostname() and beat.get("pid") and beat.get("pid_start")
-        if here and not pid_alive(beat["pid"], beat["pid_start"]):
+        if trainer_gone(beat):
             return RunState("failed", f"the trainer (pid {beat['pid']}) is gone without an end record (run directly, "
                                       "no job)")
         if "time" in beat and now - beat["time"] <= (stall_after_s if stall_after_s is not None else
@@ -185,6 +186,20 @@ def direct_state(folder: RunFolder, now: float, stall_after_s: float | None) -> 
     if stopped.get("why") in ("diverged", "failed"):
         return RunState("failed", reason, next="retry")
     return RunState("stopped", reason)
+
+
+def trainer_gone(beat: dict) -> bool:
+    """Whether the trainer a heartbeat names is provably gone: it ran on this host and its process is not there.
+    The process is its pid and start time (`pid_start`); a heartbeat of a release before `pid_start` names the
+    pid alone, whose process is gone when no process has that pid, or when the one that has it started after the
+    heartbeat was written (another process reused the pid). False when it cannot tell (another host)."""
+    pid = beat.get("pid")
+    if not pid or beat.get("host") != socket.gethostname():
+        return False
+    if beat.get("pid_start") is not None:
+        return not pid_alive(pid, beat["pid_start"])
+    started = process_started_at(pid)
+    return process_start_time(pid) is None or (started is not None and started > beat.get("time", math.inf) + 1.0)
 
 
 def unheard_end(run_dir: Path, history: History, job: JobView) -> End | None:

@@ -15,7 +15,9 @@ States: complete, running, stalled (the job runs but the heartbeat is older than
 --stall-after), queued,
 unknown (the scheduler does not answer), failed (with a one-line reason and the log to read), broken (the run
 folder's config.json is one the trainer would refuse), cancelled, stopped (interrupted, nothing queued), new.
-A source that does not answer is said once under the table. Only the tails of the logs are read.
+A source that does not answer is said once under the table, and so is a run folder that the sweep file (given as
+the target) no longer plans while its job is queued or running, with the command that cancels it (sweep_edits).
+Only the tails of the logs are read.
 One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
 for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
 every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py).
@@ -37,6 +39,7 @@ from zbpscale.files import read_json
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.runs import Run, decide, find_runs
 from zbpscale.jobs.state import STATES, log_tail
+from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
@@ -91,6 +94,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "nodes": history.nodes,
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
         "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
+        "unplanned": run.unplanned, "job_live": run.job.live,
     }
     if run.planned is not None and not folder.config.exists():  # planned, not written yet
         hours = run.planned.estimated_hours()
@@ -241,9 +245,12 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, a ZBP
-    estimator that fell back to a slower path, a tracker turned off."""
+    estimator that fell back to a slower path, a tracker turned off, a job that trains on for a run the sweep file
+    no longer plans."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
+        if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
+            found.append((unplanned_note(r["run"], r["job"], r["state"], Path(r["dir"]).parent), "stalled"))
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
             where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
                 f"  (log: {r['log']})" if r["log"] else "")

@@ -9,7 +9,8 @@ Idempotent: complete runs are skipped, partial runs resume from their folder, a 
 still queued or running is left alone, so the same command can be re-run at any time. When the sweep's data
 are not prepared, a prep job is submitted first and the training jobs wait for it (afterok). The sweep file is
 the truth for what it still decides: a run that has not trained takes the file's current values; one that has
-keeps its own, said in one line (`--apply-changes` gives it those safe on resume: config_notes).
+keeps its own, said in one line (`--apply-changes` gives it those safe on resume: config_notes); a run folder the
+file no longer plans whose job is live is named with the command that cancels it (unplanned_notes).
 
 Without SLURM (or with `--executor local`) the runs go to the node's detached local queue (executors/local_queue/): it
 outlives the terminal, packs runs onto the node's GPUs (CPU runs: `--max-parallel` at a time, default 1) and
@@ -24,11 +25,10 @@ import dataclasses
 import math
 import sys
 import time
-from pathlib import Path
 
 from zbpscale.data import manifest_path
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.files import read_json
+from zbpscale.files import read_json, unwritable
 from zbpscale.jobs import executors
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.executors import Executor, View
@@ -36,12 +36,12 @@ from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config, record_unheard
 from zbpscale.jobs.state import decide as decide_state
 from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
-from zbpscale.jobs.sweep_edits import config_notes
-from zbpscale.lease import try_lock
+from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
+from zbpscale.lease import wait_lock
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.tables import fit_columns, fmt_tokens, plural, seed_count, terminal_width
-from zbpscale.text import select
+from zbpscale.text import matches, patterns, select, shown_path
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
 
@@ -181,10 +181,12 @@ def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
-def look(sweep: Sweep, runs: list[Run], *, poller: Poller | None = None) -> tuple[dict[str, found.Run], View]:
-    """Every run decided ({run name: runs.Run with its history, job view and state}) and the executors' view of
-    the runs' latest jobs (one question per executor; through `poller` when given)."""
-    decided, view = found.decide([found.Run.of(r) for r in runs], sweep.jobs_root,
+def look(sweep: Sweep, runs: list[Run], *, poller: Poller | None = None, unplanned: list[found.Run] = ()
+         ) -> tuple[dict[str, found.Run], View]:
+    """Every run decided ({run name: runs.Run with its history, job view and state}), the `unplanned` run folders
+    (runs.unplanned: those the sweep file no longer plans) too, and the executors' view of the runs' latest jobs
+    (one question per executor; through `poller` when given)."""
+    decided, view = found.decide([found.Run.of(r) for r in runs] + list(unplanned), sweep.jobs_root,
                                  look=poller.look if poller else None)
     return {r.name: r for r in decided}, view
 
@@ -199,18 +201,12 @@ def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
     others wait, then see its jobs. lease.try_lock on <sweep folder>/.submit.lock, renewed by a thread while the
     submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_STALE_S later."""
     path = sweep.jobs_dir / ".submit.lock"
-    deadline, said = time.time() + wait_s, False
-    while True:
-        lock, holder = try_lock(path, stale_after_s=SUBMIT_STALE_S)
-        if lock is not None:
-            break
-        if time.time() > deadline:
-            raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after "
-                              f"{wait_s:.0f} s", hint="let it finish, or stop it, then submit again")
-        if not said:
-            print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it", flush=True)
-            said = True
-        time.sleep(poll_s)
+    lock, holder = wait_lock(path, stale_after_s=SUBMIT_STALE_S, wait_s=wait_s, poll_s=poll_s, waiting=lambda holder:
+                             print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it",
+                                   flush=True))
+    if lock is None:
+        raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after {wait_s:.0f} s",
+                          hint="let it finish, or stop it, then submit again")
     with lock.keep_renewed():
         yield lock
 
@@ -223,10 +219,17 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     apply_changes: give runs that have trained the sweep file's new values of the fields safe on resume.
     A run whose job is live, or may be, is never submitted again."""
     sweep = load_sweep(path)
-    runs = select(expand(sweep), only)
+    problem = unwritable(sweep.jobs_dir)
+    if problem:  # the same line for a dry run as for a submit: neither has anything to plan
+        raise ConfigError(f"cannot make the sweep's folder of runs {sweep.jobs_dir}: {problem}",
+                          hint="set Sweep.root in the sweep file to a folder you can write")
+    planned = expand(sweep)
+    runs = select(planned, only)
+    dropped = [r for r in found.unplanned(sweep, {r.name for r in planned})  # their jobs go on: say so
+               if not patterns(only) or matches(r.name, patterns(only))]
     back = executors.choose(executor, sweep.jobs_root)
     with contextlib.nullcontext() if dry_run else sweep_lock(sweep) as lock:
-        decided, view = look(sweep, runs)
+        decided, view = look(sweep, runs, unplanned=dropped)
         if not dry_run:  # what the scheduler said of attempts that died without a word, recorded under the lock
             for r in runs:
                 d = decided[r.name]
@@ -236,6 +239,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         todo = [r for r in runs if actions[r.name] in SUBMITS]
         notes = data_notes(sweep, todo) + broken_notes(runs, states) + view.notes
         notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run)
+        notes += unplanned_notes([decided[r.name] for r in dropped])
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
             print(f"note: {note}")
@@ -379,19 +383,10 @@ def results_table(sweep: Sweep, runs: list[Run], path: str) -> list[str]:
     width = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join([row[0].ljust(width[0])] + [c.rjust(w) for c, w in zip(row[1:], width[1:])]) for row in rows]
     out = default_out(sweep.jobs_dir)
-    commands = [f"zbpscale collect {path}", f"zbpscale plot {_shown(out)}"]
+    commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}"]
     pad = max(map(len, commands)) + 3
-    return lines + [f"next: {commands[0]:<{pad}}# results bundle in {_shown(out)}",
+    return lines + [f"next: {commands[0]:<{pad}}# results bundle in {shown_path(out)}",
                     f"      {commands[1]:<{pad}}# its figures and table.md"]
-
-
-def _shown(path) -> str:
-    """A path as the user would type it: relative to the current folder where it lies below it."""
-    path = Path(path).absolute()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

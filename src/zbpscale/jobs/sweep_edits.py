@@ -6,6 +6,9 @@ now gives (`config_changes`), and `config_notes` decides, one line per run that 
   - a run that has trained goes on as it was trained, except that `--apply-changes` gives it the new values of
     the fields safe on resume (train/schema.py RESUME_SAFE: they decide when it evaluates, checkpoints or logs,
     never what it computes); any other change needs a new run (another name), said in the line.
+A run folder whose run the file no longer plans (its size, arm or seed removed) while its job is queued or running
+is named too (`unplanned_notes`, by submit, its dry run and status): the job trains on unless it is cancelled, and
+the line says how (`zbpscale cancel <sweep folder> --only <run>`).
 A dry run says what the submit would do and writes nothing. Torch-free.
 """
 
@@ -16,9 +19,11 @@ from pathlib import Path
 
 from zbpscale.errors import ZbpError
 from zbpscale.files import atomic_write
+from zbpscale.jobs import runs as found
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.sweep import Run
 from zbpscale.run.folder import RunFolder
+from zbpscale.text import shown_path
 from zbpscale.train.schema import RESUME_SAFE, TrainConfig
 
 
@@ -61,6 +66,21 @@ def config_notes(runs: list[Run], states: dict[str, RunState], *, apply: bool, d
                      f"{'stays as it was trained' if state == 'complete' else 'goes on as it was trained'}: "
                      + "; ".join(then))
     return notes
+
+
+def unplanned_notes(runs: list[found.Run]) -> list[str]:
+    """One line per run folder that the sweep file no longer plans (`found.Run.unplanned`, decided) whose job is
+    live, or may be: it trains on unless cancelled."""
+    return [unplanned_note(r.name, r.history.job_id, r.state.state, r.run_dir.parent) for r in runs
+            if r.unplanned and r.job.live]
+
+
+def unplanned_note(name: str, job: str, state: str, sweep_dir: Path) -> str:
+    """The line for one such run (`state`: its state word), with the command that cancels its job."""
+    doing = {"running": "running", "stalled": "running (stalled)",
+             "unknown": "perhaps alive (the scheduler does not answer)"}.get(state, "queued")
+    return (f"{name}: no longer in the sweep file, but its job {job} is {doing}: it trains on unless cancelled "
+            f"(zbpscale cancel {shown_path(sweep_dir)} --only {name})")
 
 
 def config_changes(run: Run) -> dict[str, tuple]:

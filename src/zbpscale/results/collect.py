@@ -92,7 +92,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         raise ConfigError(f"{path} holds {len(found)} sweeps ({', '.join(n for n, _ in found)})",
                           hint="name one: zbpscale collect jobs/<sweep> (or its sweep file)")
     if not found[0][1]:
-        raise ConfigError(f"{path} holds no run folders ({{size}}-{{arm}} with a config.json or metrics.jsonl)",
+        raise ConfigError(f"{path} holds no run folders (folders with a config.json, metrics.jsonl or attempts.jsonl)",
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
     ((name, sources),) = found
     bundle = Bundle(out or default_out(sources[0].run_dir.parent))

@@ -35,6 +35,7 @@ from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpair
 from zbpscale.results.seeds import Spread, seeds_of
 from zbpscale.results.summary import RunSummary, arm_order, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
+from zbpscale.run.folder import parse_run_name
 from zbpscale.tables import seed_count
 from zbpscale.train.metrics import BlockRow, by_kind, read_records
 
@@ -71,7 +72,11 @@ def _colors(arms) -> dict[str, str]:
     return {"bp": "black", **{a: palette[i % len(palette)] for i, a in enumerate(zbp)}}
 
 
-def _label(row: RunSummary, text: str) -> str:
+def _label(row: RunSummary) -> str:
+    """A run's line in the panel of its size: its arm and seed (`zbp_n16-s1`) when it is named after them
+    (`{size}-{arm}[-s{seed}]`), else its folder's name (a run trained by hand into a folder of its own naming);
+    with its state when it is not complete."""
+    text = row.run[len(row.size) + 1:] if parse_run_name(row.run) == (row.size, row.arm, row.seed) else row.run
     return text if row.state == "complete" else f"{text} ({row.state})"
 
 
@@ -160,7 +165,7 @@ def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: s
         for row in runs:
             x, y = list(curves[row.run]), [loss for _, loss in curves[row.run].values()]
             style = _style(row, colors[row.arm])
-            label = _label(row, row.run.split("-", 1)[1])
+            label = _label(row)
             ax.plot(x, y, label=label, color=style["color"], linestyle=style["linestyle"])
             ax.plot(x[-1:], y[-1:], marker="o", linestyle="none", **_style(row, style["color"], line=False))
             drawn.setdefault(size, []).append(label)
@@ -320,7 +325,7 @@ def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
                             linestyle=style["linestyle"] if branch == "attn" else ":", color=style["color"],
                             markerfacecolor=style["markerfacecolor"], markeredgecolor=style["color"])
-                ax.plot([], [], color=colors[r.arm], label=_label(r, r.run.split("-", 1)[1]))
+                ax.plot([], [], color=colors[r.arm], label=_label(r))
             ax.plot([], [], marker="o", color="gray", label="attn branch")
             ax.plot([], [], marker="s", linestyle=":", color="gray", label="mlp branch")
             _log_axis(ax, "y")

@@ -25,11 +25,12 @@ class RunSummary:
     """One row of summary.csv / summary.json: a run as its folder shows it."""
 
     run: str
-    """Run name, `{size}-{arm}` (plus `-s{seed}`)."""
+    """Run name, its folder's: `{size}-{arm}` (plus `-s{seed}`) for a sweep's runs, any name for one trained by
+    hand (its size, arm and seed then come from its config: jobs/runs.py's `identity`)."""
     size: str
     """Model size preset."""
     arm: str
-    """Training arm: bp, zbp_n16, ..."""
+    """Training arm: bp, zbp_n16, ... ('' when neither the run's name nor its config says)."""
     seed: int
     """Seed of the run."""
     params: int | None

@@ -9,6 +9,7 @@
     diagnostics.py  rho_k and the NSR constant c (rows typed in metrics.py);  numerics.py  what a run computed with
     watchdog.py     a hung collective ends the process;  cli.py  `python -m zbpscale.train`
     exits.py        the exit codes by which a training process tells its executor how it ended (torch-free)
+    trackers.py     TensorBoard, W&B and the seam a tracker plugs into;  wandb_log.py  W&B's offline files read back
 
 May import: zbpscale.zbp, zbpscale.data, zbpscale.run (the run folder, and the word for how an attempt ended) and
 the shared modules (errors, files, lease, proc, signals, tables, text, version). Nothing of zbpscale.jobs, nothing

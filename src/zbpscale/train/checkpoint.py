@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import random
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -77,17 +77,21 @@ def _caused_by(err: BaseException, code: int) -> bool:
     return False
 
 
-def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
+def save(run_dir: Path, step: int, payload: dict, *, keep: int, guard: Callable[[], None] = lambda: None) -> Path:
     """Write `payload` (plus the step and RNG states) as the checkpoint of `step`; keep the newest `keep`.
     Written by files.atomic_write, after removing the temp files a killed writer left (the trainer lock makes
     this process the folder's only writer). A failed write leaves no temp file behind and the older checkpoints
-    untouched; a full disk is a one-line `CheckpointError`."""
+    untouched; a full disk is a one-line `CheckpointError`. `guard()` (the trainer's lease) is asked before the
+    write and again before the written file takes its name: a trainer paused mid-save that lost the run folder
+    meanwhile leaves no checkpoint."""
+    guard()
     folder = RunFolder(run_dir)
     folder.checkpoints.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(folder.checkpoints)
     final = folder.checkpoint(step)
     try:
-        atomic_write(final, lambda fh: torch.save({**payload, "step": step, "rng": rng_state()}, fh))
+        atomic_write(final, lambda fh: torch.save({**payload, "step": step, "rng": rng_state()}, fh),
+                     before_rename=guard)
     except BaseException as err:
         if _caused_by(err, errno.ENOSPC):
             found = folder.list_checkpoints()
@@ -96,6 +100,7 @@ def save(run_dir: Path, step: int, payload: dict, *, keep: int) -> Path:
                                   f"was not written; {kept}",
                                   hint="free space on that filesystem, then run again") from None
         raise
+    guard()  # a trainer paused right after the rename must not prune a new holder's checkpoints when it wakes
     for _, old in folder.list_checkpoints()[:-keep]:
         old.unlink(missing_ok=True)
     return final

@@ -13,10 +13,10 @@ import dataclasses
 import json
 import sys
 
-from zbpscale.errors import ConfigError, ZbpError, report
+from zbpscale.errors import ConfigError, LeaseLost, ZbpError, report
 from zbpscale.run.folder import RunFolder
 from zbpscale.text import did_you_mean
-from zbpscale.train.exits import EXIT_DIVERGED, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.train.exits import EXIT_DIVERGED, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE, leave
 from zbpscale.train.loop import TrainingDiverged, train
 from zbpscale.train.schema import TrainConfig
 
@@ -34,7 +34,8 @@ def _parse(argv: list[str] | None):
   torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp --size s60 --data data/fineweb --steps 4600
 
 Ctrl-C (or SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
-exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged""")
+exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged, 5 another trainer
+took the run over while this one was paused""")
     p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
     p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
     p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingDiverged as err:
         report(err)
         return EXIT_DIVERGED
+    except LeaseLost as err:  # the run folder is another trainer's now: nothing more of this process may reach it
+        report(err)
+        leave(EXIT_LEASE_LOST)
     except ZbpError as err:
         report(err)
         return EXIT_USAGE

@@ -105,6 +105,15 @@ def all_reduce_sum(values: list[float], env: DistEnv) -> list[float]:
     return t.tolist()
 
 
+def broadcast_object(value, env: DistEnv):
+    """Rank 0's `value` (a small picklable object) on every rank; itself on a single process."""
+    if not env.distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def barrier(env: DistEnv) -> None:
     if env.distributed:
         dist.barrier()

@@ -25,9 +25,9 @@ from typing import Callable
 import torch
 
 from zbpscale import signals
-from zbpscale.errors import ConfigError, RunFolderBusy, ZbpError
+from zbpscale.errors import ConfigError, LeaseLost, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.lease import Lock, Rule
+from zbpscale.lease import Follower, Lock, Rule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 from zbpscale.tables import age
@@ -118,8 +118,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] 
     try:
         env = dist.init(cfg.device)
         try:
-            with _one_writer(run_dir, env, lease_bound(cfg), holder_gone) as lock:
-                return _train(cfg, run_dir, env, on_hang, lock)
+            with _one_writer(run_dir, env, lease_bound(cfg), holder_gone) as lease:
+                return _train(cfg, run_dir, env, on_hang, lease)
         finally:
             dist.shutdown(env)
     finally:
@@ -138,8 +138,9 @@ def lease_bound(cfg: TrainConfig) -> float | None:
 
 @contextlib.contextmanager
 def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, gone: Rule | None):
-    """Hold the run folder's trainer lock (rank 0; yields it, None elsewhere) while training; every rank refuses
-    to start, in one line, when another trainer holds it (a duplicate job, a second terminal, a job of the run on
+    """Hold the run folder's trainer lock while training: yields rank 0's Lock, and on the other ranks a Follower
+    of it (lease.py), which every writer of the trainer asks before it writes (`_renew`). Every rank refuses to
+    start, in one line, when another trainer holds it (a duplicate job, a second terminal, a job of the run on
     another node): two trainers must never write one run."""
     lock, holder = RunFolder(run_dir).lock(stale_after_s=stale_after_s, gone=gone) if env.is_main else (None, "")
     try:
@@ -149,19 +150,20 @@ def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, g
             raise RunFolderBusy(f"{run_dir} is being trained by another trainer ({holder or 'see rank 0'}): "
                                 "refusing to start a second one", hint="zbpscale status shows its job; wait for it "
                                 f"or cancel it (if its holder is surely gone, remove {lease_file})")
-        yield lock
+        nonce = dist.broadcast_object(lock.holder.nonce if lock else None, env)
+        yield lock or Follower(RunFolder(run_dir).trainer_lock, nonce)
     finally:
         if lock:
             lock.release()
 
 
-def _renew(lock: Lock | None, run_dir: Path, *, force: bool = False) -> None:
-    """Renew rank 0's lease (lease.Lock.renew: at most every few seconds unless forced). A lease another trainer
-    has taken over (this one was silent past lease_bound) ends this one at once, writing nothing more."""
+def _renew(lock: Lock | Follower | None, run_dir: Path, *, force: bool = False) -> None:
+    """The check before every write into the run folder (lease.Lock.renew: in memory within a few seconds of the
+    last look, else on disk, renewing rank 0's lease). A lease another trainer has taken over (this one was silent
+    past lease_bound: paused, frozen in I/O) ends this one at once: LeaseLost, and nothing more is written."""
     if lock is not None and not lock.renew(force=force):
-        raise RunFolderBusy(f"{run_dir} was taken over by another trainer ({lock.taken_by()}) while this one was "
-                            "silent past its lease: stopping without writing more", hint="zbpscale status shows "
-                            "the run's job")
+        raise LeaseLost(f"{run_dir} was taken over by another trainer ({lock.taken_by()}) while this one was silent "
+                        "past its lease: stopping without writing more", hint="zbpscale status shows the run's job")
 
 
 @dataclass
@@ -182,18 +184,24 @@ class _Run:
     accum: int
     bf16: bool
     done: int = 0  # steps done so far (the loop keeps it): where an attempt stopped by an exception ended
-    lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes
+    lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes and asked before each write
+
+    def guard(self) -> None:
+        """Raise LeaseLost if the run folder is no longer this trainer's (`_renew`): asked before every write."""
+        _renew(self.lock, self.run_dir)
 
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None,
-           lock: Lock | None = None) -> Why:
+           lease: Lock | Follower | None = None) -> Why:
+    """`lease`: rank 0's Lock (renewed as it trains), a Follower of it on the other ranks (asked only before their
+    watchdog writes its stamp)."""
     _check_config(run_dir, cfg)
     if RunFolder(run_dir).complete.exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
         return "completed"
     try:
-        r = _setup(cfg, run_dir, env, lock)
+        r = _setup(cfg, run_dir, env, lease if env.is_main else None)
     except StoppedBeforeFirstStep:
         if env.is_main:
             print(f"stopped on signal {signals.received()} while compiling, before the first step: nothing new to "
@@ -206,7 +214,8 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         if on_hang is not None:
             on_hang(reason)
 
-    dog = Watchdog(run_dir, env.rank, env.world_size, cfg.step_timeout_s, on_hang=hung).start()
+    dog = Watchdog(run_dir, env.rank, env.world_size, cfg.step_timeout_s, on_hang=hung,
+                   guard=lambda: _renew(lease, run_dir)).start()
     try:
         return _loop(r, dog)
     except KeyboardInterrupt:  # a second Ctrl-C: a person stopped it on purpose, said in its records
@@ -214,7 +223,7 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         raise
     except TrainingDiverged:  # its end record is written where it is found
         raise
-    except RunFolderBusy:  # another trainer has the folder now (_renew): nothing more is written into it
+    except RunFolderBusy:  # LeaseLost: another trainer has the folder now (_renew): nothing more is written into it
         raise
     except ZbpError as err:  # e.g. a full disk at a checkpoint: the cause, for status, before the one-line error
         _last_word(r, r.done - 1, "failed", f"{type(err).__name__}: {err}")
@@ -224,11 +233,12 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
 
 
 def _last_word(r: _Run, step: int, why: Why, reason: str) -> None:
-    """The end record of an attempt that stops on an exception; best effort (the disk may be full)."""
+    """The end record of an attempt that stops on an exception; best effort (the disk may be full, the folder may
+    have been taken over meanwhile)."""
     try:
         r.log.write("end", step=step, why=why, reason=reason)
         r.log.close()
-    except OSError:
+    except (OSError, LeaseLost):
         pass
 
 
@@ -304,7 +314,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
     val = loader.val_batches(max_batches=cfg.eval_batches)  # what fits when the split is small (val_fit)
     numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
 
-    log = MetricsLog(run_dir, enabled=env.is_main)
+    log = MetricsLog(run_dir, enabled=env.is_main, guard=lambda: _renew(lock, run_dir))
     if env.is_main:
         records = read_records(run_dir)
         attempt = 1 + sum(r["kind"] == "start" for r in records)
@@ -313,11 +323,11 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
         # died before its first one) is redone now: drop it, so that every reader sees each step once.
         dropped = log.rollback_to(start)
         if cfg.trackers:
-            log.trackers = open_trackers(cfg, run_dir, start)
+            log.trackers = open_trackers(cfg, run_dir, start, may_write=lock.renew if lock else lambda: True)
         if start or dropped:
             log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs,
                       world_size=env.world_size, world_size_from=(before or {}).get("world_size"))
-        atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n")
+        atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n", before_rename=log.guard)
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
             for k, v in numbers.items()), flush=True)
@@ -367,14 +377,15 @@ def _world_note(cfg: TrainConfig, before: dict | None, numbers: dict) -> str | N
                    "before 2026-12-02), so from here on it draws other probes than it would have")
 
 
-def open_trackers(cfg: TrainConfig, run_dir: Path, start: int):
+def open_trackers(cfg: TrainConfig, run_dir: Path, start: int, may_write: Callable[[], bool] = lambda: True):
     """The experiment trackers of this attempt (train/trackers.py), given the run's records so far (after the
-    rollback: the steps before this attempt's first)."""
+    rollback: the steps before this attempt's first); `may_write()`: whether the run folder is still this
+    trainer's (its lease), for a tracker that writes from a thread of its own."""
     from zbpscale.train.trackers import TrackedRun, Trackers
 
     folder = Path(run_dir).absolute()
     config = {**cfg.to_dict(), "code": {"zbpscale": version(), "git": git_revision()}}
-    run = TrackedRun(run_dir=folder, name=folder.name, sweep=folder.parent.name, config=config)
+    run = TrackedRun(run_dir=folder, name=folder.name, sweep=folder.parent.name, config=config, may_write=may_write)
     return Trackers(cfg.trackers, run, start, read_records(run_dir))
 
 
@@ -457,7 +468,7 @@ def _save(r: _Run, done: int) -> None:
     """Checkpoint `done` steps (rank 0 writes; every rank waits for it)."""
     if r.env.is_main:
         _renew(r.lock, r.run_dir, force=True)  # still ours? a checkpoint is worth the look every time
-        checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts)
+        checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts, guard=r.guard)
         r.log.checkpointed()
     dist.barrier(r.env)
 
@@ -486,8 +497,9 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> Why:
     _renew(r.lock, r.run_dir, force=True)  # still ours? before the last checkpoint, COMPLETE and the end record
     if stop_signal is None:
         if env.is_main:
-            checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts)
-            atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n")
+            checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts, guard=r.guard)
+            atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n",
+                         before_rename=r.guard)
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
         r.log.write("end", step=cfg.steps - 1, why="completed", reason="all steps done")
     else:

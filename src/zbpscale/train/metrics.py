@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Literal, TypedDict, Union
+from typing import Callable, Literal, TypedDict, Union
 
 from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
 from zbpscale.proc import process_start_time
@@ -163,10 +163,12 @@ def by_kind(records: list[Record]) -> dict[str, list[Record]]:
 class MetricsLog:
     """Appends records to metrics.jsonl (rank 0 only) and rewrites heartbeat.json every few seconds; `trackers`
     (train/trackers.Trackers, set by the trainer once the attempt's start is known) get each record after the file
-    has it."""
+    has it. `guard()`, asked before every write (records, heartbeat, the trackers' flush and close), raises
+    errors.LeaseLost once the run folder is no longer this trainer's (the trainer's lease, train/loop.py)."""
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S):
-        self.run_dir, self.enabled, self.heartbeat_s = Path(run_dir), enabled, heartbeat_s
+    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S,
+                 guard: Callable[[], None] = lambda: None):
+        self.run_dir, self.enabled, self.heartbeat_s, self.guard = Path(run_dir), enabled, heartbeat_s, guard
         self._pid_start = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
         self.folder = RunFolder(run_dir)
         self.path = self.folder.metrics
@@ -180,11 +182,12 @@ class MetricsLog:
         """Drop step records at or past `step` (work after the checkpoint, about to be redone)."""
         if not self.enabled or not self.path.exists():
             return 0
+        self.guard()
         records = read_records(self.run_dir)
         kept = [r for r in records if not (r.get("kind") in STEP_KINDS and r.get("step", -1) >= step)]
         dropped = len(records) - len(kept)
         if dropped or len(self.path.read_text().splitlines()) != len(records):
-            atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in kept), before_rename=self.guard)
         return dropped
 
     def write(self, kind: str, **fields) -> None:
@@ -192,6 +195,7 @@ class MetricsLog:
         check_fields(RECORDS[kind], fields)
         if not self.enabled:
             return
+        self.guard()
         if self._fh is None:
             self._fh = open_append(self.path)
         self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
@@ -202,6 +206,7 @@ class MetricsLog:
     def checkpointed(self) -> None:
         """A checkpoint was written: the trackers make durable what they hold (the records are already)."""
         if self.trackers is not None:
+            self.guard()
             self.trackers.flush()
 
     def heartbeat(self, step: int, tokens: int, *, force: bool = False, **extra) -> None:
@@ -211,12 +216,13 @@ class MetricsLog:
         if not self.enabled or (not force and now - self._last_beat < self.heartbeat_s):
             return
         self._last_beat = now
+        self.guard()
         if self.trackers is not None and self.trackers.off:
             extra = {**extra, "trackers_off": self.trackers.off}
         check_fields(Heartbeat, extra)
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
                 "pid_start": self._pid_start, **extra}
-        atomic_write(self.folder.heartbeat, json.dumps(beat) + "\n")
+        atomic_write(self.folder.heartbeat, json.dumps(beat) + "\n", before_rename=self.guard)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -224,6 +230,7 @@ class MetricsLog:
             self._fh.close()
             self._fh = None
         if self.trackers is not None:
+            self.guard()
             self.trackers.close()
 
 

@@ -14,24 +14,33 @@ One tracker run per run, each step once, whatever kills an attempt: trackers.jso
 tracker, what it keeps across attempts (W&B's run id) and `through`, the last step it made durable (at a flush or
 at the end of an attempt). An attempt hands each tracker the steps of metrics.jsonl after its `through` (what a
 kill lost in the tracker but the checkpoint kept), then its own. TensorBoard hides what an earlier attempt wrote
-past `through` (`purge_step`); W&B resumes its run (`resume="allow"`).
+past `through` (`purge_step`); W&B resumes its run (`resume="allow"`). A tracker whose own files can say more than
+`through` (W&B's offline folder of an attempt killed between flushes) says it when it opens (`holds_through`), and
+is sent only the steps after that.
+
+Nothing is written once the trainer has lost its run folder (its lease, train/loop.py): the training thread's calls
+come through MetricsLog, which asks the lease first; a tracker's own thread asks `TrackedRun.may_write`.
 
 Torch-free at import: each tracker imports its package when an attempt opens it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import queue
 import secrets
+import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
+from zbpscale.errors import LeaseLost
 from zbpscale.files import atomic_write, read_json
 from zbpscale.run.folder import RunFolder
 from zbpscale.train.metrics import STEP_KINDS
@@ -50,6 +59,9 @@ class TrackedRun:
     """The sweep's name (the run folder's parent folder): W&B's project and group."""
     config: dict
     """The resolved TrainConfig (TrainConfig.to_dict), with the code version under `code`."""
+    may_write: Callable[[], bool] = lambda: True
+    """Whether this process still holds the run folder (the trainer's lease): a tracker that writes from a thread of
+    its own asks before each write; the training thread's calls are asked for already (MetricsLog's guard)."""
 
 
 class Tracker:
@@ -67,6 +79,13 @@ class Tracker:
         super().__init_subclass__(**kwargs)
         if cls.name:
             Tracker.known[cls.name] = cls
+
+    @classmethod
+    def holds_through(cls, run: TrackedRun, kept: dict) -> int:
+        """The last step this tracker holds from earlier attempts as far as its own files tell (-1: they tell
+        nothing), asked when an attempt opens it: an attempt killed between flushes may have left more than
+        trackers.json's `through` says (W&B's offline folders). `kept`: what it kept (`self.keep`)."""
+        return -1
 
     def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
         """Open the tracker for an attempt of `run`; it will be given every step from `first_step` on (it holds the
@@ -141,12 +160,13 @@ class Trackers:
         self.saved: dict[str, dict] = saved if isinstance(saved, dict) else {}
         self.through: dict[str, int] = {}
         for name in names:
-            kept = dict(self.saved.get(name, {}))
+            kept, cls = dict(self.saved.get(name, {})), Tracker.known[name]
             through = kept.pop("through", -1)
-            if Tracker.known[name].rewrites:  # what it holds from `start` on is redone now: hidden, given again
-                through = min(through, start - 1)
             try:
-                tracker = Tracker.known[name](run, through + 1, kept)
+                through = max(through, cls.holds_through(run, kept))
+                if cls.rewrites:  # what it holds from `start` on is redone now: hidden, given again
+                    through = min(through, start - 1)
+                tracker = cls(run, through + 1, kept)
             except Exception as err:  # noqa: BLE001 - a tracker never stops training (module docstring)
                 self._turn_off(name, err)
                 continue
@@ -192,9 +212,13 @@ class Trackers:
                                                               if k != "through"}
             self.saved[name] = {**keep, "through": through}
         try:
-            atomic_write(self.path, json.dumps(self.saved, indent=1) + "\n")
+            atomic_write(self.path, json.dumps(self.saved, indent=1) + "\n", before_rename=self._may_write)
         except OSError as err:  # a full disk: the trackers may show a step twice after a kill, training goes on
             print(f"trackers: could not write {self.path}: {err}", file=sys.stderr, flush=True)
+
+    def _may_write(self) -> None:
+        if not self.run.may_write():
+            raise LeaseLost(f"{self.run.run_dir} is another trainer's now: trackers.json is left as it is")
 
     def _call(self, tracker: Tracker, action) -> bool:
         """action(tracker)'s value; False, and the tracker off for the attempt, when it raises."""
@@ -221,38 +245,60 @@ class Trackers:
 # ---------------------------------------------------------------------------------------- TensorBoard
 class TensorBoard(Tracker):
     """Event files in <run>/tensorboard, one TensorBoard run per run folder: `tensorboard --logdir jobs/<sweep>`.
-    A later attempt hides the events earlier ones wrote from its first step on (`purge_step`): those steps come
-    again."""
+    A later attempt hides the events earlier ones wrote from its first step on (`purge_step`, as SummaryWriter
+    writes it: a SessionLog START at that step): those steps come again.
+
+    Each event is written when it is given, in the training thread, one `write` each, to a new events file per
+    attempt (tensorboard's own RecordWriter: length, CRC, event): nothing waits in a buffer or a writer thread, so
+    an error (a full disk, an immutable folder) is raised here, to turn the tracker off with one line, and nothing
+    is written once the trainer has lost its run folder (SummaryWriter's thread would write its queue whenever it
+    woke). `flush()` and `close()` fsync."""
 
     name = "tensorboard"
     rewrites = True
+    files = itertools.count()  # a process may open several attempts within a second (tests, notebooks)
 
     def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
         super().__init__(run, first_step, kept)
-        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
         folder = RunFolder(run.run_dir).tensorboard
         earlier = folder.is_dir() and any(folder.iterdir())
-        self.writer = SummaryWriter(log_dir=str(folder), purge_step=first_step if earlier else None, flush_secs=60)
-        self.events = self.writer._get_file_writer()  # its FileWriter: a step's scalars as one event, 4x cheaper
-        if not earlier:
-            self.writer.add_text("config", "```\n" + json.dumps(run.config, indent=1) + "\n```", 0)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(self.files)}"
+        self.file = open(folder / name, "ab", buffering=0)
+        self.records = RecordWriter(self.file)
+        self.Event = Event
+        self._write(Event(step=first_step if earlier else 0, file_version="brain.Event:2"))
+        if earlier:
+            self._write(Event(step=first_step, session_log=SessionLog(status=SessionLog.START)))
+        else:
+            self.note(0, "config", "```\n" + json.dumps(run.config, indent=1) + "\n```")
+
+    def _write(self, event) -> None:
+        event.wall_time = time.time()
+        self.records.write(event.SerializeToString())
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         values = [Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
-        self.events.add_summary(Summary(value=values), step)
+        self._write(self.Event(step=step, summary=Summary(value=values)))
 
     def note(self, step: int, tag: str, text: str) -> None:
-        self.writer.add_text(tag, text, step)
+        from torch.utils.tensorboard.summary import text as text_summary
+
+        self._write(self.Event(step=step, summary=text_summary(tag, text)))
 
     def flush(self) -> bool:
-        self.writer.flush()
+        os.fsync(self.file.fileno())
         return True
 
     def close(self) -> None:
-        self.writer.close()
+        if not self.file.closed:
+            os.fsync(self.file.fileno())
+            self.file.close()
 
 
 # ---------------------------------------------------------------------------------------- Weights & Biases
@@ -271,27 +317,49 @@ class WandB(Tracker):
     environment (or its own login); zbpscale never writes it.
 
     W&B's `log` costs a few hundred microseconds of Python (1-2% of a 30 ms GPU step): a thread of its own makes the
-    calls, in order, while the training thread goes on (it waits on the GPU every step). W&B has no flush: `flush()`
-    finishes the W&B run and resumes it (in offline mode a new offline-run folder; `wandb sync` uploads a run's
-    folders in order), at most every FLUSH_S. A kill loses what W&B held since then; the next attempt sends those
-    steps again from metrics.jsonl."""
+    calls, in order, while the training thread goes on (it waits on the GPU every step), each only while the run
+    folder is still this trainer's (`TrackedRun.may_write`). W&B has no flush: `flush()` finishes the W&B run and
+    resumes it (in offline mode a new offline-run folder; `wandb sync` uploads a run's folders in order), at most
+    every FLUSH_S. A kill loses what W&B had not written yet: in offline mode the next attempt reads back what the
+    killed attempt's folder holds (`holds_through`, train/wandb_log.py) and sends only the steps after it, so that
+    the folders `zbpscale sync` uploads hold each step once; online, the server keeps the run's steps and refuses
+    a step below its last one. trackers.json keeps the id and the folders already read (`sealed`)."""
 
     name = "wandb"
     FLUSH_S = 600.0
+
+    @classmethod
+    def holds_through(cls, run: TrackedRun, kept: dict) -> int:
+        from zbpscale.train import wandb_log
+
+        if not kept.get("id") or (wandb_mode() or os.environ["WANDB_MODE"]) not in ("offline", "dryrun"):
+            return -1
+        sealed = set(kept.get("sealed", ()))
+        found = [wandb_log.last_step(f) for f in wandb_log.folders(run.run_dir, kept["id"]) if f.name not in sealed]
+        return max(found, default=-1)
 
     def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
         super().__init__(run, first_step, kept)
         import wandb
 
+        # W&B logs to a file in its folder through Python's logging; on a full disk every line fails, and logging
+        # prints each failure with a traceback (hundreds of lines an attempt). This process is the trainer's: a
+        # log line that cannot be written is dropped, as the logging docs advise for production; a failure that
+        # matters turns the tracker off in one line (Trackers._call, `_check_written`).
+        logging.raiseExceptions = False
         self.wandb = wandb
         self.keep = {"id": kept.get("id") or secrets.token_hex(6)}
+        self._seal()  # every folder so far: read by holds_through (or sealed before); this attempt's comes next
+        self.mode = wandb_mode() or os.environ["WANDB_MODE"]
         self.settings = wandb.Settings(console="off", silent=True)
         self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.row: dict[str, float] = {}  # the scalars of step `row_step`, sent whole when the next step begins
+        self.row_step, self.sent = -1, -1  # `sent`: the last step sent to the W&B run now open (-1: none)
         self.error: Exception | None = None
         self.wb = self._open()
-        mode = wandb_mode() or os.environ["WANDB_MODE"]
-        later = f", upload it later with: zbpscale sync {run.run_dir.parent}" if mode in ("offline", "dryrun") else ""
-        print(f"W&B: run {self.keep['id']} ({mode}){later}", flush=True)
+        offline = self.mode in ("offline", "dryrun")
+        later = f", upload it later with: zbpscale sync {run.run_dir.parent}" if offline else ""
+        print(f"W&B: run {self.keep['id']} ({self.mode}){later}", flush=True)
 
     def _open(self):
         """Start (or resume) the W&B run and the thread that calls it."""
@@ -300,13 +368,20 @@ class WandB(Tracker):
         wb = self.wandb.init(id=self.keep["id"], resume="allow", mode=wandb_mode(), dir=str(run.run_dir),
                              project=os.environ.get("WANDB_PROJECT") or run.sweep, group=run.sweep, name=run.name,
                              config=run.config, settings=self.settings)
+        self.folder, self.sent = Path(wb.dir).parent, -1  # <run>/wandb/offline-run-*/ (wb.dir is its files/)
         self.thread = threading.Thread(target=self._calls, name="zbpscale-wandb", daemon=True)
         self.thread.start()
         return wb
 
+    def _seal(self) -> None:
+        """Note every offline folder of the run as read: what they hold is at most `through` from now on."""
+        from zbpscale.train import wandb_log
+
+        self.keep["sealed"] = [f.name for f in wandb_log.folders(self.run.run_dir, self.keep["id"])]
+
     def _calls(self) -> None:
         while (call := self.calls.get()) is not None:
-            if self.error is None:
+            if self.error is None and self.run.may_write():
                 try:
                     call()
                 except Exception as err:  # noqa: BLE001 - raised again in the training thread (`_put`)
@@ -318,15 +393,42 @@ class WandB(Tracker):
         self.calls.put(call)
 
     def _finish(self) -> None:
-        """Wait for the calls made so far, then finish the W&B run."""
+        """Wait for the calls made so far, then finish the W&B run and check that its folder holds them."""
+        self._send_row()
         self.calls.put(None)
         self.thread.join()
         if self.error is not None:
             raise self.error
         self.wb.finish()
+        self._check_written()
+
+    def _check_written(self) -> None:
+        """Offline, the finished run's folder must hold the last step sent: W&B drops what it cannot write (a full
+        disk) without a word. Raising turns the tracker off and keeps trackers.json's `through` where it was; the
+        next attempt reads what the folder holds (`holds_through`) and sends the rest."""
+        from zbpscale.train import wandb_log
+
+        if self.mode not in ("offline", "dryrun") or self.sent < 0:
+            return
+        held = wandb_log.last_step(self.folder)
+        if held < self.sent:
+            raise OSError(f"W&B wrote steps up to {held} of the {self.sent} sent into {self.folder} (is its disk "
+                          "full?); the next attempt sends the rest")
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
-        self._put(lambda: self.wb.log(scalars, step=step))
+        """A step's scalars come in several records (train, eval, diag); they go to W&B as one row, committed when
+        the next step begins (or at a flush): W&B writes a committed row at once, so that a killed attempt's
+        folder holds whole steps and the steps before, never a row it was still waiting to complete."""
+        if self.row and step != self.row_step:
+            self._send_row()
+        self.row_step = step
+        self.row.update(scalars)
+
+    def _send_row(self) -> None:
+        if self.row:
+            row, step, self.row = self.row, self.row_step, {}
+            self._put(lambda: self.wb.log(row, step=step, commit=True))
+            self.sent = step
 
     def note(self, step: int, tag: str, text: str) -> None:
         self._put(lambda: self.wb.summary.update({tag: text}))
@@ -335,8 +437,10 @@ class WandB(Tracker):
         if time.monotonic() - self.opened < self.FLUSH_S:
             return False
         self._finish()
+        self._seal()
         self.wb = self._open()
         return True
 
     def close(self) -> None:
         self._finish()
+        self._seal()

@@ -11,6 +11,12 @@ can still run:
   3. on rank 0, calls `on_hang(reason)` (the trainer's end record; the job's requeue decision);
   4. prints one last line and leaves with EXIT_HUNG (the process is blocked in C++: nothing else can end it).
 The job layer counts a hang as a crash (max_crashes) and requeues from the last checkpoint.
+
+The thread writes into the run folder (its stamp, rank 0's hang record), so it asks `guard` first, as every writer
+of the trainer does. Once the run folder is another trainer's (this one was paused or frozen past its lease), it
+writes nothing more; the training thread finds out at its next write and leaves, and when that thread does not
+come back within `timeout_s` (a woken trainer is past it at once), the watchdog leaves in its place: one line
+naming the new holder and EXIT_LEASE_LOST, having written nothing.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from zbpscale.errors import LeaseLost, report
 from zbpscale.files import temp_path
 from zbpscale.proc import process_start_time
 from zbpscale.run.folder import RunFolder
-from zbpscale.train.exits import EXIT_HUNG
+from zbpscale.train.exits import EXIT_HUNG, EXIT_LEASE_LOST, leave
 
 HOST = socket.gethostname()
 PID_START = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)
@@ -40,9 +47,10 @@ class Watchdog:
     """One rank's watchdog (start it once the loop is about to begin; `stop()` when training ends)."""
 
     def __init__(self, run_dir: Path, rank: int, world_size: int, timeout_s: float,
-                 on_hang: Callable[[str], None] | None = None):
+                 on_hang: Callable[[str], None] | None = None, guard: Callable[[], None] | None = None):
+        """`guard()`: raises LeaseLost once this process may no longer write into the run folder."""
         self.folder, self.rank, self.world = RunFolder(run_dir), rank, world_size
-        self.timeout_s, self.on_hang = timeout_s, on_hang
+        self.timeout_s, self.on_hang, self.guard = timeout_s, on_hang, guard
         self.step, self.last = -1, time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="zbpscale-watchdog", daemon=True)
@@ -67,13 +75,32 @@ class Watchdog:
         tmp = temp_path(path)
         tmp.write_text(json.dumps({"step": self.step, "alive": time.time(), "pid": os.getpid(), "pid_start": PID_START,
                                    "host": HOST}))
+        if self._lease_lost() is not None:  # paused between the look and the rename: the stamp is not ours to write
+            tmp.unlink(missing_ok=True)
+            return
         os.replace(tmp, path)
 
     def _watch(self) -> None:
         while not self._stop.wait(STAMP_S):
-            self._stamp()
-            if time.monotonic() - self.last > self.timeout_s:
+            lost = self._lease_lost()
+            if lost is None:
+                self._stamp()
+            if time.monotonic() - self.last <= self.timeout_s:
+                continue
+            if lost is None:
                 self._fire()
+            elif not self._stop.is_set():  # the training thread, if it is leaving, says it itself
+                report(lost)
+                leave(EXIT_LEASE_LOST)
+
+    def _lease_lost(self) -> LeaseLost | None:
+        """Why this process may no longer write into the run folder (`guard`), or None."""
+        try:
+            if self.guard is not None:
+                self.guard()
+        except LeaseLost as err:
+            return err
+        return None
 
     def who(self) -> str:
         """Which ranks stopped reporting, from their stamps, in words."""

@@ -15,7 +15,7 @@ _MODULES = {
     "block": ("ZBPBlock", "ZBPClock", "call_seed", "call_seq0", "zbp_apply"),
     "boxes": ("SoftmaxBox", "SwiGLUBox", "causal_mask", "causal_softmax", "masked_softmax", "measurement_dtype",
               "row_softmax", "swiglu"),
-    "config": ("CORES", "IMPLS", "PROBES", "SCHEMES", "ZBPConfig", "arm_zbp_config"),
+    "config": ("CORES", "IMPLS", "PROBES", "SCHEMES", "ZBPConfig", "arm_name", "arm_zbp_config"),
     "estimator": ("estimate", "estimate_vjp", "nsr"),
     "probes": ("ProbeStream", "mix_seed", "theory_nsr"),
 }

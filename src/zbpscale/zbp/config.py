@@ -109,3 +109,13 @@ def arm_zbp_config(arm: str, **overrides) -> ZBPConfig | None:
     if match["probe"]:
         fields["probe"] = match["probe"]
     return dataclasses.replace(ZBPConfig(**fields), **overrides)
+
+
+def arm_name(zbp: ZBPConfig | None) -> str:
+    """The arm's name of estimator settings, the inverse of `arm_zbp_config`: None -> `bp`, n=16 -> `zbp_n16`,
+    forward differences `_fwd`, a probe other than rademacher `_<probe>`. Settings no name carries (cores, eps,
+    impl, ...) are left out: a run's config holds them."""
+    if zbp is None:
+        return "bp"
+    return (f"zbp_n{zbp.n}" + ("_fwd" if zbp.scheme == "forward" else "")
+            + (f"_{zbp.probe}" if zbp.probe != ZBPConfig.probe else ""))

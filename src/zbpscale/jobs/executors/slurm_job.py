@@ -29,13 +29,13 @@ from typing import NoReturn
 # to the entry module) name them zbpscale.jobs.executors.slurm_job.TrainJob / PrepJob: a requeue after an upgrade
 # unpickles them by that name. Their state is entry's (the same attributes).
 from zbpscale.entry import PrepJob, TrainJob  # noqa: F401
-from zbpscale.errors import ZbpError, report
+from zbpscale.errors import LeaseLost, ZbpError, report
 from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE
 from zbpscale.jobs.executors.slurm_sentinel import start_sentinel
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History, record
-from zbpscale.train.exits import EXIT_USAGE
+from zbpscale.train.exits import EXIT_LEASE_LOST, EXIT_USAGE, leave
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
@@ -81,6 +81,11 @@ def run_train_job(job: TrainJob) -> str:
                                       max_crashes=job.max_crashes)
         status = train(cfg, run_dir, on_hang=lambda reason: _hung(job, run_dir, job_id, reason),
                        holder_gone=holder_gone)
+    except LeaseLost as err:  # another trainer took the run over while this one was frozen: the run's records are
+        report(err)           # the new holder's; nothing of this attempt (record, submitit's result) is written
+        if sentinel is not None:
+            sentinel.kill()
+        leave(EXIT_LEASE_LOST)
     except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
         if main:
             record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")

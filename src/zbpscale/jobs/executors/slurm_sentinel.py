@@ -12,6 +12,7 @@ path is no promise (unlike zbpscale.entry's).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from zbpscale import lease
 from zbpscale.jobs import sentinel
+from zbpscale.run.folder import RunFolder
 
 
 def start_sentinel(run_dir: Path, job_id: str, *, since: float, timeout_s: float, max_crashes: int):
@@ -42,6 +45,14 @@ def main(argv: list[str]) -> int:
     parent_start = process_start_time(parent)
     while parent_start is not None and pid_alive(parent, parent_start):
         hang = sentinel.check(run_dir, since=since, timeout_s=timeout_s)
+        if hang is not None and not sentinel.holds(run_dir, parent):  # frozen past its lease and taken over meanwhile:
+            holder = lease.read_holder(RunFolder(run_dir).trainer_lease) or "nobody"
+            print(f"sentinel: {run_dir} is another trainer's now ({holder}); the frozen trainer (pid {parent}) is "
+                  "killed, nothing recorded", file=sys.stderr, flush=True)
+            for pid in hang.pids or (parent,):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            return 0
         if hang is not None:
             print(f"sentinel: {hang.reason}" + (f"\n{hang.detail}" if hang.detail else ""), file=sys.stderr,
                   flush=True)

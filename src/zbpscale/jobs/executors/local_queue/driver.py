@@ -15,7 +15,10 @@ One driver per queue (its lock says which: queue.py). Every tick it renews its l
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
   4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU;
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
-adopts them: it waits for their processes to end (they were told to checkpoint) and then requeues them.
+adopts them: it waits for their processes to end (the kernel told them to checkpoint: rank.py) and then settles
+them by their records, since their exit statuses went with the dead driver (`settle_adopted`): the trainer's own
+end record says how it ended; an attempt that logged steps and left no end record was killed with its driver
+(kill -9 of both, the OOM killer): crashed, with the steps it logged past its checkpoint named as dropped.
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory,
 from zbpscale.jobs.state import step_timeout
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.run.folder import RunFolder, job_log
-from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_LEASE_LOST, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.train.metrics import tail_records
 
 RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
 TICK_S = 0.2
 HEARTBEAT_S = 2.0
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
+TRAINER_EXITS = {"completed": EXIT_OK, "checkpointed": EXIT_REQUEUE, "hung": EXIT_HUNG, "diverged": EXIT_DIVERGED,
+                 "failed": EXIT_USAGE}
+"""The exit status of a rank whose trainer wrote the end record `why` (train/cli.py, train/watchdog.py): how an
+adopted attempt, whose statuses went with the dead driver, is settled."""
 
 
 def log(msg: str) -> None:
@@ -164,7 +171,7 @@ class Driver:
         procs = self.procs.get(e.job_id)
         if procs is None:  # adopted from a dead driver: its ranks got SIGUSR2 and are checkpointing
             if not any(pid_alive(pid, start) for pid, start in e.pids):
-                self.settle(e, [None] * len(e.pids))
+                self.settle_adopted(e)
             return
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
@@ -194,6 +201,11 @@ class Driver:
         run_dir = Path(e.run_dir)
         hang = sentinel.check(run_dir, since=e.started, timeout_s=step_timeout(RunFolder(run_dir)), now=now)
         if hang is None:
+            return
+        if e.pids and not sentinel.holds(run_dir, e.pids[0][0]):  # frozen past its lease and replaced meanwhile
+            log(f"{e.job_id} {e.name}: frozen, and its run folder is another trainer's now: killing its ranks, "
+                "recording nothing")
+            self.signal(e, signal.SIGKILL, "lost")
             return
         log(f"{e.job_id} {e.name}: hung: {hang.reason}; killing its ranks")
         with open(job_log(Path(e.log_dir), e.job_id), "a") as out:
@@ -234,12 +246,37 @@ class Driver:
             self.requeue(e, "hung", codes, how=self.hangs.pop(e.job_id, "hung: killed by the driver"))
         elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
             self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
+        elif EXIT_LEASE_LOST in codes or e.signalled == "lost":  # the run's records are another trainer's now
+            self.finish(e, "failed", "another trainer took the run folder over while this attempt was silent past "
+                        "its lease; it wrote nothing more", record=False)
         elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
             self.finish(e, "failed", _failure(codes, log_file, run_dir))  # the same attempt would end the same way
         elif EXIT_HUNG in codes:  # the watchdog ended it: no step for step_timeout_s
             self.requeue(e, "hung", codes, how=_failure(codes, log_file, run_dir))
         else:
             self.requeue(e, "crashed", codes, how=_failure(codes, log_file, run_dir))
+
+    def settle_adopted(self, e: Entry) -> None:
+        """An attempt adopted from a dead driver ended, its exit statuses unseen: its records say how. The trainer's
+        end record of this attempt gives the status its ranks exited with (TRAINER_EXITS), and `settle` decides as
+        for any attempt. Without one, an attempt that logged steps died without a word, killed with its driver: a
+        crash, whose reason names the steps past its checkpoint that are dropped and redone (`_dropped`). One that
+        logged none stopped before its first step (told to while compiling, it writes no end record): nothing is
+        lost, and it is settled as interrupted."""
+        unseen = [None] * len(e.pids)
+        if e.kind != "train":
+            self.settle(e, unseen)
+            return
+        run_dir = Path(e.run_dir)
+        last = tail_records(RunFolder(run_dir).metrics, ("train", "end"))
+        end, train = last.get("end", {}), last.get("train", {})
+        word = end.get("why") if end.get("time", 0) >= e.started else None  # this attempt's own end record
+        if word in TRAINER_EXITS:
+            self.settle(e, [TRAINER_EXITS[word]] * len(e.pids))
+        elif word is None and train.get("time", 0) >= e.started and not RunFolder(run_dir).complete.exists():
+            self.requeue(e, "crashed", unseen, how=_dropped(run_dir, train["step"]))
+        else:
+            self.settle(e, unseen)
 
     def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
         from zbpscale.run.history import History
@@ -255,8 +292,9 @@ class Driver:
         self.q.write(e)
         log(f"{e.job_id} {e.name}: {why}, requeued ({retry.reason})")
 
-    def finish(self, e: Entry, state: str, reason: str, log_file: Path | None = None) -> None:
-        if e.kind == "train":
+    def finish(self, e: Entry, state: str, reason: str, log_file: Path | None = None, *, record: bool = True) -> None:
+        """End the entry; its run's attempts.jsonl gets the end unless `record` is False (a folder no longer its)."""
+        if e.kind == "train" and record:
             self._record_end(e, state, reason, log_file)
         e.state, e.reason, e.ended, e.assigned = state, reason, time.time(), []
         self.q.write(e)
@@ -286,6 +324,18 @@ def _failure(codes: list[int | None], log_file: Path, run_dir: Path | None = Non
         train = tail_records(RunFolder(run_dir).metrics, ("train",)).get("train", {}) if run_dir is not None else {}
         return how + (f" after step {train['step'] + 1}" if "step" in train else "")
     return f"{how}: {last}"
+
+
+def _dropped(run_dir: Path, last_step: int) -> str:
+    """Why an attempt that died without a word while its driver was gone is a crash: the steps it logged past the
+    checkpoint the next attempt resumes from (0-based: checkpoint N holds steps 0..N-1), which are dropped and
+    redone."""
+    found = RunFolder(run_dir).list_checkpoints()
+    resume = found[-1][0] if found else 0
+    start = f"checkpoint {resume}" if found else "step 0 (no checkpoint)"
+    lost = f"steps {resume}..{last_step} dropped" if last_step >= resume else "no step dropped"
+    return (f"died without an end record while its driver was gone (killed with it): its last logged step is "
+            f"{last_step}, it resumes from {start}: {lost}")
 
 
 def _free_port() -> int:

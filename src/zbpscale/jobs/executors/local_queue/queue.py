@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zbpscale.files import atomic_write
-from zbpscale.lease import kernel_held, lease_path, live_holder, read_holder, try_lock
+from zbpscale.lease import kernel_held, lease_path, live_holder, read_holder, try_lock, wait_lock
 
 QUEUE_DIR = ".localq"
 LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (run/history.py's words)
@@ -174,11 +175,7 @@ class LocalQueue:
     @contextlib.contextmanager
     def submit_lock(self, poll_s: float = 0.02):
         """Hold submit.lock (waiting for it) while entries are added."""
-        while True:
-            lock, _ = try_lock(self.dir / "submit.lock", stale_after_s=STALE_S)
-            if lock is not None:
-                break
-            time.sleep(poll_s)
+        lock, _ = wait_lock(self.dir / "submit.lock", stale_after_s=STALE_S, wait_s=math.inf, poll_s=poll_s)
         with lock:
             yield
 
