@@ -9,6 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")  # W&B never waits on a network here, whatever key a shell holds
 
 import json  # noqa: E402
+import struct  # noqa: E402
 import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -298,11 +299,32 @@ def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 
 
 def wandb_records(path: Path) -> list:
-    """The records of one W&B run file (run-<id>.wandb), read as the trainer reads them (train/wandb_log.py: the
-    LevelDB-style log W&B writes, its chunks' CRCs checked, a torn tail left out)."""
-    from zbpscale.train import wandb_log
+    """The records of one W&B run file (run-<id>.wandb), read here independently of the trainer's reader
+    (train/wandb_log.py), which decides what a later attempt sends: a 7-byte header, then LevelDB log blocks of
+    32 KiB whose chunks (crc 4, length 2, type 1: full, first, middle, last) hold serialized wandb Record
+    protobufs. A writer killed mid-record (or a full disk) leaves a torn tail: a chunk past the end of the file, or
+    a record that does not parse, ends the reading."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
 
-    return list(wandb_log.records(path))
+    data, pos, found, part = path.read_bytes(), 7, [], b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a chunk header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if len(chunk) < length:
+            break
+        part = chunk if kind in (1, 2) else part + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            try:
+                record.ParseFromString(part)
+            except DecodeError:
+                break
+            found.append(record)
+    return found
 
 
 def wandb_runs(run_dir: Path) -> list[tuple[str, list]]:

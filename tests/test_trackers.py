@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tensorboard_scalars, trainer_env, wandb_history, wandb_runs
+from conftest import tensorboard_scalars, trainer_env, wandb_history, wandb_records, wandb_runs
 from zbpscale.errors import ConfigError
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
@@ -68,10 +68,10 @@ if os.environ.get("ZBPSCALE_TEST_WANDB_FLUSH_S"):  # how often W&B is finished a
 
 
 def wandb_steps(folder: Path) -> list[int]:
-    """The steps whose train loss an offline W&B folder holds, read back as the trainer does."""
-    from zbpscale.train import wandb_log
-
-    return [step for f in folder.glob("run-*.wandb") for step, row in wandb_log.history(f) if "train/loss" in row]
+    """The steps whose train loss an offline W&B folder holds (conftest's reader, not the trainer's)."""
+    return [r.history.step.num for f in folder.glob("run-*.wandb") for r in wandb_records(f)
+            if r.WhichOneof("record_type") == "history"
+            and any((i.key or "/".join(i.nested_key)) == "train/loss" for i in r.history.item)]
 
 
 def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_trackers(tmp_path, data_dir):

@@ -62,12 +62,12 @@ ENOLCK); any other error is raised."""
 RENEW_S = 5.0
 """`Lock.renew` touches the lease at most this often (one stat, read and utime): cheap for a metadata server."""
 MAX_DEPTH = 2
+"""A claim on a claim is as deep as a takeover goes (a contender that died while taking over a dead holder's)."""
 SKEW_S = 2.0
 """A lease renewed more than this far in the future was renewed by a clock ahead of this host's (named in messages)."""
 QUIET_S = 2 * RENEW_S
 """A holder silent longer than this (paused, frozen in I/O, a long step) confirms its lease under the takeover claim
 (`Lock.renew`): it may have been judged gone meanwhile."""
-"""A claim on a claim is as deep as a takeover goes (a contender that died while taking over a dead holder's)."""
 
 
 def _machine() -> str:
@@ -290,11 +290,9 @@ class Follower:
                 return self._held
             self._seen = now
             try:
-                with open(self.lease, "rb") as fh:  # opening revalidates a network filesystem's cached attributes
-                    self._held = json.loads(fh.read()).get("nonce") == self.nonce
-            except FileNotFoundError:
-                self._held = False
-            except (OSError, ValueError, AttributeError):
+                found = read_holder(self.lease)
+                self._held = found is not None and found.nonce == self.nonce
+            except OSError:
                 pass  # unreadable for a moment: the holder's own renewal decides
             return self._held
 
@@ -309,12 +307,12 @@ def try_lock(path: Path, *, stale_after_s: float | None = None, gone: Rule | Non
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        open(path, "a").close()
+        fh = open(path, "a+")
     except OSError as err:  # a folder under a file, an immutable one, /proc, a read-only mount: the user's to fix
         raise ZbpError(f"cannot write {err.filename or path}: {err.strerror or err} ("
                        f"{errno.errorcode.get(err.errno, 'errno')} {err.errno})", hint="choose a folder you can "
                        "write, or fix its permissions") from None
-    kernel_file, busy = _kernel_lock(path)
+    kernel_file, busy = _kernel_lock(fh)
     if busy:
         return None, _describe(path)
     mine, lease = me(), lease_path(path)
@@ -366,17 +364,16 @@ def kernel_held(path: Path) -> bool:
     lease. Probes without waiting (holding the lock for an instant when it is free); False where there is none."""
     if not Path(path).exists():
         return False
-    kernel_file, busy = _kernel_lock(Path(path))
+    kernel_file, busy = _kernel_lock(open(path, "a+"))
     if kernel_file is not None:
         kernel_file.close()
     return busy
 
 
 # ------------------------------------------------------------------------------------------------ internals
-def _kernel_lock(path: Path):
-    """(the open file holding an exclusive flock, False), (None, True) when another holds it, (None, False) when
-    this filesystem has no flock."""
-    fh = open(path, "a+")
+def _kernel_lock(fh):
+    """An exclusive flock on the open lock file `fh`: (fh, now holding it, False), (None, True) when another holds
+    it, (None, False) when this filesystem has no flock (fh closed in both)."""
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -310,6 +310,11 @@ def wandb_mode() -> str | None:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
+def offline() -> bool:
+    """Whether W&B writes this process's runs to offline folders (which `zbpscale sync` uploads)."""
+    return (wandb_mode() or os.environ["WANDB_MODE"]) in ("offline", "dryrun")
+
+
 class WandB(Tracker):
     """One W&B run per zbpscale run for its whole life: the id is made by the first attempt and kept in
     trackers.json; every attempt resumes it (`resume="allow"`). Project: WANDB_PROJECT, else the sweep's name;
@@ -332,7 +337,7 @@ class WandB(Tracker):
     def holds_through(cls, run: TrackedRun, kept: dict) -> int:
         from zbpscale.train import wandb_log
 
-        if not kept.get("id") or (wandb_mode() or os.environ["WANDB_MODE"]) not in ("offline", "dryrun"):
+        if not kept.get("id") or not offline():
             return -1
         sealed = set(kept.get("sealed", ()))
         found = [wandb_log.last_step(f) for f in wandb_log.folders(run.run_dir, kept["id"]) if f.name not in sealed]
@@ -350,16 +355,15 @@ class WandB(Tracker):
         self.wandb = wandb
         self.keep = {"id": kept.get("id") or secrets.token_hex(6)}
         self._seal()  # every folder so far: read by holds_through (or sealed before); this attempt's comes next
-        self.mode = wandb_mode() or os.environ["WANDB_MODE"]
+        self.offline = offline()
         self.settings = wandb.Settings(console="off", silent=True)
         self.calls: queue.SimpleQueue = queue.SimpleQueue()
         self.row: dict[str, float] = {}  # the scalars of step `row_step`, sent whole when the next step begins
         self.row_step, self.sent = -1, -1  # `sent`: the last step sent to the W&B run now open (-1: none)
         self.error: Exception | None = None
         self.wb = self._open()
-        offline = self.mode in ("offline", "dryrun")
-        later = f", upload it later with: zbpscale sync {run.run_dir.parent}" if offline else ""
-        print(f"W&B: run {self.keep['id']} ({self.mode}){later}", flush=True)
+        later = f", upload it later with: zbpscale sync {run.run_dir.parent}" if self.offline else ""
+        print(f"W&B: run {self.keep['id']} ({wandb_mode() or os.environ['WANDB_MODE']}){later}", flush=True)
 
     def _open(self):
         """Start (or resume) the W&B run and the thread that calls it."""
@@ -408,7 +412,7 @@ class WandB(Tracker):
         next attempt reads what the folder holds (`holds_through`) and sends the rest."""
         from zbpscale.train import wandb_log
 
-        if self.mode not in ("offline", "dryrun") or self.sent < 0:
+        if not self.offline or self.sent < 0:
             return
         held = wandb_log.last_step(self.folder)
         if held < self.sent:

@@ -1,5 +1,5 @@
 """W&B's offline run files read back: which steps an attempt's W&B folder holds (for the trainer, which sends a
-later attempt only the steps none of them holds, and for `zbpscale sync`). Torch-free; wandb only to parse.
+later attempt only the steps none of them holds). Torch-free; wandb only to parse.
 
 An offline W&B run is a folder `<run>/wandb/offline-run-<date>_<time>-<id>/` with one `run-<id>.wandb` file: a
 LevelDB-style log. A 7-byte header (`:W&B`, a version), then blocks of 32 KiB; each chunk in a block has a 7-byte

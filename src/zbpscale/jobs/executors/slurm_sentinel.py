@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     while parent_start is not None and pid_alive(parent, parent_start):
         hang = sentinel.check(run_dir, since=since, timeout_s=timeout_s)
         if hang is not None and not sentinel.holds(run_dir, parent):  # frozen past its lease and taken over meanwhile:
-            holder = lease.read_holder(RunFolder(run_dir).trainer_lease) or "nobody"
+            holder = lease.taken_by(RunFolder(run_dir).trainer_lease)
             print(f"sentinel: {run_dir} is another trainer's now ({holder}); the frozen trainer (pid {parent}) is "
                   "killed, nothing recorded", file=sys.stderr, flush=True)
             for pid in hang.pids or (parent,):
