@@ -1,7 +1,7 @@
 """The executors' one view of every job, and the run state decided from it.
 
 Compared: the SLURM view against stand-in `squeue` and `sacct` first on PATH, each answering from a file the
-test writes in the real clients' formats (`squeue -o %i|%T|%r|%V|%j`, `sacct -P -o JobIDRaw,State,ExitCode,
+test writes in the real clients' formats (`squeue -o %i|%T|%r|%V|%j`, `sacct -P -o JobID,State,ExitCode,
 DerivedExitCode,Submit,JobName`), or failing: a job squeue lists is live whatever accounting says (nothing, an
 error, a stale record under a reused id); a job nobody lists yet is queued within its grace window and gone
 after it; squeue not answering leaves every run alone. A third back end is one class (`FakeExecutor`). Real

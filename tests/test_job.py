@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from zbpscale import lease
 from zbpscale.jobs.executors import slurm_job
 from zbpscale.jobs.executors.slurm_commands import parse_duration
 from zbpscale.jobs.executors.slurm_job import classify_interruption
@@ -98,6 +99,27 @@ def test_when_slurm_says_a_leases_holder_is_gone(monkeypatch, job, restarts, squ
     monkeypatch.setattr(slurm_job.slurm, "controller_state", lambda job_id: squeue)
     monkeypatch.setattr(slurm_job.slurm, "sacct_rows",
                         lambda ids: {job: [{"state": s} for s in sacct]} if sacct is not None else None)
+    holder = Holder(host="node-b", pid=7, start=1, machine="elsewhere", job=job, restarts=restarts)
+    assert slurm_job.holder_gone(holder) is gone
+
+
+@pytest.mark.parametrize("job, restarts, squeue, gone", [
+    ("50_3", 0, None, True),        # an earlier run of this very element (requeued alone, now its restart 1)
+    ("50_3", 1, None, False),       # this run of it
+    ("50_4", 0, "RUNNING", False),  # a sibling element, which the controller runs
+    ("50_4", 0, "FAILED", True),    # a sibling element the controller says ended
+    ("57", 0, "RUNNING", False),    # this element under its own number (SLURM_JOB_ID): not how a lease names it
+])
+def test_a_job_array_element_names_itself_as_submit_recorded_it(monkeypatch, job, restarts, squeue, gone):
+    """In an array's element SLURM_JOB_ID is a number of its own; the lease, and the rule that an earlier run of
+    this job is gone, use the element's id `array_task` (the id submit recorded, requeue and squeue take)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "57")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "50")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert lease.me().job == "50_3"
+    monkeypatch.setattr(slurm_job.slurm, "controller_state", lambda job_id: squeue)
+    monkeypatch.setattr(slurm_job.slurm, "sacct_rows", lambda ids: None)
     holder = Holder(host="node-b", pid=7, start=1, machine="elsewhere", job=job, restarts=restarts)
     assert slurm_job.holder_gone(holder) is gone
 

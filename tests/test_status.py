@@ -58,7 +58,7 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
 
 @pytest.fixture
 def fake_sacct(tmp_path, monkeypatch):
-    """A stand-in `sacct` on PATH answering `JobIDRaw|State` rows for the given states, and a stand-in `squeue`
+    """A stand-in `sacct` on PATH answering `JobID|State` rows for the given states, and a stand-in `squeue`
     that lists the live ones (the controller has forgotten the long-ended jobs)."""
     from zbpscale.jobs.executors.base import ALIVE
 
@@ -499,7 +499,7 @@ def test_a_dry_run_leaves_every_byte_of_the_jobs_folder_as_it_was(tmp_path, fake
     snapshot = lambda: {p: p.read_bytes() if p.is_file() else None  # noqa: E731
                         for p in (tmp_path / "jobs").rglob("*")}
     before = snapshot()
-    _, runs, _, actions = submit(str(path), dry_run=True, executor="local")
+    _, runs, _, actions, _ = submit(str(path), dry_run=True, executor="local")
     assert snapshot() == before
     assert actions == {"nano-bp": "new", "nano-zbp_n4": "new"} and len(runs) == 2
     assert [a["event"] for a in read_jsonl(killed / "attempts.jsonl")] == ["submitted", "start"]

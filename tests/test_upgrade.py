@@ -391,7 +391,7 @@ def test_a_slurm_job_pickled_by_an_older_release_runs_here(tmp_path, release, co
 
 
 def test_today_s_jobs_pickle_the_promised_names():
-    """What submit_run and submit_prep hand submitit names zbpscale.entry's classes and holds plain data, so that a
+    """What submit_runs and submit_prep hand submitit names zbpscale.entry's classes and holds plain data, so that a
     later release unpickles it whatever moved behind the entry module."""
     import cloudpickle
     from submitit.core.utils import DelayedSubmission
@@ -422,13 +422,13 @@ def test_pickled_state_survives_attributes_added_and_removed():
 
 
 def test_the_submit_path_pickles_the_entry_classes():
-    """slurm.py's submit_run and submit_prep construct zbpscale.entry's classes (read from their source: a real
+    """slurm.py's submit_runs and submit_prep construct zbpscale.entry's classes (read from their source: a real
     submission is the SLURM tests')."""
     import inspect
 
     from zbpscale.jobs.executors import slurm
 
-    for function in (slurm.submit_run, slurm.submit_prep):
+    for function in (slurm.submit_runs, slurm.submit_prep):
         source = inspect.getsource(function)
         assert "from zbpscale.entry import" in source and "slurm_job" not in source
 

@@ -231,6 +231,8 @@ AccountingStoragePort={port + 2}
 # Clients reach slurmdbd through the munge socket named here, not through AuthInfo's.
 AccountingStoragePass={p['munge_socket']}
 AccountingStorageTRES=gres/gpu
+# Limits as a site enforces them: a MaxSubmitJobs that sacctmgr sets on a user (or QOS) refuses sbatch past it.
+AccountingStorageEnforce=limits
 JobCompType=jobcomp/none
 # Preemption by partition priority; the preempted job gets its --signal (USR2) at the start of GraceTime.
 PreemptType=preempt/partition_prio

@@ -97,7 +97,7 @@ class Holder:
     machine: str
     """Boot id and pid namespace (MACHINE of the holder's process)."""
     job: str = ""
-    """The scheduler's job id (SLURM_JOB_ID, or the local queue's ZBPSCALE_JOB_ID); '' outside a job."""
+    """The scheduler's job id (`job_here`); '' outside a job."""
     restarts: int = 0
     """SLURM_RESTART_COUNT of the holder's job: a requeued job keeps its id and counts up."""
     since: float = 0.0
@@ -135,10 +135,19 @@ class Holder:
         return ahead if ahead > SKEW_S else 0.0
 
 
+def job_here() -> str:
+    """The job this process runs in, as submit recorded it: SLURM's `1234` or an array's element `1234_5` (whose
+    SLURM_JOB_ID is a number of its own), the local queue's ZBPSCALE_JOB_ID; '' outside a job."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("ZBPSCALE_JOB_ID") or ""
+
+
 def me() -> Holder:
     """This process, as a new lease of it records it."""
     return Holder(host=socket.gethostname(), pid=os.getpid(), start=process_start_time(os.getpid()),
-                  machine=MACHINE, job=os.environ.get("SLURM_JOB_ID") or os.environ.get("ZBPSCALE_JOB_ID") or "",
+                  machine=MACHINE, job=job_here(),
                   restarts=int(os.environ.get("SLURM_RESTART_COUNT") or 0), since=time.time(),
                   nonce=uuid.uuid4().hex)
 

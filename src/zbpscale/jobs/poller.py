@@ -111,6 +111,10 @@ class Poller:
             view.update(self._seen(polite, marks))
         return view
 
+    def ask_soon(self) -> None:
+        """Ask at the next look: jobs were just submitted, and the last answer cannot know them."""
+        self.next_at = 0.0
+
     def due(self, now: float, marks: dict) -> bool:
         """Whether to ask now: never asked; poll_s (or the back-off) since the last ask; or, when answering, the
         folders changed since the last ask, SETTLE_S ago, and EARLY_GAP_S have passed since it."""

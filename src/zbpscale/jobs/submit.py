@@ -213,8 +213,9 @@ def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
            max_parallel: int = 0, retry: bool = False, apply_changes: bool = False
-           ) -> tuple[Sweep, list[Run], Executor, dict[str, str]]:
-    """Plan and submit a sweep; returns the sweep, the selected runs, the executor and {run name: action}.
+           ) -> tuple[Sweep, list[Run], Executor, dict[str, str], list[Run]]:
+    """Plan and submit a sweep; returns the sweep, the selected runs, the executor, {run name: action} and the runs
+    a submit limit held back (still new: `submit_held` submits them later).
     retry: submit failed runs again (from their last checkpoint), with fresh timeout/preemption/crash counts.
     apply_changes: give runs that have trained the sweep file's new values of the fields safe on resume.
     A run whose job is live, or may be, is never submitted again."""
@@ -248,7 +249,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
                 back.check(todo, quick=True)
             except ConfigError as err:
                 print(f"warning: {back.label} could not run this: {err}")
-            return sweep, runs, back, actions
+            return sweep, runs, back, actions, []
         back.check(todo)
         for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
             counts = decided[run.name].history.requeue_counts()
@@ -258,8 +259,8 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             raise ConfigError(f"this submit lost {sweep.jobs_dir / '.submit.lock'} to another ({lock.taken_by()}) "
                               "while it was paused; nothing submitted", hint="submit again")
         replace_stuck(sweep, todo, decided)
-        back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
-                    manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
+        held = back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
+                           manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
     left = [r for r in runs if actions[r.name] == "leave"]
     if left:
         settled = ("complete", "failed", "broken")  # their words cannot have changed since the plan
@@ -270,7 +271,20 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
     if any(states[r.name].state == "failed" for r in left):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
-    return sweep, runs, back, actions
+    return sweep, runs, back, actions, held
+
+
+def submit_held(sweep: Sweep, held: list[Run], back: Executor, actions: dict[str, str]) -> list[Run]:
+    """Submit the runs a submit limit held back (`actions`: what the first submit meant to do with them), those
+    still to be submitted (another submit may have meanwhile), under the sweep's lock; returns the runs still held."""
+    with sweep_lock(sweep):
+        decided, _ = look(sweep, held)
+        todo = {r: a for r in held
+                if (a := decided[r.name].state.action(RunFolder(r.run_dir), retry=actions[r.name] == "retry"))
+                in SUBMITS}
+        if not todo:
+            return []
+        return back.submit(sweep, todo, prep=not manifest_path(data_path(sweep)).exists())
 
 
 def replace_stuck(sweep: Sweep, todo: list[Run], decided: dict[str, found.Run]) -> None:
@@ -337,13 +351,16 @@ def _fold(head: str, items: list[str], width: int) -> list[str]:
 
 
 def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
-             poller: Poller | None = None, width: int = 80) -> bool:
+             poller: Poller | None = None, width: int = 80, held: list[Run] = (), actions: dict[str, str] | None = None
+             ) -> bool:
     """Stay until no run can still make progress (each is complete, failed, or has no live job, nor one that may
     be), reading the run folders every `tick_s` and asking the scheduler through a Poller (at most once per
     Sweep.poll_s, plus once when a folder changes); print the progress block when a run changes state, and at
-    least every `every_s`, and a line for each run that fails; True if all completed."""
+    least every `every_s`, and a line for each run that fails; True if all completed. The runs a submit limit
+    `held` back are submitted as the sweep's jobs end (or, when none of them ended, every 10 poll_s)."""
     poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
     shown, shown_at, told = None, 0.0, set()
+    held, live_at_try, tried_at = list(held), None, time.time()
     while True:
         decided, _ = look(sweep, runs, poller=poller)
         states = {r.name: decided[r.name].state for r in runs}
@@ -357,7 +374,17 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2
                 print(f"{r.name}: failed: {now.reason}" + (f" (log: {now.log})" if now.log else ""), flush=True)
                 told.add(r.name)
         histories = [decided[r.name].history for r in runs]
-        if not any(decided[r.name].job.live and states[r.name].state not in ("complete", "failed") for r in runs):
+        live = sum(decided[r.name].job.live for r in runs)
+        live_at_try = live if live_at_try is None else live_at_try  # what the limit refused at
+        if held and (live < live_at_try or time.time() - tried_at >= 10 * sweep.poll_s):
+            before = len(held)
+            held = submit_held(sweep, held, back, actions or {})
+            live_at_try, tried_at = live + before - len(held), time.time()
+            if len(held) < before:
+                poller.ask_soon()
+            continue
+        if not held and not any(decided[r.name].job.live and states[r.name].state not in ("complete", "failed")
+                                for r in runs):
             break  # nothing left that can go on (a COMPLETE run's job may still be leaving the queue)
         said = back.keep_going([h.submitted for h in histories if h.executor == back.name])
         if said:
@@ -407,13 +434,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sweep, runs, back, _ = submit(args.sweep, dry_run=args.dry_run, only=args.only, executor=args.executor,
-                                  max_parallel=args.max_parallel, retry=args.retry,
-                                  apply_changes=args.apply_changes)
+    sweep, runs, back, actions, held = submit(args.sweep, dry_run=args.dry_run, only=args.only,
+                                              executor=args.executor, max_parallel=args.max_parallel,
+                                              retry=args.retry, apply_changes=args.apply_changes)
     if not args.wait or args.dry_run:
         return 0
     try:
-        complete = wait_for(sweep, runs, back)
+        complete = wait_for(sweep, runs, back, held=held, actions=actions)
     except KeyboardInterrupt:
         print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
         return 130

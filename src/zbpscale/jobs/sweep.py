@@ -261,6 +261,11 @@ class Sweep:
     --watch, cancel): they read the run folders as often as they like and ask early when a folder changes; a
     scheduler that does not answer is asked less and less often, up to every 10 minutes (jobs/poller.py). Sites
     ask for 60-120 s; at least 10."""
+    arrays: bool = True
+    """SLURM: the runs of one size (the same resources) go as one job array, one sbatch call for them all (sites
+    ask for arrays, and cap what one user may queue); False for a site that forbids arrays: a job per run."""
+    array_parallelism: int = 0
+    """SLURM: at most this many runs of an array at once (sbatch's `--array=0-N%P`); 0: no throttle of our own."""
     gpu_peak_tflops: float = 989.0
     """Dense bf16 peak per GPU (H200: 989), for the plan's time estimates."""
     assumed_mfu: float = 0.35
@@ -281,9 +286,12 @@ class Sweep:
         return self.jobs_root / self.name
 
     def __post_init__(self) -> None:
-        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s"):
+        for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s",
+                     "array_parallelism"):
             value = getattr(self, name)
             _need("Sweep", "Sweep.", name, value, _int(value) and value >= 0, "an integer >= 0")
+        if not isinstance(self.arrays, bool):
+            raise field_error("Sweep", "arrays", f"Sweep.arrays must be True or False, got {self.arrays!r}")
         _need("Sweep", "Sweep.", "poll_s", self.poll_s, _number(self.poll_s) and self.poll_s >= MIN_POLL_S,
               f"a number >= {MIN_POLL_S:g} (seconds between questions to the scheduler; sites ask for 60-120)")
         _need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,

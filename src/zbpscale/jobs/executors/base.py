@@ -94,9 +94,10 @@ class Executor(abc.ABC):
         latest attempt (executors.view_all), which a back end need not ask about again."""
 
     @abc.abstractmethod
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
+    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
         """Submit each run of `todo` ({run: new | resume | retry}), after the data-prep job when `prep`; record
-        a `submitted` event in each run folder and print a line per job."""
+        a `submitted` event in each run folder and print a line per job. Returns the runs a submit limit of the
+        scheduler held back (nothing recorded of them; a line said so), to be submitted when jobs end."""
 
     @abc.abstractmethod
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:

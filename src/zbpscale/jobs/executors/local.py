@@ -59,8 +59,9 @@ class LocalExecutor(Executor):
                                   hint="lower Resources.gpus_per_node in the sweep (CPU runs: gpus_per_node=0), or "
                                        "check CUDA_VISIBLE_DEVICES")
 
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
-        """Queue the runs (after the prep job when `prep`) and make sure the driver runs."""
+    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
+        """Queue the runs (after the prep job when `prep`) and make sure the driver runs; the queue holds none
+        back (it has no submit limit)."""
         from zbpscale.data.prepare_cli import to_argv
         from zbpscale.jobs.executors.local_queue.queue import Entry
         from zbpscale.jobs.sweep import data_path, prep_config
@@ -98,6 +99,7 @@ class LocalExecutor(Executor):
             print("the local queue's driver was not running: started it again; its jobs go on from their checkpoints")
         if added or started:
             print(f"local queue: {queue.dir} (driver log: {queue.dir / 'driver.log'})")
+        return []
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
         self.queue.request_cancel(job)

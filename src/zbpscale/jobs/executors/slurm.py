@@ -16,6 +16,8 @@ switched off, or hold an older job under a reused id. So:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shlex
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE, GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
 from zbpscale.run.folder import RunFolder, job_log
 from zbpscale.run.history import record
+from zbpscale.tables import plural
 
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import Run, Sweep
@@ -55,6 +58,7 @@ class SlurmExecutor(Executor):
     name = "slurm"
     label = "SLURM"
     rate_limited = True
+    held_before = False  # a submit limit held runs back before, in this process (said in full once)
 
     # ------------------------------------------------------------------------------------------------ view
     def view(self, submitted: list[dict], *, now: float) -> View:
@@ -92,11 +96,44 @@ class SlurmExecutor(Executor):
         return view
 
     # ---------------------------------------------------------------------------------------------- submit
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> None:
-        prep_job, prep_log = submit_prep(sweep) if prep else ("", "")
-        for run, action in todo.items():
-            job = submit_run(run, depends_on=prep_job, retry=action == "retry", prep_log=prep_log)
-            print(f"{run.name}: {action} -> job {job} (logs in {RunFolder(run.run_dir.absolute()).logs})")
+    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
+        """The runs of one size as one job array (Sweep.arrays), else a job per run. An array refused for a submit
+        limit (or MaxArraySize) is tried again at half its length; the first that fits after a refusal ends the
+        submission (the limit is near: the sbatch calls stay few). The runs not submitted are returned, still new
+        (nothing recorded of them), with one line."""
+        waiting = [list(group) for group in groups(sweep, list(todo))]
+        limit = None
+        try:
+            prep_job, prep_log = (live_prep(sweep) or submit_prep(sweep)) if prep else ("", "")
+            while waiting and limit is None:
+                group = waiting[0]
+                chunk = list(group)
+                while True:
+                    try:
+                        jobs = submit_runs(chunk, todo, depends_on=prep_job, prep_log=prep_log)
+                        break
+                    except Refused as err:
+                        if len(chunk) == 1 or not (err.limited or err.too_long):
+                            raise
+                        limit = err if err.limited else limit
+                        chunk = chunk[:len(chunk) // 2]  # a shorter array may fit under the limit (or MaxArraySize)
+                for run, job in zip(chunk, jobs):
+                    print(f"{run.name}: {todo[run]} -> job {job} (logs in {shown_logs(run, job)})")
+                del group[:len(chunk)]
+                if not group:
+                    waiting.pop(0)
+        except Refused as err:
+            if not err.limited:
+                raise ZbpError(f"sbatch refused: {err}", hint="fix the size's resources in the sweep file, then "
+                               "submit again (the runs submitted so far keep their jobs)") from None
+            limit = err
+        held = [run for group in waiting for run in group]
+        if held:
+            said = "held by the submit limit" if self.held_before else f"held by a submit limit ({limit})"
+            print(f"{plural(len(held), 'run')} not submitted, {said}: they stay new; submit --wait submits them as "
+                  "jobs end, or submit again later", flush=True)
+            self.held_before = True
+        return held
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
         self.cancel_all([(run_dir, job, seen)])
@@ -170,6 +207,78 @@ def _executor(folder: Path, params: dict, max_num_timeout: int = 0, python: list
     return executor
 
 
+class Refused(ZbpError):
+    """sbatch refused a submission: `limited` when a submit limit did (the job is fine; it fits later)."""
+
+    @property
+    def limited(self) -> bool:
+        return any(words in str(self) for words in LIMITED)
+
+    @property
+    def too_long(self) -> bool:
+        """An array longer than the site's MaxArraySize."""
+        return "Invalid job array specification" in str(self)
+
+
+LIMITED = ("AssocMaxSubmitJobLimit", "QOSMaxSubmitJobPerUserLimit", "MaxSubmitJobs", "job submit limit",
+           "Job violates accounting/QOS policy")
+"""What sbatch says when a limit on what one user, account or QOS may have queued refuses a job."""
+
+
+@contextlib.contextmanager
+def _sbatch(folder: Path):
+    """Around one submitit submission: sbatch's refusal as a `Refused` (its own line), and the files submitit left
+    for a submission that did not happen removed (its pickles, its script); nothing printed by submitit."""
+    from submitit.core.utils import FailedJobError
+
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr; Refused says it once
+            yield
+    except FailedJobError as err:
+        for path in set(folder.iterdir()) - before:
+            if path.suffix in (".pkl", ".sh") and not path.name[0].isdigit():  # not a job's: <job id>_...
+                path.unlink(missing_ok=True)
+        said = [ln.split("error:", 1)[-1].strip() for ln in str(err).splitlines() if "error:" in ln]
+        raise Refused("sbatch: " + ("; ".join(said) if said else str(err).strip() or "refused")) from None
+
+
+def groups(sweep: Sweep, runs: list[Run]) -> list[list[Run]]:
+    """The runs that go as one job array: those of one size (their sbatch parameters are the same), in order;
+    each run on its own when the sweep says no arrays."""
+    if not sweep.arrays:
+        return [[run] for run in runs]
+    by_size: dict[str, list[Run]] = {}
+    for run in runs:
+        by_size.setdefault(run.size.name, []).append(run)
+    return list(by_size.values())
+
+
+def array_logs(run: Run) -> Path:
+    """The log folder of the job arrays of the run's size: submitit names each element's log `<array>_<i>_0_log.out`
+    (a folder per size: the runs' own logs/ hold their jobs' logs when they go one by one)."""
+    return (run.sweep.jobs_dir / "array-logs" / run.size.name).absolute()
+
+
+def shown_logs(run: Run, job: str) -> Path:
+    return job_log(array_logs(run), job, submitit=True) if "_" in job else RunFolder(run.run_dir.absolute()).logs
+
+
+def live_prep(sweep: Sweep) -> tuple[str, str] | None:
+    """The sweep's newest data-prep job when it is still queued or running (runs submitted later wait for it, not
+    for a second one); None otherwise. Its id comes from submitit's files in the prep log folder."""
+    folder = (sweep.jobs_dir / "prep-data-logs").absolute()
+    found = sorted(folder.glob("*_submitted.pkl"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if not found:
+        return None
+    job = found[-1].name.split("_")[0]
+    row = (slurm.squeue_rows([job]) or {}).get(job)
+    if row is None or row["state"] not in ALIVE or row["reason"] == NEVER_REASON:
+        return None
+    print(f"data not prepared yet: the runs wait for prep job {job} (logs in {folder})")
+    return job, str(job_log(folder, job, submitit=True))
+
+
 def submit_prep(sweep: Sweep) -> tuple[str, str]:
     """Submit the data-prep job on a training node; returns its job id and log."""
     from zbpscale.entry import PrepJob
@@ -183,28 +292,35 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
         if getattr(res, name):
             params[name] = getattr(res, name)
     folder = (sweep.jobs_dir / "prep-data-logs").absolute()
-    job = _executor(folder, params).submit(PrepJob(cfg))
+    with _sbatch(folder):
+        job = _executor(folder, params).submit(PrepJob(cfg))
     print(f"data not prepared at {cfg.out}: prep job {job.job_id} (logs in {folder})")
     return str(job.job_id), str(job_log(folder, job.job_id, submitit=True))
 
 
-def submit_run(run: Run, *, depends_on: str = "", retry: bool = False, prep_log: str = "") -> str:
-    """Write the run's resolved config and submit its job; returns the job id."""
+def submit_runs(runs: list[Run], actions: dict[Run, str], *, depends_on: str = "", prep_log: str = "") -> list[str]:
+    """Write the runs' resolved configs and submit their jobs: one job array for several runs (of one size), a job
+    for one; record a `submitted` event in each run folder; returns the job ids (`1234_5` for an array's)."""
     from zbpscale import signals
     from zbpscale.entry import TrainJob
 
-    run_dir = run.write_folder()
-    params = sbatch_parameters(run)
+    sweep, array = runs[0].sweep, len(runs) > 1
+    run_dirs = [run.write_folder() for run in runs]
+    params = sbatch_parameters(runs[0])
+    if array:
+        params["job_name"] = f"{sweep.name}/{runs[0].size.name}"
+        params["array_parallelism"] = sweep.array_parallelism or len(runs)
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
+    folder = array_logs(runs[0]) if array else RunFolder(run_dirs[0]).logs
     # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
-    executor = _executor(RunFolder(run_dir).logs, params, max_num_timeout=run.sweep.max_timeouts,
-                         python=signals.BLOCKED_PYTHON)
-    job = executor.submit(TrainJob(str(run_dir), max_timeouts=run.sweep.max_timeouts,
-                                   max_preemptions=run.sweep.max_preemptions, signal_delay_s=run.sweep.signal_delay_s,
-                                   max_crashes=run.sweep.max_crashes))
+    executor = _executor(folder, params, max_num_timeout=sweep.max_timeouts, python=signals.BLOCKED_PYTHON)
+    with _sbatch(folder), executor.batch():
+        jobs = [executor.submit(TrainJob(str(run_dir), max_timeouts=sweep.max_timeouts,
+                                         max_preemptions=sweep.max_preemptions, signal_delay_s=sweep.signal_delay_s,
+                                         max_crashes=sweep.max_crashes)) for run_dir in run_dirs]
     extra = {"prep_job": depends_on, "prep_log": prep_log} if depends_on else {}
-    record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(RunFolder(run_dir).logs),
-           retry=retry,
-           name=job_name(run), grace_s=run.sweep.visible_within_s, **extra)
-    return str(job.job_id)
+    for run, run_dir, job in zip(runs, run_dirs, jobs):
+        record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(folder),
+               retry=actions[run] == "retry", name=params["job_name"], grace_s=sweep.visible_within_s, **extra)
+    return [str(job.job_id) for job in jobs]

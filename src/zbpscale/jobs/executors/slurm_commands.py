@@ -48,10 +48,11 @@ def no_answer(name: str, out: subprocess.CompletedProcess | None, timeout: float
 def squeue_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str, dict] | None:
     """{job id: {state, reason, submit, name}} of the jobs the controller still knows (live ones, and ended ones
     for its MinJobAge); None when squeue does not answer (why, in one line, appended to `errors` when given).
-    The controller's word: no accounting lag. One call for all the ids."""
+    The controller's word: no accounting lag. One call for all the ids; an array's elements are asked for and
+    listed one by one (`1234_5`: `-r`, else squeue folds the waiting ones into one `1234_[5-7%2]` row)."""
     if not job_ids:
         return {}
-    out = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%V|%j"], timeout=30)
+    out = _run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%r|%V|%j"], timeout=30)
     if out is None or (out.returncode != 0 and "Invalid job id" not in out.stderr):
         if errors is not None:
             errors.append(no_answer("squeue", out, 30))
@@ -69,13 +70,14 @@ def squeue_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str
 def sacct_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str, list[dict]] | None:
     """{job id: [{state, how, submit, name}, ...]} from accounting, every job that ever had the id (a cluster
     whose ids restarted reuses them); None when sacct does not answer (why, appended to `errors` when given).
-    One call for all the ids. sacct's ExitCode is the batch script's
+    One call for all the ids, keyed as asked: an array's element by `1234_5` (JobID; an element that has not
+    started yet is not listed, squeue is asked about those). sacct's ExitCode is the batch script's
     `code:signal`; DerivedExitCode carries the highest signal of its steps, which is where a task killed by the
     OOM killer or `kill -9` shows (srun itself then exits 9, `FAILED 9:0`)."""
     if not job_ids:
         return {}
     out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o",
-                "JobIDRaw,State,ExitCode,DerivedExitCode,Submit,JobName"], timeout=20)
+                "JobID,State,ExitCode,DerivedExitCode,Submit,JobName"], timeout=20)
     if out is None or out.returncode != 0:
         if errors is not None:
             errors.append(no_answer("sacct", out, 20))

@@ -33,6 +33,7 @@ from zbpscale.errors import LeaseLost, ZbpError, report
 from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE
 from zbpscale.jobs.executors.slurm_sentinel import start_sentinel
+from zbpscale.lease import job_here
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History, record
 from zbpscale.train.exits import EXIT_LEASE_LOST, EXIT_USAGE, leave
@@ -194,7 +195,7 @@ def holder_gone(holder) -> bool:
     sacct, calls ended. Unknown (no answer, no record) is not gone."""
     if not holder.job.replace("_", "").isdigit():  # no job, or another executor's
         return False
-    if holder.job == os.environ.get("SLURM_JOB_ID"):
+    if holder.job == job_here():
         return holder.restarts < int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     state = slurm.controller_state(holder.job)
     if state is None:

@@ -1,0 +1,272 @@
+"""Job arrays and submit limits (#42 items 1-2), against a real SLURM (tools/slurm_local.py, with slurmdbd and
+`AccountingStorageEnforce=limits`), training on CPU.
+
+Compared: the sbatch calls a submit makes (counted by tools/count_slurm_calls.py's shims around the real clients)
+with the number of sizes; the attempts of every run with what happened to it alone (a requeued element restarts
+alone, the others run once); the per-step losses of a requeued element with an uninterrupted run (bitwise); the
+array's throttle with the runs' attempt times; the jobs of a sweep submitted under a per-user MaxSubmitJobs of 4
+with one job per run and every run complete. Without SLURM: the ladder's sbatch calls through stand-in clients
+(the ladder asks for GPUs the test SLURM does not have).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import load_tool, straight_losses
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import read_attempts
+from zbpscale.train.metrics import read_records
+
+REPO = Path(__file__).resolve().parents[1]
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
+count_calls = load_tool("count_slurm_calls")
+
+
+def array_sweep(folder: Path, name: str, data_dir: Path, *, steps: dict[str, int], arms=("bp", "zbp_n4"),
+                seeds=(0,), array_parallelism: int = 0, ckpt_every: int = 0) -> Path:
+    """A sweep file of CPU runs: each size of `steps` (a preset: nano, tiny) with that many steps of 4 x 32 tokens,
+    x arms x seeds, polling the scheduler every 10 s (the least a sweep may ask)."""
+    sizes = ", ".join(f"Size(name={s!r}, global_batch=4, seq_len=32, tokens=4 * 32 * {n}, lr=3e-3, resources=CPU)"
+                      for s, n in steps.items())
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(f"""\
+        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+        CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+        SWEEP = Sweep(
+            name={name!r},
+            sizes=({sizes},),
+            arms=({", ".join(f"arm({a!r})" for a in arms)},),
+            seeds={tuple(seeds)!r},
+            data=Data(dir={str(data_dir)!r}, source="embedded"),
+            train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", {ckpt_every}), ("ckpt_every_s", 0)),
+            root={str(folder / "jobs")!r},
+            signal_delay_s=30,
+            array_parallelism={array_parallelism},
+            poll_s=10,
+        )
+        """))
+    return path
+
+
+def submit(sweep: Path, env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "slurm", *args],
+                         cwd=sweep.parent, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def counted(env: dict, folder: Path) -> tuple[dict, Path]:
+    """`env` with counting shims first on PATH, and the log they write."""
+    log = folder / "calls.tsv"
+    shims = count_calls.make_shims(folder / "shims", log)
+    return {**env, "PATH": f"{shims}{os.pathsep}{env['PATH']}"}, log
+
+
+def sbatch_calls(log: Path) -> int:
+    """The sbatch calls the submit itself made (a job's own calls are apart)."""
+    calls, _ = count_calls.read_log(log) if log.exists() else ([], {})
+    return sum(c.name == "sbatch" and not c.job for c in calls)
+
+
+def job_ids(run_dir: Path) -> list[str]:
+    return [a["job_id"] for a in read_attempts(run_dir) if a["event"] == "submitted"]
+
+
+def sacct_state(env: dict, job: str) -> str:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], env=env, capture_output=True,
+                         text=True, timeout=30)
+    return out.stdout.strip().split(" ")[0] if out.stdout.strip() else ""
+
+
+def wait_final(env: dict, job: str, timeout: float = 600) -> str:
+    deadline = time.time() + timeout
+    while (state := sacct_state(env, job)) not in FINAL:
+        assert time.time() < deadline, f"job {job} still {state or 'unknown'} after {timeout:.0f} s"
+        time.sleep(1)
+    return state
+
+
+def wait_until(predicate, what: str, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
+
+
+def attempts(run_dir: Path) -> list[tuple[float, float]]:
+    """(start, end) of each attempt of a run."""
+    events = read_attempts(run_dir)
+    starts = [a["time"] for a in events if a["event"] == "start"]
+    ends = [a["time"] for a in events if a["event"] == "end"]
+    return list(zip(starts, ends))
+
+
+def squeue_reason(env: dict, job: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%T|%r"], env=env, capture_output=True, text=True,
+                         timeout=30)
+    return out.stdout.strip()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_size_s_runs_go_as_one_throttled_array_and_a_requeued_element_restarts_alone(tmp_path, slurm_cluster,
+                                                                                       data_dir):
+    """Two sizes x two arms: two sbatch calls (one array per size, `%1`), job ids `A_i`. The running element of
+    nano is interrupted (USR2: checkpoint, `scontrol requeue A_i`): it alone restarts, under the same id, and ends
+    with the losses of an uninterrupted run; every other run has one attempt. The throttle holds: no two runs of a
+    size ever train at once. status and the run folders name the elements' logs."""
+    env, log = counted(slurm_cluster[1], tmp_path)
+    sweep = array_sweep(tmp_path, "arr", data_dir, steps={"nano": 120, "tiny": 6}, array_parallelism=1,
+                        ckpt_every=10)
+    out = submit(sweep, env)
+    runs = {n: tmp_path / "jobs" / "arr" / n for n in ("nano-bp", "nano-zbp_n4", "tiny-bp", "tiny-zbp_n4")}
+    ids = {n: job_ids(r) for n, r in runs.items()}
+    assert all(len(j) == 1 for j in ids.values()), ids
+    arrays = {n: j[0].split("_")[0] for n, j in ids.items()}
+    assert sbatch_calls(log) == 2 and len(set(arrays.values())) == 2, out.stdout  # one sbatch per size
+    assert arrays["nano-bp"] == arrays["nano-zbp_n4"] and arrays["tiny-bp"] == arrays["tiny-zbp_n4"]
+    assert {j[0].split("_")[1] for j in ids.values()} == {"0", "1"}
+    victim, job = runs["nano-bp"], ids["nano-bp"][0]
+    wait_until(lambda: RunFolder(victim).list_checkpoints() and len(losses(victim)) >= 15, "nano-bp to checkpoint")
+    assert squeue_reason(env, ids["nano-zbp_n4"][0]) == "PENDING|JobArrayTaskLimit"  # %1: the other waits
+    subprocess.run(["scancel", "--signal=USR2", job], env=env, check=True, timeout=30)
+    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "nano-bp to restart")
+    for name, run in runs.items():
+        assert wait_final(env, ids[name][0]) == "COMPLETED", name
+        assert RunFolder(run).complete.exists()
+    ends = {n: [a["why"] for a in read_attempts(r) if a["event"] == "end"] for n, r in runs.items()}
+    assert ends == {"nano-bp": [ends["nano-bp"][0], "completed"], "nano-zbp_n4": ["completed"],
+                    "tiny-bp": ["completed"], "tiny-zbp_n4": ["completed"]}, ends
+    assert ends["nano-bp"][0] in ("preempted", "timeout")
+    assert all(len(job_ids(r)) == 1 for r in runs.values())  # requeued in place: no new submission
+    assert losses(victim) == straight_losses(victim, tmp_path / "reference")
+    for size in ("nano", "tiny"):  # the throttle: attempts of one size never overlap
+        spans = sorted(s for n, r in runs.items() if n.startswith(size) for s in attempts(r))
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+    log_file = RunFolder(victim).log_path(read_attempts(victim)[0], job)
+    assert log_file.is_file() and log_file.name == f"{job}_0_log.out"
+    assert sbatch_calls(log) == 2  # nothing submitted by the requeue
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, data_dir):
+    """An array of two with `%1`: status calls the waiting element queued and the running one running; cancelling
+    the waiting element drops it alone (CANCELLED, its end recorded), the running one goes on; cancelling that
+    one checkpoints it; a submit resumes both, as a new array."""
+    env = slurm_cluster[1]
+    sweep = array_sweep(tmp_path, "arrc", data_dir, steps={"nano": 400}, array_parallelism=1, ckpt_every=10)
+    submit(sweep, env)
+    runs = {n: tmp_path / "jobs" / "arrc" / n for n in ("nano-bp", "nano-zbp_n4")}
+    (first,), (second,) = (job_ids(r) for r in runs.values())
+    wait_until(lambda: len(losses(runs["nano-bp"])) >= 3, "nano-bp to train")
+    rows = status_rows(tmp_path / "jobs" / "arrc", env)
+    assert (rows["nano-bp"]["state"], rows["nano-zbp_n4"]["state"]) == ("running", "queued"), rows
+    cancel = [sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)]
+    out = subprocess.run([*cancel, "--only", "nano-zbp_n4"], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert wait_final(env, second) == "CANCELLED" and sacct_state(env, first) == "RUNNING"
+    assert [a["why"] for a in read_attempts(runs["nano-zbp_n4"]) if a["event"] == "end"] == ["cancelled"]
+    out = subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
+    rows = status_rows(tmp_path / "jobs" / "arrc", env)
+    assert {r["state"] for r in rows.values()} == {"cancelled"}, rows
+    again = submit(sweep, env)
+    assert "nano-bp: resume -> job" in again.stdout and "nano-zbp_n4: new -> job" in again.stdout, again.stdout
+    assert job_ids(runs["nano-bp"])[-1].split("_")[0] == job_ids(runs["nano-zbp_n4"])[-1].split("_")[0]
+    subprocess.run(cancel + ["--no-wait"], env=env, capture_output=True, text=True, timeout=300)
+
+
+def status_rows(folder: Path, env: dict) -> dict[str, dict]:
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    return {r["run"]: r for r in json.loads(out.stdout)[folder.name]}
+
+
+def set_max_submit(env: dict, n: int) -> None:
+    """MaxSubmitJobs of this user's association (-1: none), applied once the controller has it."""
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["sacctmgr", "-i", "modify", "user", user, "set", f"MaxSubmitJobs={n}"], env=env, check=True,
+                   capture_output=True, text=True, timeout=30)
+    def applied() -> bool:
+        shown = subprocess.run(["scontrol", "show", "assoc_mgr", f"users={user}", "flags=assoc"], env=env,
+                               capture_output=True, text=True, timeout=30).stdout
+        return re.findall(r"MaxSubmitJobs=(\d*)", shown)[-1:] == [str(n) if n >= 0 else ""]
+
+    wait_until(applied, f"the controller to apply MaxSubmitJobs={n}", timeout=60)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end(tmp_path, slurm_cluster, data_dir):
+    """MaxSubmitJobs=4 for this user (slurmdbd, AccountingStorageEnforce=limits), 8 runs of one size: a plain submit
+    submits 4 (a shorter array after the refused one), says in one line that 4 wait, records nothing of them and
+    exits 0; `submit --wait` submits the rest as jobs end: every run submitted once, all complete."""
+    folder, env = slurm_cluster
+    config = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True).stdout
+    if "limits" not in next((ln for ln in config.splitlines() if ln.startswith("AccountingStorageEnforce")), ""):
+        pytest.skip("this SLURM does not enforce limits (start it with tools/slurm_local.py of this release)")
+    sweep = array_sweep(tmp_path, "capped", data_dir, steps={"nano": 6}, seeds=(0, 1, 2, 3))
+    set_max_submit(env, 4)
+    try:
+        first = submit(sweep, env)
+        held = [ln for ln in first.stdout.splitlines() if "held by a submit limit" in ln]
+        assert len(held) == 1 and held[0].startswith("4 runs not submitted") and "AssocMaxSubmitJobLimit" in held[0]
+        assert "Traceback" not in first.stderr and "sbatch: error" not in first.stderr, first.stderr
+        runs = sorted(p for p in (tmp_path / "jobs" / "capped").iterdir() if p.name.startswith("nano-"))
+        assert len(runs) == 8 and sum(bool(job_ids(r)) for r in runs) == 4
+        waited = submit(sweep, env, "--wait", timeout=900)
+        assert "all 8 runs complete" in waited.stdout, waited.stdout + waited.stderr
+    finally:
+        set_max_submit(env, -1)
+    for run in runs:
+        assert len(job_ids(run)) == 1 and RunFolder(run).complete.exists(), run.name
+        assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
+
+
+def test_the_ladder_is_one_sbatch_per_size_and_one_per_run_without_arrays(tmp_path):
+    """sweeps/ladder.py (4 sizes x 3 arms x 3 seeds, data not prepared) through stand-in SLURM clients that
+    accept every job: 1 prep + 4 arrays; with `arrays=False`, 1 prep + 36 jobs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"""#!/bin/sh
+n=$(($(cat {bin_dir}/n 2>/dev/null || echo 100) + 1)); echo $n > {bin_dir}/n
+echo "$(grep -ho 'job-name=.*' "$1") $(grep -ho 'array=.*' "$1")" >> {bin_dir}/calls
+echo "Submitted batch job $n"
+""")
+    for name in ("squeue", "sacct", "sinfo"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    for arrays, calls in ((True, 1 + 4), (False, 1 + 36)):
+        home = tmp_path / f"arrays-{arrays}"
+        (home / "sweeps").mkdir(parents=True)
+        text = (REPO / "sweeps" / "ladder.py").read_text()
+        if not arrays:
+            text = text.replace("    seeds=(0, 1, 2),", "    seeds=(0, 1, 2),\n    arrays=False,")
+        (home / "sweeps" / "ladder.py").write_text(text)
+        (bin_dir / "calls").unlink(missing_ok=True)
+        out = subprocess.run([sys.executable, "-m", "zbpscale.submit", "sweeps/ladder.py", "--executor", "slurm"],
+                             cwd=home, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        made = sorted((bin_dir / "calls").read_text().splitlines())
+        assert len(made) == calls, made
+        if arrays:  # each size's 9 runs in one array, no throttle of our own
+            assert made == ["job-name=ladder/prep-data "] + [f"job-name=ladder/{s} array=0-8%9"
+                                                              for s in sorted(("s60", "s124", "s350", "s1b"))], made
+        assert out.stdout.count("-> job") == 36
