@@ -127,7 +127,8 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     """One 2-node run, three faults, each after a checkpoint. (1) USR2 to the rank on node2 only: the ranks vote
     to stop, every rank stops at the same step, the job requeues (`preempted`). (2) The rank on node2 is stopped
     (SIGSTOP): rank 0 blocks in the all-reduce, its watchdog writes the stacks, records `hung` naming rank 1 and
-    requeues the job (a crash). (3) node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
+    leaves; the step ends (the stopped rank killed with it) and the attempt starts again as a new step of the job
+    (a crash). (3) node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
     `crashed` (no decision), status says failed and names the nodes; once node2 is back a plain submit resumes
     the run, which ends bit for bit like the run never interrupted."""
     folder, env = two_node_cluster
@@ -148,9 +149,11 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     wait_until(lambda: starts() == 2 and len(losses(run)) >= end["step"] + 15, "the second attempt to train")
     stopped = rank_pid(run, 1)
     subprocess.run(["kill", "-STOP", str(stopped)], check=True)
-    wait_until(lambda: starts() == 3, "the requeue after the hang")
+    wait_until(lambda: starts() == 3, "the restart after the hang")
     why, reason = ends(run)[-1]
-    assert why == "hung" and f"rank 1 (pid {stopped}" in reason and "requeue 1/3" in reason, reason
+    assert why == "hung" and f"rank 1 (pid {stopped}" in reason and "restart 1/3" in reason, reason
+    new, old = [a for a in read_attempts(run) if a["event"] == "start"][-1:-3:-1]
+    assert new["restarts"] == old["restarts"] and int(new["step"]) > int(old["step"])  # a new step, no requeue
     log = "".join(p.read_text(errors="replace") for p in (run / "logs").glob("*_log.out"))
     assert "every thread's stack" in log and "File " in log  # faulthandler's dump
 

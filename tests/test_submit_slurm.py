@@ -7,6 +7,7 @@ with the interruptions the scheduler caused (timeout / preempted); a second subm
 Skipped, with the reason, where no SLURM can run (`python tools/slurm_local.py install` as root).
 """
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -186,12 +187,26 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     assert losses(run) == straight_losses(run, tmp_path / "reference")
 
 
+def kill_every_process(job: str, env: dict) -> None:
+    """kill -9 of every process of a running job on this host, its batch script first, as an OOM killer would
+    (`scancel --signal=KILL --full` would make the job CANCELLED instead)."""
+    raw = subprocess.run(["squeue", "-h", "-j", job, "-o", "%A"], env=env, capture_output=True, text=True,
+                         timeout=30).stdout.strip()  # an array element's own job number
+    rows = subprocess.run(["scontrol", "listpids", raw], env=env, capture_output=True, text=True, timeout=30)
+    pids = [(row.split()[2] != "batch", int(row.split()[0])) for row in rows.stdout.splitlines()[1:] if row.strip()]
+    assert pids, rows.stdout + rows.stderr
+    for _, pid in sorted(pids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_resumes_only_that_run(
         tmp_path, slurm_env, data_dir):
-    """Fault: kill -9 of the trainer in a requeued attempt. The killed attempt writes no end record, and the
-    one before it says 'preempted': status must join attempts.jsonl with sacct (failed, signal 9, the log to
-    read), not report the earlier attempt's reason, and write nothing; the next submit records that end from
-    sacct and resumes that run only."""
+    """Fault: kill -9 of every process of a requeued job, its batch script too (the OOM killer of a node, a node
+    reboot: nothing of the job is left to restart the attempt in its allocation). The killed attempt writes no
+    end record, and the one before it says 'preempted': status must join attempts.jsonl with sacct (failed,
+    signal 9, the log to read), not report the earlier attempt's reason, and write nothing; the next submit
+    records that end from sacct and resumes that run only."""
     sweep = write_sweep(tmp_path, "killed", data_dir, steps=120, arms=("bp", "zbp_n4"), ckpt_every=10)
     submit(sweep, slurm_env)
     runs = {name: tmp_path / "jobs" / "killed" / name for name in ("nano-bp", "nano-zbp_n4")}
@@ -201,9 +216,11 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "the run to be requeued")
     saved = wait_for_checkpoint_and_progress(victim)
     assert not RunFolder(victim).complete.exists(), "the run finished before the kill: make it longer"
-    pid = [a["pid"] for a in read_attempts(victim) if a["event"] == "start"][-1]
-    os.kill(pid, 9)  # rank 0's Python process, as an OOM killer would
+    kill_every_process(job_ids(victim)[0], slurm_env)
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-j", job_ids(victim)[0], "-t", "PD,R,CG"],
+                                          env=slurm_env, capture_output=True, text=True).stdout.strip(),
+               "the killed job to leave the controller's live states (COMPLETING: its processes reaped)")
     assert [a["why"] for a in read_attempts(victim) if a["event"] == "end"] == ["preempted"]
     row = next(r for r in status(victim.parent, slurm_env, code=None) if r["run"] == "nano-bp")
     # sacct's word (FAILED 9:0, a step killed by signal 9), the log to read, and what a submit does next
@@ -225,30 +242,45 @@ def step_records(run_dir: Path) -> list[tuple[str, int]]:
     return [(r["kind"], r["step"]) for r in read_records(run_dir) if r["kind"] in ("train", "eval", "diag")]
 
 
-def test_kill_9_before_the_first_checkpoint_then_a_submit_leaves_each_step_once(tmp_path, slurm_env, data_dir):
-    """#33 item 1 on SLURM: the trainer killed (-9) at step >= 5 with no checkpoint yet (the job ends FAILED);
-    a plain submit starts it again at step 0, and the new attempt drops what the dead one logged: every step
-    once, equal to a straight run."""
+def train_times(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["time"]) for r in read_records(run_dir) if r["kind"] == "train"]
+
+
+def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_leaves_each_step_once(
+        tmp_path, slurm_env, data_dir):
+    """#33 item 1 and #42 item 3 on SLURM: the trainer killed (-9) at step >= 5 with no checkpoint yet. The job
+    step dies without a word; the batch script records the crash (source "step") and starts the attempt again as
+    a new step of the same job, not through the queue: the new attempt starts at step 0 and drops what the dead
+    one logged: every step once, equal to a straight run, one job."""
     sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "early" / "nano-bp"
     wait_until(lambda: len(losses(run)) >= 6, "step 5")
     assert not RunFolder(run).list_checkpoints()
     os.kill([a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1], 9)
-    assert wait_final(slurm_env, job_ids(run)[0]) == "FAILED"
-    submit(sweep, slurm_env)
-    assert wait_final(slurm_env, job_ids(run)[-1], timeout=600) == "COMPLETED"
+    killed = time.time()
+    (job,) = job_ids(run)
+    assert wait_final(slurm_env, job) == "COMPLETED"
+    starts = [a for a in read_attempts(run) if a["event"] == "start"]
+    ends = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert [(a["why"], a.get("source")) for a in ends] == [("crashed", "step"), ("completed", None)], ends
+    assert ends[0]["reason"].endswith("restart 1/3")
+    assert [(a["job_id"], a["restarts"], a["step"]) for a in starts] == [(job, 0, "0"), (job, 0, "2")]  # no requeue
+    # (step 1: the batch script's check that every node answers)
     assert losses(run) == straight_losses(run, tmp_path / "reference")
     assert step_records(run) == step_records(tmp_path / "reference")
     resume = [r for r in read_records(run) if r["kind"] == "resume"][-1]
     assert resume["from_step"] == 0 and resume["dropped"] >= 6
+    first_new = min(t for step, t in train_times(run) if t > killed)
+    print(f"kill -9 -> first step of the new job step: {first_new - killed:.1f} s")
 
 
-def test_a_frozen_trainer_is_caught_by_its_sentinel_requeued_and_finishes_bitwise(tmp_path, slurm_env, data_dir):
-    """#33 item 3 on SLURM: the trainer stopped with SIGSTOP (its own watchdog is frozen with it), nobody sends
-    SIGCONT. The job's sentinel sees no step for step_timeout_s (+ its grace), records the hang with what it saw
-    (a stopped process) and requeues the job; the job finishes from its last checkpoint, bitwise equal to a run
-    never stopped, with one job."""
+def test_a_frozen_trainer_is_caught_by_its_sentinel_restarted_in_its_allocation_and_finishes_bitwise(
+        tmp_path, slurm_env, data_dir):
+    """#33 item 3 and #42 item 3 on SLURM: the trainer stopped with SIGSTOP (its own watchdog is frozen with it),
+    nobody sends SIGCONT. The job's sentinel sees no step for step_timeout_s (+ its grace), records the hang with
+    what it saw (a stopped process) and kills it; the attempt starts again as a new step of the same job (no
+    requeue) and finishes from its last checkpoint, bitwise equal to a run never stopped."""
     sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "frozen" / "nano-bp"
@@ -260,10 +292,14 @@ def test_a_frozen_trainer_is_caught_by_its_sentinel_requeued_and_finishes_bitwis
     ends = [a for a in read_attempts(run) if a["event"] == "end"]
     assert [a["why"] for a in ends] == ["hung", "completed"], ends
     assert f"rank 0 (pid {pid}" in ends[0]["reason"] and "stopped (SIGSTOP or a debugger)" in ends[0]["reason"]
-    assert ends[0]["reason"].count("no step for") == 1 and ends[0]["reason"].endswith("; requeue 1/3")
+    assert ends[0]["reason"].count("no step for") == 1 and ends[0]["reason"].endswith("; restart 1/3")
+    starts = [a for a in read_attempts(run) if a["event"] == "start"]
+    assert [(a["restarts"], a["step"]) for a in starts] == [(0, "0"), (0, "2")]  # a new step, not a requeue
     assert [r["why"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
     assert losses(run) == straight_losses(run, tmp_path / "reference")
     assert step_records(run) == step_records(tmp_path / "reference")
+    first_new = min(t for step, t in train_times(run) if t > ends[0]["time"])
+    print(f"hang recorded -> first step of the new job step: {first_new - ends[0]['time']:.1f} s")
 
 
 def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_path, slurm_env, data_dir):

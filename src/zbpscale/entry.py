@@ -10,6 +10,9 @@ release to release whatever moves behind them:
     zbpscale.entry.PrepJob                               the data-prep SLURM job the runs of a sweep wait for
     python -m zbpscale.entry local-rank RUN_DIR          one rank of a local-queue run
     python -m zbpscale.entry local-driver JOBS_ROOT      the local queue's driver
+    python -m zbpscale.entry slurm-step-ended FOLDER CODE BEGAN
+                                                         a SLURM job's batch script, after each job step: whether
+                                                         to start the step again (exit 0) after a crash or hang
 
 Each is thin: it imports its implementation when it is called, never at import, and holds plain data (strings,
 numbers, a dict), so that the state pickled by an older release loads into a newer class: an attribute added later
@@ -22,7 +25,8 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-COMMANDS = ("local-rank", "local-driver")
+COMMANDS = {"local-rank": 1, "local-driver": 1, "slurm-step-ended": 3}
+"""Each command and how many arguments it takes."""
 
 
 class TrainJob:
@@ -91,12 +95,17 @@ def _set_known(job, state: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m zbpscale.entry COMMAND PATH`: the local queue's processes (see the module docstring)."""
-    if len(argv) != 2 or argv[0] not in COMMANDS:
-        print(f"usage: python -m zbpscale.entry {{{','.join(COMMANDS)}}} PATH (started by the local queue)",
-              file=sys.stderr)
+    """`python -m zbpscale.entry COMMAND PATH [CODE BEGAN]`: the local queue's processes and the SLURM batch script's
+    question (see the module docstring)."""
+    if not argv or argv[0] not in COMMANDS or len(argv) != 1 + COMMANDS[argv[0]]:
+        print("usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT, slurm-step-ended FOLDER "
+              "CODE BEGAN} (started by the local queue and by SLURM jobs)", file=sys.stderr)
         return 2
-    command, path = argv
+    command, path = argv[:2]
+    if command == "slurm-step-ended":
+        from zbpscale.jobs.executors import slurm_job
+
+        return slurm_job.step_ended(path, argv[2], argv[3])
     if command == "local-rank":
         local_rank(path)
     from zbpscale.jobs.executors.local_queue import driver

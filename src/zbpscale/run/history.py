@@ -62,6 +62,8 @@ class Start(TypedDict, total=False):
     ranks: int
     pid: int
     nodes: str  # SLURM's node list
+    restarts: int  # SLURM_RESTART_COUNT: how often SLURM has requeued the job (since #42)
+    step: str  # SLURM_STEP_ID: a crash's restart inside the allocation is a new step of the same job (since #42)
     gpus: list[int]  # the local queue's GPUs
     logs: str
 
@@ -77,7 +79,8 @@ class End(TypedDict, total=False):
     why: Why
     reason: str
     log: str  # the log to read
-    source: str  # squeue | sacct: recorded by submit from the scheduler's account; restart: by the job's next start
+    source: str  # squeue | sacct: recorded by submit from the scheduler's account; restart: by the job's next start;
+    # step: by the job's batch script, after a job step that died without a word (slurm_job.step_ended)
 
 
 Event = Union[Submitted, Start, End]
@@ -188,17 +191,18 @@ class History:
             total += ((later[0]["time"] if later else now) - start["time"]) / 3600
         return total
 
-    def retry(self, why: str, bounds: dict[str, int], how: str = "checkpointed") -> Retry:
+    def retry(self, why: str, bounds: dict[str, int], how: str = "checkpointed", again: str = "requeue") -> Retry:
         """May an attempt that ended for `why` (timeout | preempted | crashed | hung) be requeued? Each kind is
         counted against its own bound, bounds = {"timeout": max_timeouts, "preempted": max_preemptions, "crashed":
         max_crashes}; a hang counts as a crash. The attempt being decided is not in the history yet. Both
-        executors decide with this."""
+        executors decide with this; `again` names what follows in the reason (a SLURM crash's restart as a new
+        job step says "restart")."""
         kinds = ("crashed", "hung") if why in ("crashed", "hung") else (why,)
         why = "crashed" if why == "hung" else why
         used, bound = sum(self.count_ends(k) for k in kinds) + 1, bounds[why]
         if used > bound:
             return Retry(False, f"{why} {used} times, over max_{_plural(why)}={bound}")
-        return Retry(True, f"{how}; requeue {used}/{bound}")
+        return Retry(True, f"{how}; {again} {used}/{bound}")
 
     def with_event(self, event: dict) -> History:
         """This history with one more event (a decision shown before, or without, recording it)."""

@@ -298,6 +298,24 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
     return str(job.job_id), str(job_log(folder, job.job_id, submitit=True))
 
 
+def step_restarts(folder: Path) -> dict:
+    """The batch script's loop around submitit's srun line (its `setup` and `teardown` lines): an attempt that
+    crashed or hung (recorded so by the job, or a step that died without a word) starts again as a new job step
+    in the same allocation, within the sweep's max_crashes, without going back to the queue; a time limit or a
+    preemption still requeues. `python -m zbpscale.entry slurm-step-ended` decides from the run folder (exit 0:
+    start the step again; never for a step whose trainer did not start); then a step of `true` on every node
+    must succeed (a node lost with the crash cannot take the new step: the job ends, and a submit resumes it once
+    the node is back, instead of spending max_crashes on it). Otherwise the script exits with the step's status.
+    A hung attempt ends its whole step (slurm_job.kill_step: a frozen rank would keep it alive). The steps append
+    to the job's logs (sbatch's open mode, which srun inherits), so a crash's traceback stays."""
+    decide = shlex.join([sys.executable, "-m", "zbpscale.entry", "slurm-step-ended", str(folder)])
+    return {"setup": ["export ZBPSCALE_STEP_RESTARTS=1  # the job restarts crashed attempts as new steps",
+                      "while true; do", "began=$(date +%s)"],
+            "teardown": ["step=$?", f'{decide} "$step" "$began" || exit "$step"',
+                         'srun --ntasks-per-node=1 --kill-on-bad-exit=1 true || exit "$step"  # every node answers',
+                         "done"]}
+
+
 def submit_runs(runs: list[Run], actions: dict[Run, str], *, depends_on: str = "", prep_log: str = "") -> list[str]:
     """Write the runs' resolved configs and submit their jobs: one job array for several runs (of one size), a job
     for one; record a `submitted` event in each run folder; returns the job ids (`1234_5` for an array's)."""
@@ -313,6 +331,7 @@ def submit_runs(runs: list[Run], actions: dict[Run, str], *, depends_on: str = "
     if depends_on:
         params["additional_parameters"]["dependency"] = f"afterok:{depends_on}"
     folder = array_logs(runs[0]) if array else RunFolder(run_dirs[0]).logs
+    params.update(step_restarts(folder))
     # BLOCKED_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing it
     executor = _executor(folder, params, max_num_timeout=sweep.max_timeouts, python=signals.BLOCKED_PYTHON)
     with _sbatch(folder), executor.batch():

@@ -73,7 +73,8 @@ def run_train_job(job: TrainJob) -> str:
                    reason="no end record: SLURM started the job again (a lost node, or the job requeued by the "
                           f"scheduler) after its attempt on {lost.get('nodes') or lost.get('host', '?')}")
         record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
-               ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""))
+               ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""),
+               restarts=int(os.environ.get("SLURM_RESTART_COUNT") or 0), step=os.environ.get("SLURM_STEP_ID", ""))
     sentinel = None
     try:
         cfg = TrainConfig.from_dict(RunFolder(run_dir).read_config() or {}, source=str(RunFolder(run_dir).config))
@@ -94,9 +95,14 @@ def run_train_job(job: TrainJob) -> str:
         raise SystemExit(EXIT_USAGE) from None
     except BaseException as err:
         if main:
-            last = (str(err).strip().splitlines() or [""])[-1]
-            why = "crashed" if lost_peer(err) else "failed"  # a lost rank is no decision: a submit resumes
-            record(run_dir, "end", job_id=job_id, why=why, reason=f"{type(err).__name__}: {last}")
+            last = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}"
+            if step_restarts():  # a crash: the batch script starts the attempt again as a new step, within bounds
+                retry = History.read(run_dir).retry("crashed", {"crashed": job.max_crashes}, how=last,
+                                                    again="restart")
+                record(run_dir, "end", job_id=job_id, why="crashed" if retry.ok else "failed",
+                       reason=retry.reason if retry.ok else f"{retry.reason} (last: {last})")
+            else:  # a job submitted by an older release: a lost rank is no decision (a submit resumes), else failed
+                record(run_dir, "end", job_id=job_id, why="crashed" if lost_peer(err) else "failed", reason=last)
         raise
     finally:
         if sentinel is not None:
@@ -132,16 +138,37 @@ def resubmission(job: TrainJob):
     return submitit.helpers.DelayedSubmission(job)
 
 
+def step_restarts() -> bool:
+    """Whether this job's batch script starts a crashed or hung attempt again as a new step (`slurm.step_restarts`:
+    jobs submitted since #42); a job of an older release requeues itself instead."""
+    return os.environ.get("ZBPSCALE_STEP_RESTARTS") == "1"
+
+
 def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
-    """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it
-    and requeue the job from the last checkpoint, counted as a crash."""
-    if _record_hang(run_dir, job_id, reason, job.max_crashes):
+    """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it, counted
+    as a crash, and end the step: the batch script starts the attempt again from the last checkpoint as a new step
+    within max_crashes. A job of an older release is requeued instead (within max_crashes)."""
+    again = _record_hang(run_dir, job_id, reason, job.max_crashes)
+    if step_restarts():
+        kill_step()
+    elif again:
         _requeue(job_id)
 
 
+def kill_step() -> None:
+    """End this job step at once, every task on every node (SIGKILL: a frozen rank, here or on another node,
+    would keep it alive for ever; its peers are blocked on it). The batch script then decides (`step_ended`)."""
+    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    try:
+        subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        print(f"scancel --signal=KILL {step} did not go through ({err})", file=sys.stderr, flush=True)
+
+
 def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: int, pids: tuple[int, ...]) -> None:
-    """The sentinel (jobs/sentinel.py) found the trainer frozen: record the hang, then end the frozen attempt:
-    the job requeued from the last checkpoint, or, over max_crashes, its tasks killed so that it ends failed. The
+    """The sentinel (jobs/sentinel.py) found the trainer frozen: record the hang, then end the frozen attempt: its
+    step killed (the batch script starts a new one within max_crashes), or, for a job of an older release, the job
+    requeued from the last checkpoint or, over max_crashes, its tasks killed so that it ends failed. The
     frozen ranks of this node (`pids`) are killed first: woken by the scheduler's SIGCONT and SIGTERM instead, a
     trainer would checkpoint and take the requeue for a cancel (a job that ended is still requeued)."""
     requeue = _record_hang(run_dir, job_id, reason, max_crashes)
@@ -150,6 +177,9 @@ def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: i
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    if step_restarts():  # the batch script decides on the next step once this one has ended
+        kill_step()
+        return
     if requeue:
         _requeue(job_id)
         return
@@ -161,7 +191,8 @@ def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: i
 
 def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> bool:
     """The attempt's end (hung, or failed over max_crashes); whether it may be requeued."""
-    retry = History.read(run_dir).retry("hung", {"crashed": max_crashes}, reason)
+    retry = History.read(run_dir).retry("hung", {"crashed": max_crashes}, reason,
+                                        again="restart" if step_restarts() else "requeue")
     record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
            reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
     return retry.ok
@@ -231,6 +262,47 @@ def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: f
             break
         time.sleep(1.0)
     raise SystemExit(1)
+
+
+def step_ended(folder: str, code: str, began: str) -> int:
+    """The batch script's question after a job step (begun at Unix second `began`) ended with status `code`
+    (submitit's log `folder` holds the job's pickled TrainJob): 0 to start the attempt again as a new step, 1 to
+    let the job end. Again when the step's attempt ended crashed or hung (its own end record), within
+    max_crashes; a step that died without a word (a rank killed by the OOM killer or kill -9) gets its end record
+    here, counted as a crash. Never again for a step whose trainer did not start (no start record since `began`:
+    it could not launch, on a lost node, or failed in its imports): each restart follows one more crash, so the
+    loop ends. Nothing is written, and the job ends, when the run folder's lease names another job's trainer."""
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    from zbpscale.lease import read_holder
+
+    job_id = job_here()
+    if code == "0":
+        return 1
+    job = DelayedSubmission.load(JobPaths(folder, job_id=job_id).submitted_pickle).function
+    run_dir = Path(job.run_dir)
+    holder = read_holder(RunFolder(run_dir).trainer_lease)
+    if holder is not None and holder.job != job_id:
+        print(f"{run_dir.name}: the run folder is another job's now ({holder.job or 'no job'}); not restarted",
+              file=sys.stderr, flush=True)
+        return 1
+    history = History.read(run_dir)
+    if history.last_start(job_id).get("time", 0) < float(began):
+        print(f"{run_dir.name}: the job step ended (status {code}) before its trainer started; not restarted",
+              file=sys.stderr, flush=True)
+        return 1
+    if history.unended_start(job_id):
+        how = f"the job step ended (status {code}) without an end record: a rank killed (the OOM killer, kill -9)"
+        retry = history.retry("crashed", {"crashed": job.max_crashes}, how=how, again="restart")
+        record(run_dir, "end", job_id=job_id, why="crashed" if retry.ok else "failed", source="step",
+               reason=retry.reason if retry.ok else f"{retry.reason} (last: {how})")
+        again = retry.ok
+    else:
+        again = history.last_end(job_id).get("why") in ("crashed", "hung")
+    if again:
+        print(f"{run_dir.name}: restarting as a new job step in this allocation (status {code})", file=sys.stderr,
+              flush=True)
+    return 0 if again else 1
 
 
 def run_prep_job(job: PrepJob) -> str:
