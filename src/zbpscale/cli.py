@@ -33,6 +33,7 @@ exit status: 0 submitted (with --wait: all complete), 1 with --wait: a run did n
   zbpscale status sweeps/ladder.py           one sweep, by its file or its folder (jobs/ladder)
   zbpscale status jobs/ladder --watch        refresh every 10 s (plain lines when not on a terminal)
   zbpscale status jobs/ladder --logs s60-zbp_n16
+  zbpscale status jobs/ladder --goodput      held hours per run: goodput and where the rest went
 
 states: complete, running, stalled, queued, unknown, stopped, new, cancelled, failed, broken
 exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish"""),

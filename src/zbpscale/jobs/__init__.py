@@ -6,6 +6,7 @@
                     writing; an end only the scheduler knows of is recorded by submit, under the sweep's lock
     sweep.py        Sweep / Size / Data / Resources: a sweep file, checked at load; the arms (ARMS)
     submit.py, status.py, cancel.py    the commands
+    goodput_table.py  status --goodput: each run's held hours split (run/goodput.py), and the sweep's total
     poller.py       Poller: what waits asks the scheduler at most once per Sweep.poll_s, backed off when it fails
     sweep_edits.py  a sweep file edited under a half-done sweep: applied to runs not trained, named for the others
     sentinel.py     a trainer too frozen for its own watchdog, caught from outside (the driver, a SLURM sentinel)

@@ -5,6 +5,7 @@
     zbpscale status jobs/ladder --watch     # refresh in place (a timestamped plain table per refresh when piped)
     zbpscale status jobs/ladder --json      # the same rows for scripts
     zbpscale status jobs/ladder --logs s60-zbp_n16   # the tail of that run's log
+    zbpscale status jobs/ladder --goodput   # where each run's held hours went (jobs/goodput_table.py)
 
 A run's state is its folder joined with the executors' view of its latest job (decided in state.run_state,
 which submit acts on too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's
@@ -36,6 +37,7 @@ from typing import Callable
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import read_json
+from zbpscale.jobs import goodput_table
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.runs import Run, decide, find_runs
 from zbpscale.jobs.state import STATES, log_tail
@@ -340,6 +342,10 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--logs", metavar="RUN", help="print the tail of that run's latest log")
     p.add_argument("--lines", type=int, default=40, help="lines of --logs (default 40)")
+    p.add_argument("--goodput", action="store_true",
+                   help="instead of the states: each run's held hours, goodput (training / held) and the split into "
+                        "start-up, checkpoint saves, lost work and other, the queue wait beside, and a sweep total "
+                        "(from the run folders alone)")
     p.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
                    help="a running job silent this long is stalled (default: the run's step_timeout_s, or 900 "
                         "when it has none)")
@@ -351,6 +357,15 @@ def run(args) -> int:
     found = find_runs(args.target, args.only)
     if args.logs:
         return print_logs(found, args.logs, args.lines)
+    if args.goodput:
+        if args.watch:
+            raise ConfigError("--goodput does not --watch", hint="run it again when you want a newer account")
+        accounted = [(name, goodput_table.rows(runs)) for name, runs in found]
+        if args.json:
+            print(json.dumps(dict(accounted), indent=1))
+        else:
+            goodput_table.show(accounted)
+        return 0
     poller = Poller(jobs_root(found), poll_s=poll_s_of(args.target)) if args.watch else None
     gather = lambda: collect_sweeps(find_runs(args.target, args.only), stall_after_s=args.stall_after,  # noqa: E731
                                     look=poller.look if poller else None)

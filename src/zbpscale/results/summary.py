@@ -15,6 +15,7 @@ from pathlib import Path
 
 from zbpscale.files import read_json
 from zbpscale.jobs.state import IN_PROGRESS, State
+from zbpscale.run import goodput
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.train.metrics import Record, StartRecord, by_kind, read_records
@@ -83,6 +84,9 @@ class RunSummary:
     """Steps between diag records, from the run's config (0: diagnostics off; None: config not known)."""
     updated: float | None
     """Unix time of the run's latest record."""
+    goodput: float | None = None
+    """Productive training time / wall time held by the run's jobs (run/goodput.py: held is each attempt's start ->
+    end, the queue wait left out; `zbpscale status --goodput` shows the split); None before any attempt."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
@@ -155,6 +159,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
         updated=records[-1].get("time") if records else None,
+        goodput=None if (g := goodput.read(run_dir).fraction) is None else round(g, 4),
     )
 
 

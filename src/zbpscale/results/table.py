@@ -85,7 +85,7 @@ def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str
     `equal_tokens_gap`)."""
     bp = {(r.size, r.seed): r for r in rows if r.arm == "bp"}
     head = ["run", "size", "params", "non-emb.", "arm", "state", "steps", "tokens", "final val", "best val",
-            "gap vs bp", "wall", "GPU-h", "c attn", "c ffn"]
+            "gap vs bp", "wall", "GPU-h", "goodput", "c attn", "c ffn"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     num = lambda v, f="{:.4f}": "" if v is None else f.format(v)  # noqa: E731
     partial = apart = False
@@ -101,7 +101,8 @@ def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str
             _state_words(r),
             f"{r.steps:,}" + (f" / {r.steps_total:,}" if r.steps_total else ""), fmt_count(r.tokens),
             num(r.final_val_loss), num(r.best_val_loss), gap, fmt_seconds(r.wall_time_s),
-            "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}", num(r.c_attn, "{:.3f}"),
+            "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}",
+            "" if r.goodput is None else f"{100 * r.goodput:.1f}%", num(r.c_attn, "{:.3f}"),
             num(r.c_ffn, "{:.3f}")]) + " |")
     notes = []
     if partial:
@@ -109,6 +110,9 @@ def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str
                      "(a run is not complete); a gap without it compares the final val losses of two complete runs")
     if apart:
         notes.append("n/c: not comparable, the run and bp have no validation at the same number of tokens")
+    if any(r.goodput is not None for r in rows):
+        notes.append("goodput: productive training time / wall time held by the run's jobs (queue wait left out; "
+                     "`zbpscale status --goodput` splits the rest)")
     return "\n".join(lines) + "\n", notes
 
 

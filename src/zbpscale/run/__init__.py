@@ -5,6 +5,8 @@
     history.py  the typed events of attempts.jsonl and `History`, a run's attempts read once as a value (its latest
                 job, that job's last start and end, requeue counts, the retry rule), and the one vocabulary of
                 how an attempt ended (`why`)
+    goodput.py  where the wall time held by a run's jobs went (training, start-up, saves, lost work, other; the
+                queue wait beside), from attempts.jsonl, metrics.jsonl and the heartbeat read as plain JSON
 
 How an attempt ended (`why`: completed, checkpointed, timeout, preempted, cancelled, crashed, hung, diverged,
 failed, interrupted) is the word of both the trainer's end record and the attempts' end events, and what

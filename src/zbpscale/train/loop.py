@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -26,14 +26,14 @@ import torch
 
 from zbpscale import signals
 from zbpscale.errors import ConfigError, LeaseLost, RunFolderBusy, ZbpError
-from zbpscale.files import atomic_write
+from zbpscale.files import atomic_write, read_json
 from zbpscale.lease import Follower, Lock, Rule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, numerics
 from zbpscale.train.formats import migrate
-from zbpscale.train.metrics import MetricsLog, read_records
+from zbpscale.train.metrics import MetricsLog, SetupTimer, read_records, redone
 from zbpscale.train.model import Transformer
 from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
 from zbpscale.train.watchdog import Watchdog
@@ -113,13 +113,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] 
     cfg.step_timeout_s) ends the process with EXIT_HUNG after the trainer's end record and, on rank 0,
     `on_hang(reason)` (the job layer's decision: requeue or fail). `holder_gone(holder)`: the job layer's word
     that the trainer whose lease holds the run folder is gone (its job ended), so that this one may take over."""
-    run_dir = Path(run_dir)
+    run_dir, called = Path(run_dir), time.time()
     signals.install()  # from the start: a stop request during set-up is honoured at the first step
     try:
         env = dist.init(cfg.device)
         try:
             with _one_writer(run_dir, env, lease_bound(cfg), holder_gone) as lease:
-                return _train(cfg, run_dir, env, on_hang, lease)
+                return _train(cfg, run_dir, env, on_hang, lease, called)
         finally:
             dist.shutdown(env)
     finally:
@@ -185,23 +185,39 @@ class _Run:
     bf16: bool
     done: int = 0  # steps done so far (the loop keeps it): where an attempt stopped by an exception ended
     lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes and asked before each write
+    saves: dict = field(default_factory=dict)  # this attempt's checkpoint saves (metrics.CheckpointTally)
 
     def guard(self) -> None:
         """Raise LeaseLost if the run folder is no longer this trainer's (`_renew`): asked before every write."""
         _renew(self.lock, self.run_dir)
 
+    def saved(self, step: int, blocked_s: float) -> None:
+        """Count a checkpoint save of `step` that blocked the trainer for `blocked_s` seconds."""
+        self.saves = {"step": step, "time": time.time(), "s": self.saves.get("s", 0.0) + blocked_s,
+                      "n": self.saves.get("n", 0) + 1}
+
+    def end_fields(self) -> dict:
+        """What an end record says of the attempt's checkpoint saves (goodput's accounting, run/goodput.py)."""
+        return {"ckpt_s": round(self.saves.get("s", 0.0), 6), "ckpts": self.saves.get("n", 0)}
+
+    def beat(self, done: int, *, force: bool = False) -> None:
+        """Rewrite the heartbeat (rank 0, at most every few seconds unless forced): the step, the estimator's
+        paths and this attempt's saves, which are the last words of an attempt killed without an end record."""
+        extra = {"ckpt": self.saves} if self.saves else {}
+        self.log.heartbeat(done, done * self.numbers["tokens_per_step"], force=force, **estimator_state(), **extra)
+
 
 def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable[[str], None] | None,
-           lease: Lock | Follower | None = None) -> Why:
+           lease: Lock | Follower | None = None, called: float | None = None) -> Why:
     """`lease`: rank 0's Lock (renewed as it trains), a Follower of it on the other ranks (asked only before their
-    watchdog writes its stamp)."""
+    watchdog writes its stamp); `called`: when train() was called (the start record's set-up phases)."""
     _check_config(run_dir, cfg)
     if RunFolder(run_dir).complete.exists():
         if env.is_main:
             print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
         return "completed"
     try:
-        r = _setup(cfg, run_dir, env, lease if env.is_main else None)
+        r = _setup(cfg, run_dir, env, lease if env.is_main else None, called)
     except StoppedBeforeFirstStep:
         if env.is_main:
             print(f"stopped on signal {signals.received()} while compiling, before the first step: nothing new to "
@@ -209,7 +225,7 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         return "checkpointed"
 
     def hung(reason: str) -> None:  # rank 0, from the watchdog's thread while the loop is blocked
-        r.log.write("end", step=dog.step - 1, why="hung", reason=reason)
+        r.log.write("end", step=dog.step - 1, why="hung", reason=reason, **r.end_fields())
         r.log.close()
         if on_hang is not None:
             on_hang(reason)
@@ -236,7 +252,7 @@ def _last_word(r: _Run, step: int, why: Why, reason: str) -> None:
     """The end record of an attempt that stops on an exception; best effort (the disk may be full, the folder may
     have been taken over meanwhile)."""
     try:
-        r.log.write("end", step=step, why=why, reason=reason)
+        r.log.write("end", step=step, why=why, reason=reason, **r.end_fields())
         r.log.close()
     except (OSError, LeaseLost):
         pass
@@ -273,7 +289,7 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
 
             stats = diagnose(r.model, r.val[0], cfg.model.zbp, diag_seed=step)
             r.log.write("diag", step=step, **stats, **{k: v for k, v in estimator_state().items() if k == "impl_used"})
-        r.log.heartbeat(done, done * tokens_per_step, **estimator_state())
+        r.beat(done)
         if env.is_main and (time.monotonic() - last_print >= PRINT_EVERY_S or val_loss is not None):
             _print_progress(r, done, loss, val_loss, step_time, statistics.median(times) if times else None)
             last_print = time.monotonic()
@@ -289,22 +305,28 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
     return _finish(r, done, stop)
 
 
-def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None = None) -> _Run:
-    """Model, optimizer (restored from the newest checkpoint), data, the metrics log and the start record."""
+def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None = None,
+           called: float | None = None) -> _Run:
+    """Model, optimizer (restored from the newest checkpoint), data, the metrics log and the start record (with
+    the seconds of each phase of this set-up, metrics.SETUP_PHASES)."""
     from torch.nn.parallel import DistributedDataParallel
 
     from zbpscale.data.loader import TokenLoader
 
+    phases = SetupTimer(called)
     bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
     _, accum = batch_plan(cfg, env.world_size)
     numbers = derived_numbers(cfg, env.world_size)
     checkpoint.seed_rngs(cfg.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(env.device)
     optimizer = build_optimizer(model, cfg)
+    phases.done("model")
     start, saved_numerics = checkpoint.restore(run_dir, model, optimizer)  # 0 for a new run
+    phases.done("restore")
     _renew(lock, run_dir)
     kept, differs = numerics.adopt(saved_numerics, env.device)  # compute as the checkpoint's attempt did
     impl_used, interrupted = _warm_up(cfg, env, bf16)
+    phases.done("warm_up")
     _renew(lock, run_dir)
     if dist.all_reduce_sum([float(interrupted)], env)[0]:  # every rank stops, whichever was interrupted
         raise StoppedBeforeFirstStep()
@@ -313,20 +335,23 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
                          rank=env.rank, world_size=env.world_size)
     val = loader.val_batches(max_batches=cfg.eval_batches)  # what fits when the split is small (val_fit)
     numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
+    phases.done("data")
 
     log = MetricsLog(run_dir, enabled=env.is_main, guard=lambda: _renew(lock, run_dir))
     if env.is_main:
         records = read_records(run_dir)
         attempt = 1 + sum(r["kind"] == "start" for r in records)
         before = _checkpointed_by(records, start)  # the start record of the attempt whose checkpoint this resumes
+        # What the attempt before left past this attempt's starting point is its lost work (goodput's accounting)
+        redo = redone(records, read_json(RunFolder(run_dir).heartbeat), start, _mtime(RunFolder(run_dir), start))
         # Whatever an earlier attempt logged past this attempt's starting point (its checkpoint, or step 0 when it
         # died before its first one) is redone now: drop it, so that every reader sees each step once.
         dropped = log.rollback_to(start)
         if cfg.trackers:
             log.trackers = open_trackers(cfg, run_dir, start, may_write=lock.renew if lock else lambda: True)
-        if start or dropped:
+        if start or dropped or redo.get("redo_steps"):
             log.write("resume", from_step=start, dropped=dropped, kept=kept, differs=differs,
-                      world_size=env.world_size, world_size_from=(before or {}).get("world_size"))
+                      world_size=env.world_size, world_size_from=(before or {}).get("world_size"), **redo)
         atomic_write(RunFolder(run_dir).config, json.dumps(cfg.to_dict(), indent=1) + "\n", before_rename=log.guard)
         print(f"run {run_dir} attempt {attempt}: " + ", ".join(
             f"{k}={v:,}" if isinstance(v, int) else f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
@@ -350,9 +375,18 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
                   derived=numbers, numerics=numerics.fingerprint(env.device), impl_used=impl_used, git=git_revision(),
                   host=os.uname().nodename,
-                  versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]})
+                  versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]},
+                  setup_s=phases.total())
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
                 val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16, lock=lock)
+
+
+def _mtime(folder: RunFolder, step: int) -> float | None:
+    """When the checkpoint of `step` was last written (None: step 0, or no such file)."""
+    try:
+        return folder.checkpoint(step).stat().st_mtime if step else None
+    except OSError:
+        return None
 
 
 def _checkpointed_by(records: list, start: int) -> dict | None:
@@ -455,7 +489,8 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), max_norm).item()
     # ---- never step on a non-finite loss or gradient ----
     if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
-        r.log.write("end", step=step, why="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}")
+        r.log.write("end", step=step, why="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}",
+                    **r.end_fields())
         raise TrainingDiverged(
             f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
             f"optimizer update in {r.run_dir}", hint="lower the learning rate or check the data")
@@ -465,12 +500,16 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
 
 
 def _save(r: _Run, done: int) -> None:
-    """Checkpoint `done` steps (rank 0 writes; every rank waits for it)."""
+    """Checkpoint `done` steps (rank 0 writes; every rank waits for it), counted in the attempt's saves (the time
+    the trainer was blocked) and said at once in the heartbeat."""
+    t0 = time.perf_counter()
     if r.env.is_main:
         _renew(r.lock, r.run_dir, force=True)  # still ours? a checkpoint is worth the look every time
         checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts, guard=r.guard)
         r.log.checkpointed()
     dist.barrier(r.env)
+    r.saved(done, time.perf_counter() - t0)
+    r.beat(done, force=True)
 
 
 def _state(r: _Run) -> dict:
@@ -497,16 +536,19 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> Why:
     _renew(r.lock, r.run_dir, force=True)  # still ours? before the last checkpoint, COMPLETE and the end record
     if stop_signal is None:
         if env.is_main:
+            t0 = time.perf_counter()
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts, guard=r.guard)
+            r.saved(cfg.steps, time.perf_counter() - t0)
             atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n",
                          before_rename=r.guard)
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
-        r.log.write("end", step=cfg.steps - 1, why="completed", reason="all steps done")
+        r.log.write("end", step=cfg.steps - 1, why="completed", reason="all steps done", **r.end_fields())
     else:
-        r.log.write("end", step=done - 1, why="checkpointed", reason=f"signal {stop_signal}: requeue me")
+        r.log.write("end", step=done - 1, why="checkpointed", reason=f"signal {stop_signal}: requeue me",
+                    **r.end_fields())
         if env.is_main:
             print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
-    r.log.heartbeat(done, done * r.numbers["tokens_per_step"], force=True, **estimator_state())
+    r.beat(done, force=True)
     r.log.close()
     dist.barrier(env)
     return "completed" if stop_signal is None else "checkpointed"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Literal, TypedDict, Union
 
 from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
-from zbpscale.proc import process_start_time
+from zbpscale.proc import process_start_time, process_started_at
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 
@@ -42,6 +42,52 @@ class StartRecord(TypedDict, total=False):
     git: str
     versions: dict[str, str]
     host: str
+    setup_s: dict[str, float]  # seconds of this attempt's start-up by phase (SETUP_PHASES), up to this record
+
+
+SETUP_PHASES = ("launch", "model", "restore", "warm_up", "data", "total")
+"""StartRecord.setup_s, in order: launch (the process's start -> train() called: interpreter, imports; absent where
+/proc does not say; a process that trains several runs, as tests do, counts its whole life before), model (built
+and initialised), restore (the checkpoint loaded), warm_up (the estimator compiled), data (loader and validation
+batches), total (train() called -> this record, when the first step begins)."""
+
+
+class SetupTimer:
+    """StartRecord.setup_s: the seconds of each phase of a set-up (SETUP_PHASES), timed as it goes (`done(phase)`
+    as each ends); `called`: when train() was called (None: the set-up's own start)."""
+
+    def __init__(self, called: float | None):
+        self.last = time.time()
+        self.called = called if called is not None else self.last
+        self.seconds: dict[str, float] = {}
+        launched = process_started_at(os.getpid())
+        if launched is not None:
+            self.seconds["launch"] = round(max(0.0, self.called - launched), 3)
+
+    def done(self, phase: str) -> None:
+        now = time.time()
+        self.seconds[phase], self.last = round(now - self.last, 3), now
+
+    def total(self) -> dict[str, float]:
+        return {**self.seconds, "total": round(time.time() - self.called, 3)}
+
+
+class CheckpointTally(TypedDict, total=False):
+    """This attempt's checkpoint saves so far, as the heartbeat carries them (the last words of a killed attempt)."""
+
+    step: int  # the latest save's step
+    time: float  # when it ended (Unix seconds)
+    s: float  # seconds the trainer was blocked in all of this attempt's saves (every rank waits for rank 0)
+    n: int  # saves
+
+
+class Before(TypedDict, total=False):
+    """The attempt before a resume, as its records and its last heartbeat left it (ResumeRecord.before)."""
+
+    time: float  # its last sign of life: its latest record or heartbeat
+    step: int  # the steps it had done
+    ckpt_s: float  # its CheckpointTally's s and n (absent: it saved nothing, or an older release)
+    ckpts: int
 
 
 class ResumeRecord(TypedDict, total=False):
@@ -56,6 +102,9 @@ class ResumeRecord(TypedDict, total=False):
     differs: dict  # and what differs
     world_size: int  # this attempt's number of ranks
     world_size_from: int | None  # that of the attempt whose checkpoint it resumes (None: unknown, or from step 0)
+    redo_steps: int  # steps the attempt before had done past from_step, done again now (its lost work)
+    redo_s: float  # wall seconds it spent on them: from the end of its save of from_step (or its first step) on
+    before: Before
 
 
 class TrainRecord(TypedDict, total=False):
@@ -118,6 +167,8 @@ class EndRecord(TypedDict, total=False):
     step: int
     why: Why  # one of run.history.TRAINER_ENDS; `status` in records before 2026-12-02 (`upgraded`)
     reason: str
+    ckpt_s: float  # seconds this attempt was blocked in checkpoint saves (the final one included), and their number
+    ckpts: int
 
 
 class Heartbeat(TypedDict, total=False):
@@ -132,6 +183,7 @@ class Heartbeat(TypedDict, total=False):
     impl_used: dict[str, str]
     fallbacks: list[str]
     trackers_off: list[str]  # trackers turned off in this attempt, one line each (train/trackers.py)
+    ckpt: CheckpointTally  # this attempt's saves (rewritten at once after each)
 
 
 Record = Union[StartRecord, ResumeRecord, TrainRecord, EvalRecord, DiagRecord, EndRecord]
@@ -158,6 +210,40 @@ def by_kind(records: list[Record]) -> dict[str, list[Record]]:
     for r in records:
         found.setdefault(r.get("kind"), []).append(r)
     return found
+
+
+def redone(records: list[Record], beat: dict, start: int, ckpt_time: float | None = None) -> dict:
+    """What the attempt before a resume at step `start` left and what of it is done again: ResumeRecord's redo_steps,
+    redo_s and before, from the run's records before the rollback (`records`), its heartbeat (`beat`, still the
+    attempt before's: a heartbeat is written only in the loop) and `ckpt_time`, the mtime of the checkpoint of
+    `start` (where the heartbeat does not date its save). {} when no attempt reached its first step.
+
+    The attempt before is the last that wrote a start record (one that died in its set-up logged no step). Its
+    lost work runs from the moment it held the state of step `start` (the end of its save of that step, or its
+    first step when it began there) to its last sign of life (its latest record or heartbeat): a kill -9's own
+    moment is not known, and the time from that last sign to it is the job layer's (goodput's "other")."""
+    at = next((i for i in range(len(records) - 1, -1, -1) if records[i].get("kind") == "start"), None)
+    if at is None:
+        return {}
+    first, after = records[at], records[at + 1:]
+    beat = beat if beat.get("time", 0) >= first["time"] else {}  # an older attempt's heartbeat says nothing of it
+    end = next((r for r in reversed(after) if r.get("kind") == "end"), {})
+    reached = max([first.get("step", 0), beat.get("step", 0), end.get("step", -1) + 1]
+                  + [r["step"] + 1 for r in after if r.get("kind") in STEP_KINDS])
+    last = max([first["time"], beat.get("time", 0)] + [r["time"] for r in after if "time" in r])
+    tally = beat.get("ckpt", {})
+    before = {"time": last, "step": reached}
+    if "ckpt_s" in end or tally:
+        before.update(ckpt_s=end.get("ckpt_s", tally.get("s", 0.0)), ckpts=end.get("ckpts", tally.get("n", 0)))
+    if reached <= start:
+        held_from = last
+    elif first.get("step", 0) >= start:
+        held_from = first["time"]  # it began at that step: everything it did is redone
+    elif tally.get("step") == start:
+        held_from = tally["time"]
+    else:
+        held_from = ckpt_time if ckpt_time is not None else first["time"]
+    return {"redo_steps": max(0, reached - start), "redo_s": max(0.0, last - held_from), "before": before}
 
 
 class MetricsLog:

@@ -1,0 +1,215 @@
+"""Goodput: where the wall time held by a run's jobs went, from its folder's records. Torch-free; reads, never writes.
+
+    goodput = training / held
+
+held       the wall time the run's jobs held: the sum over its attempts of start -> end (attempts.jsonl's `start`
+           and `end` events). The queue wait holds nothing, so it is not in the denominator: it is shown beside.
+Each attempt's held time is split into:
+  start-up  its start -> the first step of its trainer (the trainer's start record): interpreter and imports, the
+            process group, model, checkpoint load, estimator compile, data (the start record's setup_s by phase);
+            an attempt that never reached a step is start-up whole
+  training  productive step time: the step_time of the train records that remain (a resume drops the records of
+            the steps it redoes); a record written every log_every steps stands for the steps since the one before
+  saves     the time the trainer was blocked in checkpoint saves (its end record's ckpt_s; for an attempt killed
+            without one, what its heartbeat said, copied into the next attempt's resume record)
+  lost      the time of steps that a later attempt did again (the next resume record's redo_s): from the end of the
+            save it resumed from, or the killed attempt's first step, to the killed attempt's last sign of life
+  other     the rest: evaluation, diagnostics, logging, the end of the attempt after its last record (the final
+            barrier, the process's exit, what a kill -9 left unrecorded), and whatever an older release's records
+            do not say: a run folder from before this accounting has no save or lost time, and they fall here
+queue      (beside held) the wait before each attempt: from its submission, or from the end of the run's attempt
+           before (a requeued job), to its start; a submission not started yet is not counted
+restart    an interruption -> the first step of the next attempt (the end of one attempt to the next one's trainer
+           start record): queue wait and start-up of a resume together
+
+An attempt's end is its `end` event, or the trainer's last sign of life if that is later (an end submit dated at the
+heartbeat); one without an end event (killed -9 and not yet recorded by submit, or still running) ends at that last
+sign of life: the trainer's latest record or heartbeat, else its start. A run trained by hand, without attempts.jsonl,
+has one attempt per trainer start record, from train() being called (setup_s' total before its start record) to its
+last sign of life, and no queue. A sweep's figures are its runs' seconds summed (wall seconds, not GPU-seconds).
+The record types read here are train/metrics.py's (StartRecord, TrainRecord, EndRecord, ResumeRecord, Heartbeat) and
+run/history.py's events, read as plain JSON: this module sits below the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from zbpscale.files import read_json, read_jsonl
+from zbpscale.run.folder import RunFolder
+
+BUCKETS = ("training", "startup", "saves", "lost", "other")
+"""The parts of held time, in the order tables show them; they sum to held."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt's seconds (Unix times for start, end, first_step)."""
+
+    start: float
+    end: float
+    ended: str
+    """How its end is known: 'end event', 'last record' (no end event: killed, or running) or 'by hand' (no job)."""
+    first_step: float | None
+    """When its trainer's first step began (its start record), None if it never reached one."""
+    queue: float
+    startup: float
+    training: float
+    saves: float
+    lost: float
+    other: float
+    restart: float | None = None
+    """The end of the attempt before -> first_step (None for the first attempt, or one without a step)."""
+
+    @property
+    def held(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Seconds of held time by where they went (BUCKETS), the queue wait beside them, for one run or summed."""
+
+    held: float = 0.0
+    training: float = 0.0
+    startup: float = 0.0
+    saves: float = 0.0
+    lost: float = 0.0
+    other: float = 0.0
+    queue: float = 0.0
+    attempts: int = 0
+    restarts: tuple[float, ...] = ()
+    """Interruption -> first step of the next attempt, seconds, per resume."""
+
+    @classmethod
+    def of(cls, attempts: list[Attempt]) -> Goodput:
+        sums = {name: sum(getattr(a, name) for a in attempts) for name in (*BUCKETS, "queue")}
+        return cls(held=sum(a.held for a in attempts), attempts=len(attempts),
+                   restarts=tuple(a.restart for a in attempts if a.restart is not None), **sums)
+
+    def __add__(self, other: Goodput) -> Goodput:
+        return Goodput(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def fraction(self) -> float | None:
+        """training / held (None when nothing was held)."""
+        return self.training / self.held if self.held > 0 else None
+
+    def share(self, bucket: str) -> float | None:
+        """The part of held time in `bucket` (BUCKETS), or queue / held for 'queue'."""
+        return getattr(self, bucket) / self.held if self.held > 0 else None
+
+
+def read(run_dir: Path) -> Goodput:
+    """The goodput of one run folder (or its copy in a results bundle)."""
+    return Goodput.of(read_attempts(run_dir))
+
+
+def read_attempts(run_dir: Path) -> list[Attempt]:
+    """The accounted attempts of one run folder, oldest first."""
+    folder = RunFolder(run_dir)
+    return account(read_jsonl(folder.attempts), read_jsonl(folder.metrics), read_json(folder.heartbeat))
+
+
+@dataclass
+class _Trained:
+    """One attempt of the trainer, as its records say it."""
+
+    first: float  # its start record: the first step begins
+    setup: float  # setup_s' total (0: not recorded)
+    last: float  # its last sign of life
+    training: float
+    saves: float
+    lost: float
+
+
+def _trained(records: list[dict], beat: dict) -> list[_Trained]:
+    """The trainer's attempts: each start record with the records after it; a resume record belongs to the
+    attempt it starts and says what the attempt before lost (redo_s) and saved (before.ckpt_s)."""
+    segments, resume = [], {}
+    for r in records:
+        if r.get("kind") == "start" and "time" in r:
+            segments.append((r, resume, []))
+            resume = {}
+        elif r.get("kind") == "resume":
+            resume = r
+        elif segments:
+            segments[-1][2].append(r)
+    found = []
+    for i, (start, _, rest) in enumerate(segments):
+        after = segments[i + 1][1] if i + 1 < len(segments) else {}  # the next attempt's resume record
+        before = after.get("before", {})
+        end = next((r for r in reversed(rest) if r.get("kind") == "end"), {})
+        live = beat if i == len(segments) - 1 and beat.get("time", 0) >= start["time"] else {}
+        seen = max([start["time"], live.get("time", 0.0)] + [r["time"] for r in rest if "time" in r])
+        last = max(seen, before.get("time", 0.0))
+        if "ckpt_s" in end:
+            saves = end["ckpt_s"]
+        else:
+            saves = before.get("ckpt_s", live.get("ckpt", {}).get("s", 0.0))
+        training, done = 0.0, start.get("step", 0)
+        for r in rest:
+            if r.get("kind") == "train" and "step_time" in r:
+                training += r["step_time"] * max(1, r["step"] + 1 - done)
+                done = r["step"] + 1
+        found.append(_Trained(first=start["time"], setup=start.get("setup_s", {}).get("total", 0.0), last=last,
+                              training=training, saves=saves, lost=after.get("redo_s", 0.0)))
+    return found
+
+
+def account(events: list[dict], records: list[dict], beat: dict) -> list[Attempt]:
+    """The attempts of a run, each split into BUCKETS with its queue wait and restart time, from its attempts
+    events, its metrics records (in file order) and its heartbeat (see the module's docstring)."""
+    trained = _trained(records, beat)
+    starts = [e for e in events if e.get("event") == "start" and "time" in e]
+    mine: dict[int, list[_Trained]] = {}
+    alone = []
+    for t in trained:
+        j = max((i for i, s in enumerate(starts) if s["time"] <= t.first), default=None)
+        end = _end_event(events, starts, j) if j is not None else None
+        if j is None or (end is not None and end["time"] < t.first):
+            alone.append(t)  # trained by hand, outside any job
+        else:
+            mine.setdefault(j, []).append(t)
+    attempts = []
+    for j, s in enumerate(starts):
+        ts, end = mine.get(j, []), _end_event(events, starts, j)
+        stop = max([end["time"] if end else s["time"]] + [t.last for t in ts])
+        attempts.append(_split(s["time"], stop, "end event" if end else "last record", ts, _queue(events, s)))
+    for t in alone:
+        attempts.append(_split(t.first - t.setup, t.last, "by hand", [t], 0.0))
+    attempts.sort(key=lambda a: a.start)
+    for i in range(1, len(attempts)):
+        if attempts[i].first_step is not None:
+            attempts[i] = replace(attempts[i], restart=attempts[i].first_step - attempts[i - 1].end)
+    return attempts
+
+
+def _end_event(events: list[dict], starts: list[dict], j: int) -> dict | None:
+    """The end event of start `j`: its job's first end at or after it, before that job's next start."""
+    s = starts[j]
+    job, since = s.get("job_id"), s["time"]
+    until = min((n["time"] for n in starts[j + 1:] if n.get("job_id") == job), default=float("inf"))
+    return next((e for e in events if e.get("event") == "end" and e.get("job_id") == job
+                 and since <= e.get("time", -1) <= until), None)
+
+
+def _queue(events: list[dict], start: dict) -> float:
+    """The wait before `start`: from the latest submission or end of an attempt before it."""
+    waited = max((e["time"] for e in events if e.get("event") in ("submitted", "end") and "time" in e
+                  and e["time"] <= start["time"]), default=start["time"])
+    return start["time"] - waited
+
+
+def _split(start: float, end: float, ended: str, trained: list[_Trained], queue: float) -> Attempt:
+    held = max(0.0, end - start)
+    if not trained:
+        return Attempt(start=start, end=start + held, ended=ended, first_step=None, queue=queue, startup=held,
+                       training=0.0, saves=0.0, lost=0.0, other=0.0)
+    first = min(t.first for t in trained)
+    parts = {"startup": min(held, max(0.0, first - start)), "training": sum(t.training for t in trained),
+             "saves": sum(t.saves for t in trained), "lost": sum(t.lost for t in trained)}
+    return Attempt(start=start, end=start + held, ended=ended, first_step=first, queue=queue,
+                   other=max(0.0, held - sum(parts.values())), **parts)
+
