@@ -353,7 +353,10 @@ def test_ctrl_c_while_a_command_imports_is_one_line_not_a_traceback(tmp_path):
     """`python -m zbpscale.train` spends its first seconds importing torch; a Ctrl-C then was an import traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "run")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.4)  # the interpreter is up and importing torch (about 1-2 s on 2 cores)
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.time() + 60
+    while "libtorch" not in maps.read_text():  # torch's import has begun: its Python half takes a second more
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)

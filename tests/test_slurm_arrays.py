@@ -186,7 +186,7 @@ def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, da
     again = submit(sweep, env)
     assert "nano-bp: resume -> job" in again.stdout and "nano-zbp_n4: new -> job" in again.stdout, again.stdout
     assert job_ids(runs["nano-bp"])[-1].split("_")[0] == job_ids(runs["nano-zbp_n4"])[-1].split("_")[0]
-    subprocess.run(cancel + ["--no-wait"], env=env, capture_output=True, text=True, timeout=300)
+    subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)  # stopped: no job left queued
 
 
 def status_rows(folder: Path, env: dict) -> dict[str, dict]:
@@ -221,6 +221,10 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
     if "limits" not in next((ln for ln in config.splitlines() if ln.startswith("AccountingStorageEnforce")), ""):
         pytest.skip("this SLURM does not enforce limits (start it with tools/slurm_local.py of this release)")
     sweep = array_sweep(tmp_path, "capped", data_dir, steps={"nano": 6}, seeds=(0, 1, 2, 3))
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-u", user], env=env, capture_output=True,
+                                          text=True).stdout.strip(),
+               "the jobs of earlier tests to leave the queue (they count against the limit)", timeout=300)
     set_max_submit(env, 4)
     try:
         first = submit(sweep, env)
