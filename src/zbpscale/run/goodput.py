@@ -96,10 +96,6 @@ class Goodput:
         """training / held (None when nothing was held)."""
         return self.training / self.held if self.held > 0 else None
 
-    def share(self, bucket: str) -> float | None:
-        """The part of held time in `bucket` (BUCKETS), or queue / held for 'queue'."""
-        return getattr(self, bucket) / self.held if self.held > 0 else None
-
 
 def read(run_dir: Path) -> Goodput:
     """The goodput of one run folder (or its copy in a results bundle)."""
@@ -163,18 +159,18 @@ def account(events: list[dict], records: list[dict], beat: dict) -> list[Attempt
     events, its metrics records (in file order) and its heartbeat (see the module's docstring)."""
     trained = _trained(records, beat)
     starts = [e for e in events if e.get("event") == "start" and "time" in e]
+    ends = [_end_event(events, starts, j) for j in range(len(starts))]
     mine: dict[int, list[_Trained]] = {}
     alone = []
     for t in trained:
         j = max((i for i, s in enumerate(starts) if s["time"] <= t.first), default=None)
-        end = _end_event(events, starts, j) if j is not None else None
-        if j is None or (end is not None and end["time"] < t.first):
+        if j is None or (ends[j] is not None and ends[j]["time"] < t.first):
             alone.append(t)  # trained by hand, outside any job
         else:
             mine.setdefault(j, []).append(t)
     attempts = []
     for j, s in enumerate(starts):
-        ts, end = mine.get(j, []), _end_event(events, starts, j)
+        ts, end = mine.get(j, []), ends[j]
         stop = max([end["time"] if end else s["time"]] + [t.last for t in ts])
         attempts.append(_split(s["time"], stop, "end event" if end else "last record", ts, _queue(events, s)))
     for t in alone:

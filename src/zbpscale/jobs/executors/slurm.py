@@ -264,10 +264,15 @@ def shown_logs(run: Run, job: str) -> Path:
     return job_log(array_logs(run), job, submitit=True) if "_" in job else RunFolder(run.run_dir.absolute()).logs
 
 
+def prep_logs(sweep: Sweep) -> Path:
+    """The log folder of the sweep's data-prep jobs (submitit's files: `<job>_submitted.pkl`, `<job>_0_log.out`)."""
+    return (sweep.jobs_dir / "prep-data-logs").absolute()
+
+
 def live_prep(sweep: Sweep) -> tuple[str, str] | None:
     """The sweep's newest data-prep job when it is still queued or running (runs submitted later wait for it, not
     for a second one); None otherwise. Its id comes from submitit's files in the prep log folder."""
-    folder = (sweep.jobs_dir / "prep-data-logs").absolute()
+    folder = prep_logs(sweep)
     found = sorted(folder.glob("*_submitted.pkl"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
     if not found:
         return None
@@ -291,7 +296,7 @@ def submit_prep(sweep: Sweep) -> tuple[str, str]:
     for name in ("partition", "account", "qos"):
         if getattr(res, name):
             params[name] = getattr(res, name)
-    folder = (sweep.jobs_dir / "prep-data-logs").absolute()
+    folder = prep_logs(sweep)
     with _sbatch(folder):
         job = _executor(folder, params).submit(PrepJob(cfg))
     print(f"data not prepared at {cfg.out}: prep job {job.job_id} (logs in {folder})")
