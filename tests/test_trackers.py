@@ -205,6 +205,43 @@ def test_trackers_that_fail_mid_run_say_one_line_each_and_get_what_they_missed_i
         subprocess.run(["umount", "-l", str(RunFolder(run).wandb)])
 
 
+def test_a_wandb_file_written_whole_after_finish_returned_is_waited_for_and_a_torn_one_is_named(tmp_path):
+    """W&B's writer flushes its file's last, partial 32 KiB block when it closes it, which on a loaded machine comes
+    after `finish()` returned (CI read steps up to 41 of 49): the check waits for the run's `exit` record, then
+    compares; a file that never gets whole (a full disk) is named after WRITTEN_S."""
+    import threading
+    import types
+
+    import wandb
+
+    from zbpscale.train.trackers import WandB
+
+    run = wandb.init(id="whole0", mode="offline", dir=str(tmp_path), project="p", settings=wandb.Settings(
+        console="off", silent=True))
+    for step in range(400):
+        run.log({"loss": 1.0 / (step + 1), "lr": 0.001}, step=step)
+    run.finish()
+    (made,) = (tmp_path / "wandb").glob("offline-run-*/run-whole0.wandb")
+    deadline = time.monotonic() + 60  # the race itself: the file is whole once its exit record is in
+    while not any(r.WhichOneof("record_type") == "exit" for r in wandb_records(made)):
+        assert time.monotonic() < deadline, "W&B never wrote its exit record"
+        time.sleep(0.05)
+    data = made.read_bytes()
+    assert len(data) > 32768, "the test needs a file of more than one block"
+    folder = tmp_path / "later"
+    folder.mkdir()
+    (folder / made.name).write_bytes(data[:32768])  # what a reader sees before the writer closed the file
+    tracker = types.SimpleNamespace(offline=True, sent=399, folder=folder, WRITTEN_S=30.0)
+    threading.Timer(0.5, lambda: (folder / made.name).write_bytes(data)).start()
+    began = time.monotonic()
+    WandB._check_written(tracker)  # waits for the whole file: no error
+    assert 0.4 < time.monotonic() - began < 10
+    tracker.WRITTEN_S = 0.5
+    (folder / made.name).write_bytes(data[:32768])  # never whole
+    with pytest.raises(OSError, match=r"W&B wrote steps up to \d+ of the 399 sent"):
+        WandB._check_written(tracker)
+
+
 # ---------------------------------------------------------------- failures never stop training
 
 @pytest.fixture

@@ -32,6 +32,7 @@ import logging
 import os
 import queue
 import secrets
+import shutil
 import socket
 import sys
 import threading
@@ -332,6 +333,7 @@ class WandB(Tracker):
 
     name = "wandb"
     FLUSH_S = 600.0
+    WRITTEN_S = 20.0  # how long a finished run's file may take to be written whole (`_check_written`)
 
     @classmethod
     def holds_through(cls, run: TrackedRun, kept: dict) -> int:
@@ -414,7 +416,18 @@ class WandB(Tracker):
 
         if not self.offline or self.sent < 0:
             return
-        held = wandb_log.last_step(self.folder)
+        # W&B's writer (the wandb-core process) writes its file in 32 KiB blocks and the last, partial one when it
+        # closes the file, which may be after `finish()` returned (seen on a loaded 2-core machine: steps up to 41
+        # of 49, the first block): the file is whole once its `exit` record is in it. A full disk never gets there:
+        # no wait where there is no room for a block.
+        room = shutil.disk_usage(self.folder).free >= 2 * wandb_log.BLOCK
+        deadline = time.monotonic() + (self.WRITTEN_S if room else 0.0)
+        while True:
+            whole = wandb_log.closed(self.folder)  # before `held`: what it says was written is in what held reads
+            held = wandb_log.last_step(self.folder)
+            if held >= self.sent or whole or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if held < self.sent:
             raise OSError(f"W&B wrote steps up to {held} of the {self.sent} sent into {self.folder} (is its disk "
                           "full?); the next attempt sends the rest")

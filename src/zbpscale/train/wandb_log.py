@@ -63,3 +63,8 @@ def folders(run_dir: Path, run_id: str) -> list[Path]:
 def last_step(folder: Path) -> int:
     """The last step whose history the offline folder holds; -1 for none."""
     return max((step for f in folder.glob("run-*.wandb") for step, _ in history(f)), default=-1)
+
+
+def closed(folder: Path) -> bool:
+    """Whether W&B has finished writing the offline folder's run file: its last record is the run's `exit`."""
+    return any(r.WhichOneof("record_type") == "exit" for f in folder.glob("run-*.wandb") for r in records(f))
