@@ -4,7 +4,9 @@ Compared: each summary row with the records of the real run behind it (closed-fo
 and lowest eval record, tokens = steps x batch x seq, the mean c of the latest diag record), the CSV with the
 JSON, the copied files with the originals byte for byte; a second collect with the first (identical bundle,
 no duplicate row); a collect after more steps with the run's new records; the status of hand-made run
-folders with a literal table.
+folders with a literal table; a run whose val loss went above its loss at step 0 flagged in the summary, table.md's
+rows and collect's lines with the numbers written (the runs that fell, not), and an older bundle's rows without
+that field.
 """
 
 import csv
@@ -52,6 +54,7 @@ def test_summary_rows_match_the_runs_records(results_sweep, tmp_path):
         assert row.final_val_loss == evals[-1] and row.best_val_loss == min(evals)
         assert row.gpu_hours == 0.0 and row.wall_time_s > 0 and row.attempts == 1
         assert row.diag_step == 3
+        assert row.diverged is None  # trained for real, its val losses fell below its start
         for core in ("attn", "ffn"):
             cs = [c["c"] for c in diag["cores"] if c["core"] == core]
             assert getattr(row, f"c_{core}") == (pytest.approx(sum(cs) / len(cs)) if row.arm != "bp" else None)
@@ -139,3 +142,74 @@ def test_a_bundle_of_format_1_still_loads_and_plots(results_sweep, tmp_path):
     rows = Bundle(out).read_summary()
     assert [r.state for r in rows] == [r["status"] for r in summary["runs"]] and "complete" in {r.state for r in rows}
     assert plot(out, log=lambda line: None).gap_points
+
+
+def finished_run(sweep: Path, name: str, train: dict[int, float], evals: dict[int, float]) -> Path:
+    """A run folder as a trainer run by hand leaves it: its config, its records as MetricsLog writes them (a start
+    record, the train and val losses of each step, an end), COMPLETE. 48 steps of 64 tokens."""
+    from conftest import config_json
+    from zbpscale.run.folder import RunFolder
+    from zbpscale.train.metrics import MetricsLog
+
+    folder = RunFolder(sweep / name)
+    folder.path.mkdir(parents=True)
+    config = json.loads(config_json("tiny", steps=48, global_batch=2, device="cpu"))
+    folder.config.write_text(json.dumps(config))
+    log = MetricsLog(folder.path)
+    log.write("start", attempt=1, step=0, world_size=1, config=config,
+              derived={"params": 1000, "params_non_embedding": 500, "total_steps": 48, "total_tokens": 48 * 64})
+    for step in sorted(set(train) | set(evals)):
+        if step in train:
+            log.write("train", step=step, tokens=64 * (step + 1), loss=train[step])
+        if step in evals:
+            log.write("eval", step=step, tokens=64 * (step + 1), val_loss=evals[step])
+    log.write("end", step=47, why="completed", reason="all steps done")
+    log.close()
+    folder.complete.write_text("{}\n")
+    return folder.path
+
+
+def test_a_run_whose_val_loss_went_above_its_start_is_flagged(tmp_path):
+    """The issue's mini ladder: tiny-bp-s2's first eval (step 15, 10.996) is above its loss at step 0 (10.951),
+    its later ones near its other seeds'. collect flags it, and it alone: summary.json and .csv, a console line,
+    table.md's state cell and a note with the numbers."""
+    from zbpscale.results.gaps import val_curves
+    from zbpscale.results.table import runs_markdown
+
+    sweep = tmp_path / "jobs" / "mini"
+    falling = {0: 10.951, 15: 8.1, 31: 7.2, 47: 6.9}
+    finished_run(sweep, "tiny-bp", falling, {15: 7.6, 31: 7.0, 47: 6.8})
+    finished_run(sweep, "tiny-bp-s1", falling, {15: 7.7, 31: 7.1, 47: 6.9})
+    finished_run(sweep, "tiny-bp-s2", falling, {15: 10.996, 31: 7.3, 47: 7.0})
+    out, lines = tmp_path / "out", []
+    rows = collect(sweep, out, log=lines.append)
+    said = "val 10.996 at step 15 is above its start 10.951"
+    assert {r.run: r.diverged for r in rows} == {"tiny-bp": None, "tiny-bp-s1": None, "tiny-bp-s2": said}
+    assert {r["run"]: r["diverged"] for r in json.loads((out / "summary.json").read_text())["runs"]} == \
+        {"tiny-bp": None, "tiny-bp-s1": None, "tiny-bp-s2": said}
+    with open(out / "summary.csv") as fh:
+        assert {r["run"]: r["diverged"] for r in csv.DictReader(fh)} == {"tiny-bp": "", "tiny-bp-s1": "",
+                                                                        "tiny-bp-s2": said}
+    assert [line for line in lines if "diverged" in line] == [f"note: tiny-bp-s2 diverged: {said}"]
+
+    table, notes = runs_markdown(rows, val_curves(out, rows))
+    states = {cells[0]: cells[5] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                                for line in table.splitlines()[2:])}
+    assert states == {"tiny-bp": "complete", "tiny-bp-s1": "complete", "tiny-bp-s2": "complete (diverged)"}
+    assert [n for n in notes if "diverged" in n] == [
+        f"tiny-bp-s2 diverged: {said} (a run's start: its train loss at step 0, else ln(vocab)); look at its curve "
+        "before using its numbers"]
+
+
+def test_an_older_bundle_without_the_diverged_field_still_loads(results_sweep, tmp_path):
+    """Rows of summary.json written before runs were flagged as diverged (no `diverged`) load, as not flagged."""
+    from zbpscale.results.bundle import Bundle
+
+    out = tmp_path / "out"
+    rows = collect(results_sweep, out, log=lambda line: None)
+    summary = json.loads((out / "summary.json").read_text())
+    for row in summary["runs"]:
+        del row["diverged"]
+    summary["fields"].remove("diverged")
+    (out / "summary.json").write_text(json.dumps(summary))
+    assert Bundle(out).read_summary() == [dataclasses.replace(r, diverged=None) for r in rows]

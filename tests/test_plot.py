@@ -28,7 +28,7 @@ from conftest import config_json, trainer_env
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
-from zbpscale.results.gaps import fit_power_law, gap_points, val_curves
+from zbpscale.results.gaps import gap_points, val_curves
 from zbpscale.results.plot import plot
 from zbpscale.results.summary import FIELDS, RunSummary
 from zbpscale.run.folder import run_name
@@ -79,7 +79,8 @@ def test_gap_points_are_one_per_size_per_zbp_arm_with_a_val_loss(smoke_plot):
 def test_runs_without_val_loss_are_in_the_table_and_noted_not_drawn(smoke_plot):
     bundle, rows, figures = smoke_plot
     table = (bundle / "table.md").read_text()
-    body = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| run")]
+    runs = table.split("## Fits and tests")[0]  # the per-run table, not the fits' tables after it
+    body = [line for line in runs.splitlines() if line.startswith("| ") and not line.startswith("| run")]
     assert [line.split(" | ")[0][2:] for line in body] == [r.run for r in rows]  # every run, new ones too
     assert "| nano-zbp_n8_fwd | nano |" in table and "| new |" in table
     assert any("not in the figures: nano-zbp_n8_fwd (new), tiny-zbp_n8_fwd (new)" in n
@@ -126,24 +127,6 @@ def write_bundle(folder: Path, rows: list[dict]) -> Path:
             (run / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     (folder / "summary.json").write_text(json.dumps({"sweep": "ladder", "fields": FIELDS, "runs": rows}))
     return folder
-
-
-def test_power_law_fit_recovers_the_exponent():
-    params = [n_params(SIZES[s]) for s in ("nano", "tiny", "mini", "s60")]
-    exact = fit_power_law(params, [A * n ** B for n in params])
-    assert exact.b == pytest.approx(B, abs=1e-9) and exact.a == pytest.approx(A, rel=1e-7)
-    assert exact.b_se == pytest.approx(0, abs=1e-7)
-
-    noise = [1.05, 0.97, 1.02, 0.98]
-    fit = fit_power_law(params, [A * n ** B * e for n, e in zip(params, noise)])
-    x, y = np.log(params), np.log([A * n ** B * e for n, e in zip(params, noise)])
-    slope, intercept = np.polyfit(x, y, 1)
-    rss = np.sum((y - (intercept + slope * x)) ** 2)
-    se = math.sqrt(rss / (len(x) - 2) / np.sum((x - x.mean()) ** 2))  # closed form of simple regression
-    assert fit.b == pytest.approx(slope) and fit.b_se == pytest.approx(se)
-    assert abs(fit.b - B) < 3 * fit.b_se
-    low, high = fit.band(params)
-    assert np.all(low < high) and np.all(low <= fit.a * np.asarray(params, float) ** fit.b)
 
 
 @pytest.mark.parametrize("params, embeddings", [("non-embedding", False), ("total", True)])
@@ -253,7 +236,7 @@ def zbpscale(*args, cwd: Path) -> subprocess.CompletedProcess:
 
 def table_rows(bundle: Path) -> dict[str, dict[str, str]]:
     """The rows of table.md's per-run table (after the table over seeds, when there is one), by run."""
-    text = (bundle / "table.md").read_text().split("Runs:")[-1]
+    text = (bundle / "table.md").read_text().split("Runs:")[-1].split("## Fits and tests")[0]
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     head = [h.strip() for h in lines[0].strip("|").split("|")]
     return {cells[0]: dict(zip(head, cells)) for cells in
@@ -461,20 +444,22 @@ def bands(ax) -> int:
 
 
 def test_the_gap_figure_with_three_seeds_draws_each_seed_the_mean_and_the_band(tmp_path):
-    """The fit is the mean of the seeds' own lines (closed form, np.polyfit per seed); the legend says what the
-    error bars are (± 1 sd) and what the band is (68% from the seeds' fits); the NSR figure's marker is the
-    mean of the seeds' c."""
+    """With noise this small the Huber fit is least squares: the mean of the seeds' own lines (closed form,
+    np.polyfit per seed), its bootstrap s.e. their sd / sqrt(3) within the resampling's error; the legend says
+    what the error bars are (± 1 sd) and what the band is (68%, bootstrap over seeds); the NSR figure's marker is
+    the mean of the seeds' c."""
     noise = [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06], [1.02, 1.01, 0.92, 1.00]]
     figures, drawn = drawn_plot(tmp_path / "ladder", ladder_rows(3, noise))
     fit = figures.fits["zbp_n16"]
     x = np.log([n_params(SIZES[s], embeddings=False) for s in ("nano", "tiny", "mini", "s60")])
     slopes = [np.polyfit(x, np.log(A * np.exp(x) ** B * np.asarray(e)), 1)[0] for e in noise]
     assert (fit.seeds, fit.n) == (3, 4) and fit.b == pytest.approx(np.mean(slopes), abs=1e-6)
-    assert fit.b_se == pytest.approx(np.std(slopes, ddof=1) / math.sqrt(3), rel=1e-4)
+    assert fit.b_se == pytest.approx(np.std(slopes, ddof=1) / math.sqrt(3), rel=0.06)
     ax = drawn["gap_vs_scale"].axes[0]
     words = legend(ax)
-    assert "mean of 3 seeds ± 1 sd" in words and "68% interval" in words and "(t, 2 d.o.f.)" in words
-    assert f"N^({fit.b:.3f} ± {fit.half_width():.3f})" in words and bands(ax) == 1
+    assert "mean of 3 seeds ± 1 sd" in words and "68% interval" in words and "bootstrap over seeds" in words
+    assert "t, 2 d.o.f." in words
+    assert rf"$N^{{{fit.b:.3f} \pm {fit.half_width():.3f}}}$" in words and bands(ax) == 1  # mathtext
     assert ax.get_title() == "Gap to backprop against scale (3 seeds)"
     assert drawn["nsr_c"].get_suptitle().startswith("mean of 3 seeds ± 1 sd")
     means = [c.lines[0].get_ydata()[0] for c in drawn["nsr_c"].axes[0].containers]  # and the legend's (nan)
@@ -487,7 +472,7 @@ def test_one_seed_says_so_and_draws_no_band(tmp_path):
     fit = figures.fits["zbp_n16"]
     assert fit.seeds == 1 and math.isnan(fit.b_se)
     ax = drawn["gap_vs_scale"].axes[0]
-    assert f"N^{fit.b:.3f} (one seed: no band)" in legend(ax) and "one seed: no error bars" in legend(ax)
+    assert rf"$N^{{{fit.b:.3f}}}$ (one seed: no band)" in legend(ax) and "one seed: no error bars" in legend(ax)
     assert bands(ax) == 0 and ax.get_title() == "Gap to backprop against scale (one seed)"
     assert drawn["nsr_c"].get_suptitle().startswith("one seed: no error bars")
     assert any(n.startswith("one seed per size and arm") for n in figures.notes)
@@ -497,7 +482,7 @@ def test_one_seed_says_so_and_draws_no_band(tmp_path):
 def test_a_fit_leaves_out_a_seed_missing_at_a_size_and_refuses_a_gap_not_positive():
     """fit_gaps on points written by hand: seed 2 missing at one size is left out of the fit (said), which then
     equals the fit of seeds 0 and 1 alone; a seed's gap <= 0 at a fitted size means no fit, naming it."""
-    from zbpscale.results.fit import fit_seeds
+    from zbpscale.results.fit import fit_gap_law
     from zbpscale.results.gaps import GapPoint, fit_gaps
 
     params = [1e5, 1e6, 1e7]
@@ -510,7 +495,7 @@ def test_a_fit_leaves_out_a_seed_missing_at_a_size_and_refuses_a_gap_not_positiv
 
     fits, remarks = fit_gaps(points("zbp_n16", [(0, 1, 2), (0, 1), (0, 1, 2)])
                              + points("zbp_n64", [(0, 1, 2)] * 3, change={(1, 2): -0.01}))
-    assert fits["zbp_n16"] == fit_seeds(params, [gaps[0], gaps[1]]) and fits["zbp_n16"].seeds == 2
+    assert fits["zbp_n16"] == fit_gap_law(params, [gaps[0], gaps[1]]) and fits["zbp_n16"].seeds == 2
     assert remarks["zbp_n16"] == "zbp_n16: the fit leaves out seed 2, not at every size at the full budget"
     assert "zbp_n64" not in fits
     assert remarks["zbp_n64"] == ("zbp_n64: no power-law fit, a gap is not positive (seed 1 at s2: -0.0100); the "

@@ -3,10 +3,12 @@
 The folders are written the way the trainer, the jobs and the local queue write them; SLURM's answers come
 from a stand-in `sacct` on PATH that prints fixed rows (the real SLURM is joined in tests/test_submit_slurm.py,
 real local-queue folders in tests/test_local.py). Compared: each run's state and reason with the story its
-folder tells, the exit status with the states, and the rows read from the tails with the last records written.
+folder tells, the exit status with the states, the rows read from the tails with the last records written, and
+a run flagged as diverged with the val losses written above its start (and a run that fell, not).
 """
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import config_json
-from zbpscale.jobs.status import collect_rows, exit_code, tail_records
+from zbpscale.jobs.status import collect_rows, exit_code
+from zbpscale.train.metrics import tail_records
 
 
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
@@ -33,7 +36,7 @@ def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="
         records.append({"kind": "train", "time": now - 3600 + step, "step": step, "loss": 5.0 - step / 100,
                         "step_time": 2.0, "tokens_per_s": 512.0})
         if step % 10 == 9:
-            records.append({"kind": "eval", "time": now - 3600 + step, "step": step, "val_loss": 6.0 - step / 100})
+            records.append({"kind": "eval", "time": now - 3600 + step, "step": step, "val_loss": 4.9 - step / 100})
     if job or done:  # a run never started has no metrics yet
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if done:
@@ -116,7 +119,7 @@ def test_every_state_and_failure_reason(tmp_path, fake_sacct):
     assert rows["s60-zbp_n64"]["reason"] == "no heartbeat for 50m (stalled after 15m)"
     running = rows["s60-zbp_n16"]
     assert (running["step"], running["steps"], running["pct"], running["tokens"]) == (40, 100, 40.0, 40 * 1024)
-    assert running["train_loss"] == pytest.approx(5.0 - 39 / 100) and running["val_loss"] == pytest.approx(6.0 - 0.39)
+    assert running["train_loss"] == pytest.approx(5.0 - 39 / 100) and running["val_loss"] == pytest.approx(4.9 - 0.39)
     assert running["eta_s"] == pytest.approx(60 * 2.0)
     assert exit_code(list(rows.values())) == 1
 
@@ -164,6 +167,115 @@ def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):
     assert found["train"]["step"] == 2999 and found["eval"]["step"] == 0  # grew its window back to the start
     assert tail_records(path, ("train",), max_bytes=1 << 16)["train"]["step"] == 2999
     assert "eval" not in tail_records(path, ("train", "eval"), max_bytes=1 << 16)  # bounded
+
+
+def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
+    """metrics.glance, status's one read of metrics.jsonl, against tail_records and read_jsonl: the first record,
+    the latest train and eval records, the first train record and every eval, torn lines skipped."""
+    from zbpscale.files import read_jsonl
+    from zbpscale.train.metrics import glance
+
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"kind": "start", "time": 1.0, "step": 0})]
+    for i in range(300):
+        lines.append(json.dumps({"kind": "train", "step": i, "loss": 10.0 - i / 100}))
+        if i % 50 == 49:
+            lines += [json.dumps({"kind": "eval", "step": i, "val_loss": 9.0 - i / 100}),
+                      json.dumps({"kind": "diag", "step": i, "loss": 1.0, "cores": [{"nsr": 1.0}] * 50})]
+    lines.insert(120, '{"kind": "eval", "step": 1')  # a line torn by a killed writer, then resumed
+    path.write_text("\n".join(lines) + "\n" + '{"kind": "train", "step": 300')  # a torn last line
+    seen, whole, tails = glance(path), read_jsonl(path), tail_records(path, ("train", "eval"))
+    assert seen.first == whole[0] and (seen.train, seen.eval) == (tails["train"], tails["eval"])
+    assert seen.steps == [whole[1]] + [r for r in whole if r["kind"] == "eval"] and len(seen.steps) == 7
+    assert glance(tmp_path / "none.jsonl") == glance(tmp_path) == type(seen)()  # no file, a folder: nothing
+
+
+LN_VOCAB = math.log(50257)  # the loss of a uniform guess over GPT-2's vocabulary: where a fresh model starts
+DIVERGED = [  # train loss by step, val loss by step -> (step, val loss, start) of the eval flagged, or None
+    ({0: 10.951}, {15: 7.4, 31: 6.9}, None),  # falls: never flagged
+    ({0: 10.951}, {15: 10.951}, None),  # at its start, not above it
+    ({0: 10.951, 15: 10.2}, {15: 10.996, 31: 7.1}, (15, 10.996, 10.951)),  # the issue's tiny-bp-s2: its first eval
+    ({0: 10.951}, {15: 7.4, 31: 11.2, 47: 11.0}, (31, 11.2, 10.951)),  # fell, then climbed back above: the highest
+    ({16: 7.5}, {31: 10.9}, (31, 10.9, LN_VOCAB)),  # no record of step 0 (cut): ln(vocab_size) of its config
+    ({16: 7.5}, {31: 10.8}, None),  # below ln(50257) = 10.825
+    ({0: 9.0}, {}, None),  # no eval yet
+    ({0: 10.951}, {15: 7.4, 31: math.nan}, (31, math.nan, 10.951)),  # a NaN is not below its start
+]
+
+
+@pytest.mark.parametrize("train, evals, flagged", DIVERGED)
+def test_a_run_diverged_when_a_val_loss_is_above_its_start(train, evals, flagged):
+    from conftest import config_json
+    from zbpscale.train.metrics import diverged
+
+    records = sorted([{"kind": "train", "step": s, "tokens": 64 * (s + 1), "loss": v} for s, v in train.items()]
+                     + [{"kind": "eval", "step": s, "tokens": 64 * (s + 1), "val_loss": v} for s, v in evals.items()],
+                     key=lambda r: (r["step"], r["kind"] == "eval"))
+    found = diverged(records, json.loads(config_json("tiny")))
+    assert (found and (found.step, found.val_loss, found.start)) == (flagged and pytest.approx(flagged, nan_ok=True))
+    if found:
+        assert found.tokens == 64 * (found.step + 1)
+        assert found.start_from == ("step 0" if 0 in train else "ln(vocab)")
+    assert diverged(records[len(train):], None) is None  # no start known: no step 0, no config
+
+
+def write_losses(run: Path, train: dict[int, float], evals: dict[int, float]) -> None:
+    """The run's metrics.jsonl as the trainer's MetricsLog writes it: a start record, then the train and val losses
+    of each step (tokens: 1024 a step)."""
+    from zbpscale.train.metrics import MetricsLog
+
+    (run / "metrics.jsonl").unlink()
+    log = MetricsLog(run)
+    log.write("start", attempt=1, step=0, world_size=1, derived={"params": 1000, "tokens_per_step": 1024,
+                                                                  "total_steps": 48})
+    for step in sorted(set(train) | set(evals)):
+        if step in train:
+            log.write("train", step=step, tokens=1024 * (step + 1), loss=train[step], step_time=2.0,
+                      tokens_per_s=512.0)
+        if step in evals:
+            log.write("eval", step=step, tokens=1024 * (step + 1), val_loss=evals[step])
+    log.close()
+
+
+def status(capsys, *argv: str) -> int:
+    """`zbpscale status ARGV` in this process (stdout is not a terminal: the plain table), its exit status."""
+    import argparse
+
+    from zbpscale.jobs import status as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    capsys.readouterr()
+    return command.run(parser.parse_args(argv))
+
+
+def test_a_diverged_run_is_said_under_the_table_and_in_json(tmp_path, capsys):
+    """The issue's mini ladder: of three seeds of tiny-bp, s2's first eval (step 15) is above its loss at step 0
+    and its later ones are near its other seeds' (its latest record says nothing); tiny-zbp_n4 fell, then climbed
+    back above its start. Status says both, with their numbers, under the table and in --json; the seeds that fell
+    are said nothing of."""
+    sweep = tmp_path / "jobs" / "mini"
+    falling = {0: 10.951, 15: 8.1, 31: 7.2, 47: 6.9}
+    losses = {"tiny-bp": (falling, {15: 7.6, 31: 7.0, 47: 6.8}), "tiny-bp-s1": (falling, {15: 7.7, 31: 7.1, 47: 6.9}),
+              "tiny-bp-s2": ({**falling, 0: 10.951}, {15: 10.996, 31: 7.3, 47: 7.0}),
+              "tiny-zbp_n4": (falling, {15: 8.2, 31: 9.4, 47: 11.3})}
+    for name, (train, evals) in losses.items():
+        write_losses(make_run(sweep, name, steps=48, done=48, complete=True), train, evals)
+    rows = by_run(collect_rows(sweep))
+    assert rows["tiny-bp-s2"]["diverged"] == {"step": 15, "tokens": 16 * 1024, "val_loss": 10.996, "start": 10.951,
+                                              "start_from": "step 0"}
+    assert rows["tiny-bp-s2"]["val_loss"] == 7.0  # its latest eval: below its start
+    assert (rows["tiny-zbp_n4"]["diverged"]["step"], rows["tiny-zbp_n4"]["diverged"]["val_loss"]) == (47, 11.3)
+    assert rows["tiny-bp"]["diverged"] is None and rows["tiny-bp-s1"]["diverged"] is None
+
+    assert status(capsys, str(sweep)) == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if "diverged" in line] == [
+        "tiny-bp-s2: diverged: val 10.996 at step 15 is above its start 10.951",
+        "tiny-zbp_n4: diverged: val 11.300 at step 47 is above its start 10.951"]
+    status(capsys, str(sweep), "--json")
+    json_rows = by_run(json.loads(capsys.readouterr().out)["mini"])
+    assert {name: r["diverged"] and r["diverged"]["step"] for name, r in json_rows.items()} == \
+        {"tiny-bp": None, "tiny-bp-s1": None, "tiny-bp-s2": 15, "tiny-zbp_n4": 47}
 
 
 def test_runs_trained_directly_without_a_job(tmp_path):

@@ -18,6 +18,8 @@ unknown (the scheduler does not answer), failed (with a one-line reason and the 
 folder's config.json is one the trainer would refuse), cancelled, stopped (interrupted, nothing queued), new.
 A source that does not answer is said once under the table, and so is a run folder that the sweep file (given as
 the target) no longer plans while its job is queued or running, with the command that cancels it (sweep_edits).
+A run whose val loss went above the loss it started from is said there too (diverged: train/metrics.py's
+`diverged`), from the one read of its metrics.jsonl that its row's numbers come from (metrics.glance).
 Only the tails of the logs are read.
 One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
 for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
@@ -27,6 +29,7 @@ Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -45,16 +48,7 @@ from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
-from zbpscale.train.metrics import tail_records
-
-
-# ---------------------------------------------------------------------------------------------- reading
-def first_record(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.readline())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
+from zbpscale.train.metrics import Divergence, diverged, glance
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -67,8 +61,9 @@ def run_row(run: Run, *, now: float) -> dict:
         config = folder.read_config() or {}
     except BrokenRunFolder:
         config = {}
-    start = first_record(folder.metrics)
-    tail = tail_records(folder.metrics, ("train", "eval"))
+    seen = glance(folder.metrics)  # its one read of metrics.jsonl
+    start, tail = seen.first, {"train": seen.train, "eval": seen.eval}
+    spike = diverged(seen.steps, config)
     beat = read_json(folder.heartbeat)
     plan = read_json(folder.plan)
     derived = start.get("derived", {})
@@ -97,6 +92,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
         "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
         "unplanned": run.unplanned, "job_live": run.job.live,
+        "diverged": None if spike is None else dataclasses.asdict(spike),
     }
     if run.planned is not None and not folder.config.exists():  # planned, not written yet
         hours = run.planned.estimated_hours()
@@ -246,9 +242,9 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
-    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, a ZBP
-    estimator that fell back to a slower path, a tracker turned off, a job that trains on for a run the sweep file
-    no longer plans."""
+    """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
+    val loss above its start: train/metrics.py's `diverged`), a ZBP estimator that fell back to a slower path, a
+    tracker turned off, a job that trains on for a run the sweep file no longer plans."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     for r in rows:
         if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
@@ -260,6 +256,8 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
             if then and not r["executor"]:  # trained by hand, without a sweep to submit
                 then = f"; continue it with python -m zbpscale.train --run-dir {r['dir']}"
             found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
+        if r.get("diverged"):  # before anyone reads its numbers or a figure whose axis it stretches
+            found.append((f"{r['run']}: diverged: {Divergence(**r['diverged']).words()}", "stalled"))
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
             cores = ", ".join(f"{core} {path}" for core, path in r["impl_used"].items())
             found.append((f"{r['run']}: ZBP estimator fell back ({cores}): {'; '.join(r['fallbacks'])}", "stopped"))

@@ -7,7 +7,8 @@ read them); a run's copy in it has the run folder's own layout, so `bundle.run(n
              summary.csv       one row per run (results/summary.py's RunSummary)
              summary.json      the same rows, with the sweep's name
              runs/<run>/       the run's small files (RunFolder.RECORDS) and, with --with-ckpt, its latest checkpoint
-             table.md          the per-run table (plot)
+             table.md          the per-run table, the fits and tests (plot)
+             claims.md         the fits and tests in words, for a README to quote (plot)
              figures/          loss curves, gap vs scale, c, rho_k as PNG and PDF (plot)
 """
 
@@ -41,6 +42,7 @@ class Bundle:
     summary_csv = property(lambda self: self.path / "summary.csv")
     runs = property(lambda self: self.path / "runs")
     table = property(lambda self: self.path / "table.md")
+    claims = property(lambda self: self.path / "claims.md")
     figures = property(lambda self: self.path / "figures")
 
     def run(self, name: str) -> RunFolder:

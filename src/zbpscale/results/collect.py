@@ -58,7 +58,8 @@ def _sync_run(src: RunFolder, dst: RunFolder, *, with_ckpt: bool) -> bool:
     return changed
 
 
-def _file_entry(path: Path) -> dict:
+def file_entry(path: Path) -> dict:
+    """A bundle file's entry in the manifest: its size and, but for a checkpoint, its sha256."""
     entry: dict = {"bytes": path.stat().st_size}
     if path.suffix != ".pt":
         entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -120,7 +121,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered]}
     write_if_changed(bundle.summary_json, (json.dumps(summary, indent=1) + "\n").encode())
     write_if_changed(bundle.summary_csv, _csv(ordered))
-    files = {str(p.relative_to(bundle.path)): _file_entry(p) for p in sorted(bundle.runs.rglob("*"))
+    files = {str(p.relative_to(bundle.path)): file_entry(p) for p in sorted(bundle.runs.rglob("*"))
              if p.is_file() and not p.name.startswith(".")} if bundle.runs.is_dir() else {}
     manifest = {"format": FORMAT, "version": VERSION, "sweep": name, "source": str(sweep),
                 "with_ckpt": bool(ckpt_patterns) or bool((old_manifest or {}).get("with_ckpt")),
@@ -134,6 +135,9 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     log(f"{bundle.path}: {len(ordered)} runs, {seed_count(r.seed for r in ordered)} ("
         + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
         + (f"updated {', '.join(changed)}" if changed else "no run changed"))
+    for r in ordered:
+        if r.diverged:  # before anyone reads a figure whose axis it stretches
+            log(f"note: {r.run} diverged: {r.diverged}")
     return ordered
 
 

@@ -4,8 +4,9 @@ Each ZBP run is compared with the bp run of the same size and the same seed (the
 initialisation): a point of the gap figure is one ZBP arm at one size, holding each seed's gap. Gaps compare
 equal tokens: complete runs by their final val losses; otherwise every seed of the point at the largest token
 count at which all of its runs have an eval record (`GapPoint.final` is False, and plot marks it "at s/T").
-Only full-budget points are fitted, by fit.py's `fit_seeds` (>= 3 sizes, every gap positive): one line per seed,
-and an interval for the exponent from the spread of the seeds' lines. Torch-free.
+Only full-budget points are fitted, by fit.py's `fit_gap_law` (>= 3 sizes, every seed at every size, every gap
+positive): Huber on log gap through every (seed, size) point, and an interval for the exponent from the bootstrap
+over seeds. Torch-free.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.results.bundle import Bundle
-from zbpscale.results.fit import PowerLaw, fit_power_law, fit_seeds
+from zbpscale.results.fit import PowerLaw, fit_gap_law
 from zbpscale.results.seeds import Spread
 from zbpscale.results.summary import RunSummary, arm_order
 from zbpscale.train.metrics import EvalRecord, by_kind, read_records
 
-__all__ = ["Curves", "Gap", "GapPoint", "PowerLaw", "equal_tokens_gap", "fit_gaps", "fit_power_law", "gap_points",
-           "unpaired", "val_curves"]
+__all__ = ["Curves", "FullTable", "Gap", "GapPoint", "PowerLaw", "equal_tokens_gap", "fit_gaps", "full_table",
+           "gap_points", "unpaired", "val_curves"]
 
 Curves = dict[str, dict[int, tuple[int, float]]]
 """{run: {tokens: (steps done, val loss)}}: each run's validation curve (`val_curves`)."""
@@ -133,32 +134,53 @@ def unpaired(rows: list[RunSummary], curves: Curves) -> list[str]:
             and (size, "bp") in groups for s in sorted(set(runs) - set(groups[(size, "bp")]))]
 
 
+@dataclass(frozen=True, kw_only=True)
+class FullTable:
+    """One ZBP arm's full-budget gaps as a fit takes them: every seed at every size."""
+
+    params: tuple[int, ...]
+    """The sizes' parameters, ascending."""
+    sizes: tuple[str, ...]
+    """Their names."""
+    seeds: tuple[int, ...]
+    """The seeds at every size."""
+    gaps: tuple[tuple[float, ...], ...]
+    """gaps[j][i]: seed j's gap at size i (all positive)."""
+    dropped: tuple[int, ...]
+    """Seeds left out, not at every size."""
+
+
+def full_table(points: list[GapPoint]) -> tuple[FullTable | None, str | None]:
+    """(table, None) of one arm's full-budget points with >= 3 sizes, through the seeds that every one of them
+    has, all gaps positive; else (None, why not, in words)."""
+    full = sorted((p for p in points if p.final), key=lambda p: p.params)
+    if len({p.params for p in full}) < 3:
+        return None, (f"it needs >= 3 sizes at the full budget (has {len(points)} size{'s' if len(points) > 1 else ''}"
+                      f", {len(full)} at the full budget)")
+    seeds = sorted(set.intersection(*(set(p.seeds) for p in full)))
+    if not seeds:
+        return None, "no seed is at every size at the full budget"
+    table = [[p.gaps[p.seeds.index(s)] for p in full] for s in seeds]  # (seeds, sizes)
+    bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if g <= 0]
+    if bad:
+        s, p, g = bad[0]
+        return None, f"a gap is not positive (seed {s} at {p.size}: {g:+.4f}); the fit is in log-log space"
+    dropped = sorted(set().union(*(p.seeds for p in full)) - set(seeds))
+    return FullTable(params=tuple(p.params for p in full), sizes=tuple(p.size for p in full), seeds=tuple(seeds),
+                     gaps=tuple(tuple(g) for g in table), dropped=tuple(dropped)), None
+
+
 def fit_gaps(points: list[GapPoint]) -> tuple[dict[str, PowerLaw], dict[str, str]]:
-    """(fits, remarks): the power law of each ZBP arm (`fit_seeds`), fitted on its full-budget points when there
-    are >= 3 sizes of them, through the seeds that every one of them has, all gaps positive; remarks: why an arm
-    has no fit, or which seeds its fit leaves out, in words."""
+    """(fits, remarks): the gap law of each ZBP arm (fit.py's `fit_gap_law`: Huber on log gaps, the bootstrap
+    over seeds), fitted on its `full_table`; remarks: why an arm has no fit, or which seeds its fit leaves out."""
     fits, remarks = {}, {}
     for arm in sorted({p.arm for p in points}, key=arm_order):
-        mine = [p for p in points if p.arm == arm]
-        full = [p for p in mine if p.final]
-        if len({p.params for p in full}) < 3:
-            remarks[arm] = (f"{arm}: no power-law fit, it needs >= 3 sizes at the full budget "
-                            f"(has {len(mine)} size{'s' if len(mine) > 1 else ''}, {len(full)} at the full budget)")
+        table, why = full_table([p for p in points if p.arm == arm])
+        if why:
+            remarks[arm] = f"{arm}: no power-law fit, {why}"
             continue
-        seeds = sorted(set.intersection(*(set(p.seeds) for p in full)))
-        if not seeds:
-            remarks[arm] = f"{arm}: no power-law fit, no seed is at every size at the full budget"
-            continue
-        table = [[p.gaps[p.seeds.index(s)] for p in full] for s in seeds]  # (seeds, sizes)
-        bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if g <= 0]
-        if bad:
-            s, p, g = bad[0]
-            remarks[arm] = (f"{arm}: no power-law fit, a gap is not positive (seed {s} at {p.size}: {g:+.4f}); "
-                            "the fit is in log-log space")
-            continue
-        fits[arm] = fit_seeds([p.params for p in full], table)
-        dropped = sorted(set().union(*(p.seeds for p in full)) - set(seeds))
-        if dropped:
-            remarks[arm] = (f"{arm}: the fit leaves out seed{'s' if len(dropped) > 1 else ''} "
-                            f"{', '.join(map(str, dropped))}, not at every size at the full budget")
+        fits[arm] = fit_gap_law(table.params, table.gaps)
+        if table.dropped:
+            remarks[arm] = (f"{arm}: the fit leaves out seed{'s' if len(table.dropped) > 1 else ''} "
+                            f"{', '.join(map(str, table.dropped))}, not at every size at the full budget")
     return fits, remarks

@@ -3,16 +3,21 @@
     zbpscale plot results/smoke        # -> results/smoke/table.md, results/smoke/figures/*.png and *.pdf
 
   table.md        the runs over seeds (mean ± sd per size and arm, when there are several seeds), one row per
-                  run (the summary) with the gap to BP of the same seed, links to the figures, and notes
-                  (results/table.py);
-  loss_curves     validation loss against tokens, one panel per size, one line per run;
+                  run (the summary) with the gap to BP of the same seed, notes, the fits and tests
+                  (results/claims.py), links to the figures (results/table.py);
+  claims.md       the fits and tests in words, the paragraph a README quotes (results/claims.py);
+  loss_curves     validation loss against tokens, one panel per size, one legend entry per arm: an arm of several
+                  seeds draws each seed thin and light and their mean bold; the y axis is set by the arms' typical
+                  curves (`_robust_top`), so one seed's spike shows as a ^ at the top edge, named, and in a note;
   gap_vs_scale    val loss ZBP - BP for each ZBP arm against parameters (log x): each seed's gap (against bp
                   of the same seed) a small dot, their mean ± 1 sd a marker with an error bar, and the power
-                  law gap = a * N^b (results/fit.py: one least-squares line per seed in log-log space, >= 3
-                  sizes) with its 68% band from the spread of the seeds' lines (none for one seed);
+                  law gap = a * N^b (results/fit.py: Huber on log gap through every seed's points, >= 3 sizes)
+                  with its 68% band from the bootstrap over seeds (none for one seed);
   nsr_c           the NSR constant c = NSR * n / d per core (attn, ffn) against parameters, mean ± 1 sd over
                   seeds;
-  rho_k           forward and backward branch gains per layer for each size, from the latest diag record.
+  rho_k           forward and backward branch gains per layer for each size, from the latest diag record, the
+                  seeds of an arm light and their mean bold.
+Legends sit outside the axes, never over data, and the stamp under each figure (`_save`) fits its width.
 Gaps compare equal tokens: two complete runs by their final val losses; otherwise at the largest token count
 at which both have an eval record, marked "at s/T" (step s of T) in the table and drawn hollow in the figure,
 where only full-budget points are fitted; "n/c" (not comparable) when they share no eval point. Runs that
@@ -25,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.results.bundle import Bundle
+from zbpscale.results.claims import Study, claims_markdown, fits_markdown, study
 from zbpscale.results.fit import LEVEL, PowerLaw
 from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpaired, val_curves
 from zbpscale.results.seeds import Spread, seeds_of
@@ -38,6 +45,24 @@ from zbpscale.results.table import fmt_count, table_markdown
 from zbpscale.run.folder import parse_run_name
 from zbpscale.tables import seed_count
 from zbpscale.train.metrics import BlockRow, by_kind, read_records
+
+
+@dataclass(frozen=True, kw_only=True)
+class Clipped:
+    """A point of a loss curve above the y axis of its panel (`_robust_top`): drawn as ^ at the top edge."""
+
+    size: str
+    """The panel."""
+    top: float
+    """The panel's upper y limit."""
+    run: str
+    """The run whose curve it is."""
+    tokens: int
+    """Training tokens of the eval."""
+    step: int
+    """Optimizer steps done at the eval."""
+    val_loss: float
+    """The val loss, above `top`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,9 +79,14 @@ class Figures:
     no_fit: dict[str, str]
     """What the gap figure says of an arm's fit: why it has none, or which seeds it leaves out."""
     curves: dict[str, list[str]]
-    """Labels of the loss curves per size (a run not complete carries its state: 'zbp_n16 (running)')."""
+    """Legend entries of the loss curves per size, one per arm (`_arm_label`: 'bp', 'zbp_n16 (running)',
+    'zbp_n16 (3 seeds; 1 running)')."""
+    clipped: tuple[Clipped, ...]
+    """Points of the loss curves above their panel's y axis, drawn as ^ at its top edge."""
     notes: tuple[str, ...]
     """What was left out of the figures, and why."""
+    study: Study | None = None
+    """The fits and tests of table.md and claims.md (results/claims.py)."""
 
 
 PARAMS = {"non-embedding": ("params_non_embedding", "non-embedding parameters N", "non-embedding params"),
@@ -87,18 +117,31 @@ def _style(row: RunSummary, color: str, *, line: bool = True) -> dict:
                 **({"linestyle": "-" if final else "--"} if line else {}))
 
 
+def _stamp(fig, words: str) -> None:
+    """Write `words` under the figure in gray: one line of 6 pt, shrunk down to 4.5 pt and then wrapped onto more
+    lines only as far as needed for its rendered width to fit that of what the figure draws (its tight box, the
+    box it is saved with), so that the stamp neither widens the saved figure nor runs off it."""
+    fig.draw_without_rendering()  # lays the figure out, as saving will
+    renderer = fig.canvas.get_renderer()
+    box = fig.get_tightbbox(renderer)  # inches
+    text = fig.text(box.x0 / fig.get_figwidth(), 0.0, words, color="gray", ha="left", va="top", gid="stamp")
+    for lines in range(1, 6):
+        for size in (6, 5.5, 5, 4.5):
+            text.set_fontsize(size)
+            text.set_text(textwrap.fill(words, math.ceil(len(words) / lines)))
+            if text.get_window_extent(renderer).width <= box.width * fig.dpi:
+                return
+
+
 def _save(fig, folder: Path, name: str) -> list[Path]:
     """Write the figure as PNG and PDF, stamped with what made it (the sweep, the runs' folder, the bundle) in a
-    strip below the figure, so that the stamp never covers an axis label, and saved with a tight box, so that it
-    is never cut."""
+    strip below the figure (`_stamp`), so that the stamp never covers an axis label, and saved with a tight box,
+    so that it is never cut."""
     folder.mkdir(parents=True, exist_ok=True)
     made = Bundle(folder.parent).read_manifest() or {}
     if "sweep" in made and "source" in made:  # else not a collected bundle (a notebook's own folder): no stamp
-        words = (f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
-                 f"zbpscale plot {folder.parent}")
-        width = max(40, int(fig.get_figwidth() * 72 / (6 * 0.6)))  # characters of 6 pt that fit the width
-        fig.text(0.005, 0.0, textwrap.fill(words, width), fontsize=6, color="gray", ha="left", va="top",
-                 gid="stamp")
+        _stamp(fig, f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
+                    f"zbpscale plot {folder.parent}")
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=150, metadata={"Software": None}, bbox_inches="tight")
     fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None}, bbox_inches="tight")
@@ -150,32 +193,128 @@ def _span(values, *, pad: float = 1.5, at_least: float = 10.0) -> tuple[float, f
     return low / widen, high * widen
 
 
+def _arms(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    """A panel's runs by arm, in the order given (`sort_key`: bp first)."""
+    arms: dict[str, list[RunSummary]] = {}
+    for r in runs:
+        arms.setdefault(r.arm, []).append(r)
+    return arms
+
+
+def _arm_label(runs: list[RunSummary]) -> str:
+    """An arm's legend entry in the panel of its size: a lone run's `_label` ('bp', 'zbp_n16 (running)', or a folder's
+    own name); several runs: the arm, how many, and how many are in each state other than complete
+    ('zbp_n16 (3 seeds; 1 running)')."""
+    if len(runs) == 1:
+        return _label(runs[0])
+    behind: dict[str, int] = {}
+    for r in runs:
+        if r.state != "complete":
+            behind[r.state] = behind.get(r.state, 0) + 1
+    count = seed_count(r.seed for r in runs) if len({r.seed for r in runs}) == len(runs) else f"{len(runs)} runs"
+    return f"{runs[0].arm} ({count}{''.join(f'; {n} {state}' for state, n in behind.items())})"
+
+
+def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, label: str | None, marker: str = "o",
+                    linestyle: str | None = None, ends_only: bool = False) -> None:
+    """One arm's curves ({x: y} per run) in a panel: a lone run as a plain line; several as thin light lines with
+    their mean, at the x all of them share, bold. `label` goes on the plain or the bold line (its one legend
+    entry). A run not complete is hollow-marked, and dashed unless `linestyle` is given; `ends_only`: a marker at
+    the last point only."""
+    several = len(lines) > 1
+    for row, pts in lines:
+        x, style = sorted(pts), _style(row, color)
+        ax.plot(x, [pts[k] for k in x], marker=marker, markevery=[len(x) - 1] if ends_only and x else None,
+                linestyle=linestyle or style["linestyle"], markersize=3 if several else 5,
+                **(dict(alpha=0.3, linewidth=0.8) if several else dict(label=label, linewidth=1.5)),
+                **{k: v for k, v in style.items() if k != "linestyle"})
+    if several:
+        shared = sorted(set.intersection(*(set(pts) for _, pts in lines)))
+        done = all(r.state == "complete" for r, _ in lines)
+        ax.plot(shared, [statistics.fmean(pts[k] for _, pts in lines) for k in shared], marker=marker,
+                markevery=[len(shared) - 1] if ends_only and shared else None, markersize=6, linewidth=2.2,
+                linestyle=linestyle or ("-" if done else "--"), color=color, markeredgecolor=color,
+                markerfacecolor=color if done else "white", label=label)
+
+
+def _robust_top(curves: Curves, arms: dict[str, list[RunSummary]]) -> float:
+    """The top of a panel's typical curves: per arm, at each token count its runs share, the median of their val
+    losses (a lone run: its curve); the highest of these over arms and tokens. A spike of one seed in three lies
+    above the median of its arm, so it cannot set the axis (of two seeds the median is their mean: half a spike);
+    the early transient that every seed shares sets it as before. An arm whose runs share no token count
+    counts with every point."""
+    top = -math.inf
+    for runs in arms.values():
+        shared = set.intersection(*(set(curves[r.run]) for r in runs))
+        if shared:
+            top = max(top, max(statistics.median(curves[r.run][t][1] for r in runs) for t in shared))
+        else:
+            top = max(top, max(loss for r in runs for _, loss in curves[r.run].values()))
+    return top
+
+
+def _clip(ax, size: str, curves: Curves, arms: dict[str, list[RunSummary]], colors: dict[str, str]) -> list[Clipped]:
+    """Set the panel's y axis from the bulk of its data: from the lowest point to `_robust_top`, each with a
+    margin of 5% of the span; mark each point above it as a ^ in its run's color at the top edge, the highest of
+    each run annotated with its run, value and tokens. Returns those points."""
+    runs = [r for rs in arms.values() for r in rs]
+    low, top = min(loss for r in runs for _, loss in curves[r.run].values()), _robust_top(curves, arms)
+    top = max(top, low + 1e-3)
+    pad = 0.05 * (top - low)
+    low, top = low - pad, top + pad
+    ax.set_ylim(low, top)
+    over = [Clipped(size=size, top=top, run=r.run, tokens=t, step=step, val_loss=loss)
+            for r in runs for t, (step, loss) in curves[r.run].items() if loss > top]
+    edge = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    x_low, x_high = min(t for r in runs for t in curves[r.run]), max(t for r in runs for t in curves[r.run])
+    color = {r.run: colors[r.arm] for r in runs}
+    for c in over:
+        ax.plot([c.tokens], [0.97], marker="^", markersize=8, linestyle="none", color=color[c.run], transform=edge,
+                clip_on=False, gid="clipped")
+    highest = {c.run: c for c in sorted(over, key=lambda c: c.val_loss)}
+    for i, c in enumerate(highest.values()):
+        left = c.tokens - x_low <= (x_high - x_low) / 2
+        ax.annotate(f"{c.run}: {c.val_loss:.2f} at {fmt_count(c.tokens)} tok ↑", (c.tokens, 0.97), xycoords=edge,
+                    xytext=(8 if left else -8, -4 - 10 * i), textcoords="offset points", fontsize=7,
+                    ha="left" if left else "right", va="top", color=color[c.run], gid="clipped")
+    return over
+
+
+def _clip_note(over: list[Clipped]) -> str:
+    """The note of a panel's clipped points: the limit, and each run's highest point above it."""
+    highest = {c.run: c for c in sorted(over, key=lambda c: c.val_loss)}
+    runs = ", ".join(f"{c.run} ({c.val_loss:.2f} at step {c.step:,})" for c in highest.values())
+    return f"loss_curves: the y axis of {over[0].size} is clipped at {over[0].top:.2f}; above it: {runs}"
+
+
 # ------------------------------------------------------------------------------------------------ figures
 def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: str = "params_non_embedding"
-                     ) -> tuple[list[Path], dict[str, list[str]]]:
-    """Val loss vs tokens per size; returns (files, {size: [line labels]})."""
+                     ) -> tuple[list[Path], dict[str, list[str]], list[Clipped]]:
+    """Val loss vs tokens per size, one legend entry per arm (`_seeds_and_mean`), the y axis from the bulk of the
+    data (`_clip`); returns (files, {size: [legend entries]}, the points above the y axes)."""
     from matplotlib.ticker import FuncFormatter
 
     sizes = _by_size([r for r in rows if curves[r.run]])
     if not sizes:
-        return [], {}
-    colors, drawn = _colors(r.arm for r in rows), {}
-    fig, axes = _panels(len(sizes), rows=0)
+        return [], {}, []
+    colors, drawn, clipped = _colors(r.arm for r in rows), {}, []
+    fig, axes = _panels(len(sizes), rows=0, width=6.0)
     for ax, (size, runs) in zip(axes.flat, sizes.items()):
-        for row in runs:
-            x, y = list(curves[row.run]), [loss for _, loss in curves[row.run].values()]
-            style = _style(row, colors[row.arm])
-            label = _label(row)
-            ax.plot(x, y, label=label, color=style["color"], linestyle=style["linestyle"])
-            ax.plot(x[-1:], y[-1:], marker="o", linestyle="none", **_style(row, style["color"], line=False))
-            drawn.setdefault(size, []).append(label)
+        arms = _arms(runs)
+        for arm, mine in arms.items():
+            drawn.setdefault(size, []).append(_arm_label(mine))
+            lines = [(r, {t: loss for t, (_, loss) in curves[r.run].items()}) for r in mine]
+            _seeds_and_mean(ax, lines, colors[arm], label=drawn[size][-1], ends_only=True)
+        clipped += _clip(ax, size, curves, arms, colors)
         ax.set_title(f"{size} ({fmt_count(getattr(runs[0], field))} {_measure(field)[2]})")
         ax.set_xlabel("training tokens")
         ax.set_ylabel("validation loss")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_count(v)))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return _save(fig, out, "loss_curves"), drawn
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+    if any(len(rs) > 1 for runs in sizes.values() for rs in _arms(runs).values()):
+        fig.suptitle("thin lines: each seed; bold: the mean over an arm's seeds, at the evals they share", fontsize=9)
+    return _save(fig, out, "loss_curves"), drawn, clipped
 
 
 def _seed_dots(ax, x: float, values: list[float], color: str, *, filled: bool) -> None:
@@ -229,9 +368,9 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], remarks: dict[st
                 low, high = fit.band(grid)
                 ax.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
                 ys += [low.min(), high.max()]
-                label = f"{arm}: gap = {fit.a:.3g} N^({fit.b:.3f} ± {fit.half_width():.3f})"
+                label = rf"{arm}: gap = {fit.a:.3g} $N^{{{fit.b:.3f} \pm {fit.half_width():.3f}}}$"
             else:
-                label = f"{arm}: gap = {fit.a:.3g} N^{fit.b:.3f} (one seed: no band)"
+                label = rf"{arm}: gap = {fit.a:.3g} $N^{{{fit.b:.3f}}}$ (one seed: no band)"
         ax.plot([], [], marker="o", color=color, label=label)
     seeds = seed_count(set().union(*(p.seeds for p in points)))
     words = _seeds_words(several, seeds, "gap to bp of the same seed")
@@ -243,8 +382,8 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], remarks: dict[st
     banded = [f for f in fits.values() if f.dof > 0]
     if banded:
         dof = ", ".join(sorted({str(f.dof) for f in banded}))
-        label = (f"band, and ± on the exponent: {LEVEL:.0%} interval from\n"
-                 f"the spread of the seeds' own fits (t, {dof} d.o.f.)")
+        label = (f"band, and ± on the exponent: {LEVEL:.0%} interval, Huber fit;\n"
+                 f"bootstrap over seeds (s.e. x t, {dof} d.o.f.)")
         ax.fill_between([], [], [], color="gray", alpha=0.15, label=label)
     if any(not p.final for p in points):
         ax.plot([], [], marker="o", linestyle="none", markerfacecolor="white", markeredgecolor="gray",
@@ -299,13 +438,23 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
         ax.set_ylabel("c = NSR · n / d")
         ax.set_title({"attn": "attention core (score softmax)", "ffn": "SwiGLU core"}[core])
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+    entries = {}  # one entry per label over both panels
+    for ax in axes[0]:
+        handles, labels = ax.get_legend_handles_labels()
+        entries.update(zip(labels, handles))
+    fig.legend(list(entries.values()), list(entries), fontsize=8, loc="outside right upper", frameon=False)
     fig.suptitle(_seeds_words(several, seed_count(seeds_of(rows)), "c").replace(";\n", "; "), fontsize=9)
     return _save(fig, out, "nsr_c"), drawn
 
 
+GAINS = {"fwd_gain": ("forward", r"forward gain $\|F_k(h)\| / \|h\|$"),
+         "bwd_gain": ("backward", r"backward gain $\|J_k^\top g\| / \|g\|$")}
+"""rho_k's two rows: the diag record's key -> (the word in the title, the y label, in mathtext)."""
+
+
 def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[str]]:
-    """Forward / backward branch gains per layer for each size; returns (files, runs drawn)."""
+    """Forward / backward branch gains per layer for each size, one legend entry per arm (its seeds light, their
+    mean bold: `_seeds_and_mean`) and one per branch style; returns (files, runs drawn)."""
     blocks: dict[str, list[BlockRow]] = {}
     for r in rows:
         diags = by_kind(read_records(Bundle(bundle).run(r.run).path)).get("diag", [])
@@ -314,27 +463,26 @@ def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str
     sizes = _by_size([r for r in rows if r.run in blocks])
     if not sizes:
         return [], []
-    fig, axes = _panels(len(sizes), rows=2)
+    fig, axes = _panels(len(sizes), rows=2, width=5.4)
     for col, (size, runs) in enumerate(sizes.items()):
-        for row_i, key in enumerate(("fwd_gain", "bwd_gain")):
+        for row_i, (key, (word, ylabel)) in enumerate(GAINS.items()):
             ax = axes[row_i][col]
-            for r in runs:
-                for branch, marker in (("attn", "o"), ("mlp", "s")):
-                    pts = sorted((b["layer"], b[key]) for b in blocks[r.run] if b["branch"] == branch)
-                    style = _style(r, colors[r.arm])
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, markersize=4,
-                            linestyle=style["linestyle"] if branch == "attn" else ":", color=style["color"],
-                            markerfacecolor=style["markerfacecolor"], markeredgecolor=style["color"])
-                ax.plot([], [], color=colors[r.arm], label=_label(r))
+            for arm, mine in _arms(runs).items():
+                for branch, marker, line in (("attn", "o", "-"), ("mlp", "s", ":")):
+                    gains = [(r, {b["layer"]: b[key] for b in blocks[r.run] if b["branch"] == branch}) for r in mine]
+                    _seeds_and_mean(ax, gains, colors[arm], label=None, marker=marker, linestyle=line)
+                ax.plot([], [], color=colors[arm], linewidth=2, label=_arm_label(mine))
             ax.plot([], [], marker="o", color="gray", label="attn branch")
             ax.plot([], [], marker="s", linestyle=":", color="gray", label="mlp branch")
             _log_axis(ax, "y")
-            ax.set_xlabel("layer k")
-            ax.set_ylabel({"fwd_gain": "forward gain ‖F_k(h)‖/‖h‖", "bwd_gain": "backward gain ‖J_k^T g‖/‖g‖"}[key])
-            ax.set_title(f"{size}: {'forward' if key == 'fwd_gain' else 'backward'} ρ_k")
+            ax.set_xlabel("layer $k$")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{size}: {word} $\\rho_k$")
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=7)
+        axes[0][col].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+    if any(len(rs) > 1 for runs in sizes.values() for rs in _arms(runs).values()):
+        fig.suptitle("thin lines: each seed; bold: the mean over an arm's seeds", fontsize=9)
     return _save(fig, out, "rho_k"), sorted(blocks)
 
 
@@ -386,7 +534,9 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r.run} ({r.state})" for r in skipped))
-    curve_files, labels = plot_loss_curves(curves, rows, out, field)
+    curve_files, labels, clipped = plot_loss_curves(curves, rows, out, field)
+    for size in dict.fromkeys(c.size for c in clipped):
+        notes.append(_clip_note([c for c in clipped if c.size == size]))
     points, apart = gap_points(rows, curves, field)
     fits, remarks = fit_gaps(points)
     gap_files = plot_gap(points, fits, remarks, out, colors, field)
@@ -412,7 +562,10 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     names = [f.stem for f in files if f.suffix == ".png"]
     table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
-    table.write_text(f"# {bundle.name}\n\n{origin}" + table_markdown(rows, curves, notes, names, points))
+    found = study(points, fits, remarks, rows, curves, field)
+    table.write_text(f"# {bundle.name}\n\n{origin}"
+                     + table_markdown(rows, curves, notes, names, points, fits_markdown(found)))
+    Bundle(bundle).claims.write_text(claims_markdown(found, rows))
     if files:
         for note in notes:
             log(f"note: {note}")
@@ -420,7 +573,7 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     else:
         log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
     return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, no_fit=remarks,
-                   curves=labels, notes=tuple(notes))
+                   curves=labels, clipped=tuple(clipped), notes=tuple(notes), study=found)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from zbpscale.jobs.state import IN_PROGRESS, State
 from zbpscale.run import goodput
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
-from zbpscale.train.metrics import Record, StartRecord, by_kind, read_records
+from zbpscale.train.metrics import Record, StartRecord, by_kind, diverged, read_records
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +87,9 @@ class RunSummary:
     goodput: float | None = None
     """Productive training time / wall time held by the run's jobs (run/goodput.py: held is each attempt's start ->
     end, the queue wait left out; `zbpscale status --goodput` shows the split); None before any attempt."""
+    diverged: str | None = None
+    """Set when a val loss of the run is above the loss it started from (train/metrics.py's `diverged`): the highest,
+    in words, 'val 10.996 at step 15 is above its start 10.951'; None otherwise (and in older bundles)."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
@@ -160,6 +163,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
         updated=records[-1].get("time") if records else None,
         goodput=None if (g := goodput.read(run_dir).fraction) is None else round(g, 4),
+        diverged=None if (d := diverged(records, config)) is None else d.words(),
     )
 
 

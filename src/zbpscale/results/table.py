@@ -82,7 +82,8 @@ def seeds_markdown(rows: list[RunSummary], curves: Curves, points: list[GapPoint
 
 def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str]]:
     """(the per-run table, its notes): each ZBP run with its gap to bp of the same size and seed (at equal tokens,
-    `equal_tokens_gap`)."""
+    `equal_tokens_gap`); a run whose val loss rose above its start is marked '(diverged)', a note giving the
+    numbers."""
     bp = {(r.size, r.seed): r for r in rows if r.arm == "bp"}
     head = ["run", "size", "params", "non-emb.", "arm", "state", "steps", "tokens", "final val", "best val",
             "gap vs bp", "wall", "GPU-h", "goodput", "c attn", "c ffn"]
@@ -98,7 +99,7 @@ def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str
             apart |= compared is None
         lines.append("| " + " | ".join([
             r.run, r.size, fmt_count(r.params), fmt_count(r.params_non_embedding), r.arm,
-            _state_words(r),
+            _state_words(r) + (" (diverged)" if r.diverged else ""),
             f"{r.steps:,}" + (f" / {r.steps_total:,}" if r.steps_total else ""), fmt_count(r.tokens),
             num(r.final_val_loss), num(r.best_val_loss), gap, fmt_seconds(r.wall_time_s),
             "?" if r.gpu_hours is None else f"{r.gpu_hours:.2f}",
@@ -113,13 +114,15 @@ def runs_markdown(rows: list[RunSummary], curves: Curves) -> tuple[str, list[str
     if any(r.goodput is not None for r in rows):
         notes.append("goodput: productive training time / wall time held by the run's jobs (queue wait left out; "
                      "`zbpscale status --goodput` splits the rest)")
+    notes += [f"{r.run} diverged: {r.diverged} (a run's start: its train loss at step 0, else ln(vocab)); look at its "
+              "curve before using its numbers" for r in rows if r.diverged]
     return "\n".join(lines) + "\n", notes
 
 
 def table_markdown(rows: list[RunSummary], curves: Curves, notes: list[str], figures: list[str],
-                   points: list[GapPoint] | None = None) -> str:
+                   points: list[GapPoint] | None = None, fits: str = "") -> str:
     """table.md's body: the runs over seeds (when some size and arm has several; their gaps are `points`,
-    gaps.gap_points), the runs, the notes, the figures."""
+    gaps.gap_points), the runs, the notes, the fits and tests (`fits`: claims.fits_markdown), the figures."""
     over_seeds = seeds_markdown(rows, curves, points or [])
     runs, more = runs_markdown(rows, curves)
     text = runs
@@ -130,6 +133,8 @@ def table_markdown(rows: list[RunSummary], curves: Curves, notes: list[str], fig
     notes = list(notes) + more
     if notes:
         text += "\nNotes:\n" + "".join(f"- {n}\n" for n in notes)
+    if fits:
+        text += "\n" + fits
     if figures:
         text += "\n" + "".join(f"![{f}](figures/{f}.png)\n" for f in figures)
     return text

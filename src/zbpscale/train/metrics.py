@@ -4,17 +4,20 @@ Every line of metrics.jsonl is one of the record types below, `kind` first (`tai
 `time` (Unix seconds) second; `MetricsLog.write` refuses a field its type does not have, and status, collect
 and plot read the fields the types name. `step` in train/eval/diag records is the 0-based step just taken; a
 run of S steps logs steps 0..S-1. A new diagnostic is a field of `DiagRecord` (or a row type) here, written by
-train/diagnostics.py and drawn by results/plot.py.
+train/diagnostics.py and drawn by results/plot.py. `diverged` says whether a run's val loss went above the loss it
+started from (status and collect flag it); `glance` is status's one read of the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, TypedDict, Union
+from typing import Callable, Iterator, Literal, TypedDict, Union
 
 from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
 from zbpscale.proc import process_start_time, process_started_at
@@ -212,6 +215,58 @@ def by_kind(records: list[Record]) -> dict[str, list[Record]]:
     return found
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """The eval record of a run furthest above the loss the run started from (`diverged`)."""
+
+    step: int
+    """The eval record's step (0-based, as in metrics.jsonl)."""
+    tokens: int | None
+    """Training tokens at that eval."""
+    val_loss: float
+    """Its validation loss."""
+    start: float
+    """The loss the run started from: its train loss at step 0, or ln(vocab_size) when no step 0 is recorded."""
+    start_from: Literal["step 0", "ln(vocab)"]
+    """Which of the two `start` is."""
+
+    def words(self) -> str:
+        """'val 10.996 at step 15 is above its start 10.951' (followed by ' (ln(vocab))' when the start is that)."""
+        where = "" if self.start_from == "step 0" else f" ({self.start_from})"
+        return f"val {self.val_loss:.3f} at step {self.step:,} is above its start {self.start:.3f}{where}"
+
+
+def diverged(records: list[Record], config: dict | None = None) -> Divergence | None:
+    """Whether a run diverged: the val loss of one of its eval records is above the loss the run started from.
+
+        start = loss of the train record of step 0        (a resumed run keeps the first attempt's)
+              | ln(config["model"]["vocab_size"])          (no step 0 recorded: a fresh model's loss, a uniform guess)
+        diverged = max(eval val_loss) > start
+
+    Every eval counts, not only the first: a run that fell and later climbed back above its start diverged too; a
+    run whose val loss stays below its start never does. Returns the eval record with the highest val loss when it is
+    above the start (a NaN counts as the highest), else None (None too when no start is known). `records`: the run's
+    records in order, all of them or only its train record of step 0 and its eval records (`glance`'s `steps`).
+
+    Caveats: the step-0 loss is one batch's, so an eval right after the first steps of a run that barely learns
+    can sit above it by the batch's noise; a run that starts far above ln(vocab) (a bad init) is measured against
+    its own start, and is not flagged for it."""
+    train0 = next((r for r in records if r.get("kind") == "train"), None)
+    if train0 is not None and train0.get("step") == 0 and "loss" in train0:
+        start, start_from = float(train0["loss"]), "step 0"
+    elif (vocab := ((config or {}).get("model") or {}).get("vocab_size")):
+        start, start_from = math.log(vocab), "ln(vocab)"
+    else:
+        return None
+    evals = [r for r in records if r.get("kind") == "eval" and r.get("val_loss") is not None]
+    above = [r for r in evals if not r["val_loss"] <= start]  # a NaN is not below its start either
+    if not above:
+        return None
+    worst = max(above, key=lambda r: math.inf if math.isnan(r["val_loss"]) else r["val_loss"])
+    return Divergence(step=worst["step"], tokens=worst.get("tokens"), val_loss=worst["val_loss"], start=start,
+                      start_from=start_from)
+
+
 def redone(records: list[Record], beat: dict, start: int, ckpt_time: float | None = None) -> dict:
     """What the attempt before a resume at step `start` left and what of it is done again: ResumeRecord's redo_steps,
     redo_s and before, from the run's records before the rollback (`records`), its heartbeat (`beat`, still the
@@ -354,3 +409,61 @@ def _kind_of(line: bytes) -> str | None:
         return None
     end = line.find(b'"', 10)
     return line[10:end].decode() if end > 0 else None
+
+
+@dataclass(frozen=True)
+class Glance:
+    """What `zbpscale status` shows of a run's metrics.jsonl (`glance`); {} where the file has no such record."""
+
+    first: Record = field(default_factory=dict)
+    """Its first record: the first attempt's start record."""
+    train: TrainRecord = field(default_factory=dict)
+    """The latest train record."""
+    eval: EvalRecord = field(default_factory=dict)
+    """The latest eval record."""
+    steps: list[Record] = field(default_factory=list)
+    """The first train record (step 0) and every eval record, in order: what `diverged` reads."""
+
+
+def glance(path: Path) -> Glance:
+    """The records status shows of a metrics.jsonl, from one read of the file. Only the lines returned are decoded,
+    found by the `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their
+    bytes, not their parsing. Torn lines (a writer killed mid-line) are skipped."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return Glance()
+    train0 = next(_records_of(data, "train"), None)
+    latest = next(_records_of(data, "train", backwards=True), {})
+    evals = list(_records_of(data, "eval"))
+    return Glance(first=_decoded(data, 0) or {}, train=latest, eval=evals[-1] if evals else {},
+                  steps=([train0] if train0 is not None else []) + evals)
+
+
+def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:
+    """The records of `kind` in a JSONL file's bytes, in order (or from the end), each decoded when it is reached."""
+    return (r for at in _line_starts(data, b'{"kind": "' + kind.encode() + b'"', backwards)
+            if (r := _decoded(data, at)) is not None)
+
+
+def _line_starts(data: bytes, mark: bytes, backwards: bool) -> Iterator[int]:
+    """Where each line that begins with `mark` begins, in order (or from the end)."""
+    head = [0] if data.startswith(mark) else []
+    if not backwards:
+        yield from head
+    at = data.rfind(b"\n" + mark) if backwards else data.find(b"\n" + mark)
+    while at >= 0:
+        yield at + 1
+        at = data.rfind(b"\n" + mark, 0, at) if backwards else data.find(b"\n" + mark, at + 1)
+    if backwards:
+        yield from head
+
+
+def _decoded(data: bytes, start: int) -> dict | None:
+    """The record on the line beginning at `start`; None when it is torn or not JSON."""
+    end = data.find(b"\n", start)
+    try:
+        record = json.loads(data[start:end if end >= 0 else len(data)])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return upgraded(record) if isinstance(record, dict) else None

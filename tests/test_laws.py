@@ -1,0 +1,119 @@
+"""results/laws.py: the held-out prediction, the compute multiplier and the paired test of the gap's rise, against
+closed forms.
+
+Compared: `bp_tokens_for` with hand-interpolated crossings (a literal table); the multiplier of a ZBP curve that is
+BP's curve shifted by a known factor in tokens (m = that factor, its interval the t interval of the seeds' log m);
+the rise's paired t test with Student's t at 2 d.o.f. in closed form; the held-out check on exact power laws
+(prediction = observation, consistent) and on a largest size three times off (not consistent); the remarks of a
+ladder too short for a check or a loss law.
+"""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from zbpscale.results.fit import t_quantile
+from zbpscale.results.gaps import GapPoint
+from zbpscale.results.laws import bp_tokens_for, hold_out_largest, loss_laws, multipliers, rises
+
+CURVE = [(1000, 8.0), (2000, 7.0), (4000, 6.0)]
+
+
+@pytest.mark.parametrize("loss, tokens", [
+    (7.0, 2000.0),                  # on an eval: its tokens
+    (6.5, math.sqrt(2000 * 4000)),  # half way in loss: the geometric mean of the tokens
+    (7.75, 2 ** 0.25 * 1000),       # a quarter of the way from 8.0 to 7.0
+    (8.0, 0.0),                     # the first eval already there: before the curve begins
+    (5.9, math.inf),                # never reached
+])
+def test_bp_tokens_for_a_loss_is_read_off_the_curve_in_log_tokens(loss, tokens):
+    assert bp_tokens_for(loss, CURVE) == pytest.approx(tokens)
+
+
+def test_a_curve_that_spikes_counts_its_first_crossing():
+    assert bp_tokens_for(6.5, [(1000, 11.0), (2000, 7.0), (4000, 6.0), (8000, 6.8)]) == pytest.approx(2828.4, rel=1e-4)
+
+
+def points_and_curves(shifts: dict[int, float]):
+    """bp's curve L(D) = 10 - log2(D / 1000) at D = 1000 ... 16000; zbp's final loss is bp's at D / shift (seed
+    by seed): its multiplier is the shift."""
+    tokens = [1000 * 2 ** k for k in range(5)]
+    bp = lambda d: 10 - math.log2(d / 1000)  # noqa: E731 - linear in log tokens, as the interpolation assumes
+    rows, curves = [], {}
+    for seed, shift in shifts.items():
+        for arm in ("bp", "zbp_n16"):
+            run = f"mini-{arm}-s{seed}"
+            rows.append(SimpleNamespace(run=run, size="mini", arm=arm, seed=seed))
+            curves[run] = {t: (i + 1, bp(t) if arm == "bp" else bp(t / shift)) for i, t in enumerate(tokens)}
+    final = tokens[-1]
+    gaps = tuple(curves[f"mini-zbp_n16-s{s}"][final][1] - curves[f"mini-bp-s{s}"][final][1] for s in shifts)
+    point = GapPoint(arm="zbp_n16", size="mini", params=3_000_000, seeds=tuple(shifts), gaps=gaps, tokens=final,
+                     final=True)
+    return [point], rows, curves
+
+
+def test_the_multiplier_of_a_curve_shifted_in_tokens_is_the_shift():
+    points, rows, curves = points_and_curves({0: 2.0, 1: 2.5, 2: 1.6})
+    (m,) = multipliers(points, rows, curves)
+    assert m.values == (pytest.approx(2.0), pytest.approx(2.5), pytest.approx(1.6))
+    logs = np.log([2.0, 2.5, 1.6])
+    assert m.geomean == pytest.approx(math.exp(logs.mean()))
+    half = t_quantile(0.975, 2) * logs.std(ddof=1) / math.sqrt(3)
+    low, high = m.interval(0.95)
+    assert (low, high) == (pytest.approx(math.exp(logs.mean() - half)), pytest.approx(math.exp(logs.mean() + half)))
+    assert m.above == pytest.approx(16.0) and not m.censored
+
+
+def test_a_multiplier_beyond_the_curve_is_censored_not_averaged():
+    points, rows, curves = points_and_curves({0: 2.0, 1: 40.0})  # 40x: before BP's first eval (16x at most)
+    (m,) = multipliers(points, rows, curves)
+    assert m.censored and m.values[1] == math.inf and math.isnan(m.geomean)
+
+
+def test_the_rise_is_a_paired_t_test_over_the_seeds():
+    """The issue's numbers: per seed +0.36, +0.12, +0.40 from micro to mini; with 2 d.o.f. the t distribution's
+    closed form gives the one-sided p."""
+    first = GapPoint(arm="zbp_n16", size="micro", params=1e5, seeds=(0, 1, 2), gaps=(0.10, 0.20, 0.05), tokens=1,
+                     final=True)
+    last = GapPoint(arm="zbp_n16", size="mini", params=3e6, seeds=(0, 1, 2), gaps=(0.46, 0.32, 0.45), tokens=1,
+                    final=True)
+    (rise,) = rises([first, last])
+    assert rise.values == (pytest.approx(0.36), pytest.approx(0.12), pytest.approx(0.40))
+    d = np.array([0.36, 0.12, 0.40])
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(3))
+    assert rise.t == pytest.approx(t) and rise.sd == pytest.approx(d.std(ddof=1))
+    assert rise.p_rises == pytest.approx(0.5 - t / (2 * math.sqrt(2 + t * t)))  # 1 - F_2(t)
+    assert rise.p_rises == pytest.approx(0.039, abs=1e-3)
+
+
+def ladder(gaps_by_seed, params=(1e5, 1e6, 1e7, 1e8, 1e9)) -> list[GapPoint]:
+    seeds = tuple(range(len(gaps_by_seed)))
+    return [GapPoint(arm="zbp_n16", size=f"s{i}", params=int(n), seeds=seeds, tokens=1, final=True,
+                     gaps=tuple(g[i] for g in gaps_by_seed)) for i, n in enumerate(params)]
+
+
+def test_a_held_out_size_on_the_law_is_predicted_and_one_far_off_is_not():
+    params = np.array([1e5, 1e6, 1e7, 1e8, 1e9])
+    noise = np.array([[1.05, 0.97, 1.02, 0.98, 1.01], [0.96, 1.03, 0.99, 1.02, 0.98], [1.0, 1.0, 0.98, 1.01, 1.02]])
+    gaps = 0.02 * params ** 0.15 * noise
+    checks, remarks = hold_out_largest(ladder(gaps.tolist()))
+    held = checks["zbp_n16"]
+    assert held.size == "s4" and remarks == {} and held.consistent
+    assert held.predicted == pytest.approx(0.02 * 1e9 ** 0.15, rel=0.05)
+    assert held.observed == pytest.approx(math.exp(np.log(gaps[:, -1]).mean()))
+    off = gaps.copy()
+    off[:, -1] *= 3
+    assert not hold_out_largest(ladder(off.tolist()))[0]["zbp_n16"].consistent
+
+
+def test_a_ladder_too_short_names_why_it_has_no_check_and_no_loss_law():
+    checks, remarks = hold_out_largest(ladder([[0.1, 0.2, 0.4]] * 3, params=(1e5, 1e6, 1e7)))
+    assert checks == {}
+    assert remarks["zbp_n16"] == "zbp_n16: no held-out check, it needs >= 3 sizes besides the largest (has 2)"
+    rows = [SimpleNamespace(run=f"{s}-bp", size=s, arm="bp", seed=0, state="complete", final_val_loss=5.0,
+                            params_non_embedding=n) for s, n in (("a", 1), ("b", 2), ("c", 3))]
+    laws, why = loss_laws(rows)
+    assert laws == {} and why["bp"] == ("bp: no loss law L(N) = E + A N^-alpha, it needs >= 4 sizes of complete "
+                                        "runs (has 3)")
