@@ -61,6 +61,12 @@ def _multiplier_cell(m: Multiplier) -> str:
     return "< 1" if all(v == 0 for v in m.values) else "censored"
 
 
+def per_seed(m: Multiplier) -> str:
+    """Each seed's multiplier: '1.70', '< 1' (BP never got down to ZBP's loss), '> 6.0' (before BP's first eval)."""
+    return ", ".join(f"{v:.2f}" if 0 < v < math.inf else ("< 1" if v == 0 else f"> {m.above:.1f}")
+                     for v in m.values)
+
+
 METHOD = (f"Fits: Huber loss on log values through every (seed, size) point; intervals: the bootstrap over seeds "
           f"({RESAMPLES:,} resamples of whole seeds, a seed's sizes kept together), its standard error corrected by "
           "sqrt(S/(S-1)) with Student's t at S - 1 d.o.f. (results/fit.py: the percentile interval of 3 seeds "
@@ -80,10 +86,6 @@ def _block(title: str, head: list[str], rows: list[list[str]], remarks) -> str:
 
 def fits_markdown(s: Study) -> str:
     """table.md's section: the gap law, the loss laws, the held-out check, the compute multiplier, the rise."""
-    def per_seed(m: Multiplier) -> str:
-        return ", ".join(f"{v:.2f}" if 0 < v < math.inf else ("< 1" if v == 0 else f"> {m.above:.1f}")
-                         for v in m.values)
-
     def m_cells(m: Multiplier) -> list[str]:
         return ["", ""] if m.censored or len(m.values) < 2 else [_range(*m.interval(lv)) for lv in LEVELS]
 
@@ -176,7 +178,7 @@ def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
             cells = []
             for m in sorted(mults, key=lambda m: m.params):
                 if m.censored or len(m.values) < 2:
-                    cells.append(f"{_multiplier_cell(m)} ({m.size})")
+                    cells.append(f"{_multiplier_cell(m)} ({m.size}: per seed {per_seed(m)})")
                 else:
                     cells.append(f"{m.geomean:.2f} {_range(*m.interval(0.95))} ({m.size})")
             words.append("Compute multiplier (ZBP's tokens for BP's loss, read off BP's curve; a lower bound), with "
