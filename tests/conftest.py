@@ -365,3 +365,22 @@ def check_trackers(run_dir: Path, jobs: Path) -> None:
     assert tensorboard_scalars(run_dir, "train/loss") == [(s, float(torch.tensor(v, dtype=torch.float32)))
                                                           for s, v in losses]
     assert [p for p in jobs.rglob("*") if p.is_file() and FAKE_WANDB_KEY.encode() in p.read_bytes()] == []
+
+
+# ---------------------------------------------------------------- what plot drew
+def plotted(bundle: Path, **options) -> tuple:
+    """`zbpscale plot` of `bundle` (plot's `options`: params) in this process: (its Figures, {name: each
+    matplotlib figure as saved}), kept for their artists to be read (closed after saving: draw them again to
+    measure)."""
+    from zbpscale.results import plot as plot_module
+
+    figs, save = {}, plot_module._save
+
+    def keep(fig, out, name):
+        figs[name] = fig
+        return save(fig, out, name)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plot_module, "_save", keep)
+        figures = plot_module.plot(bundle, log=lambda line: None, **options)
+    return figures, figs

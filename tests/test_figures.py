@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from zbpscale.results import plot as plot_module
+from conftest import plotted
 from zbpscale.results.summary import FIELDS, RunSummary
 from zbpscale.run.folder import run_name
 from zbpscale.train.schema import SIZES as PRESETS
@@ -79,15 +79,7 @@ def drawn(tmp_path_factory):
                                                       "collected": "2026-01-02T03:04:05Z", "files": {}}))
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    figs, save = {}, plot_module._save
-
-    def keep(fig, out, name):  # the figure as saved, to read its artists
-        figs[name] = fig
-        return save(fig, out, name)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plot_module, "_save", keep)
-        figures = plot_module.plot(folder, log=lambda line: None)
+    figures, figs = plotted(folder)
     for fig in figs.values():  # closed after saving: draw again, as saved
         FigureCanvasAgg(fig).draw()
     return figures, figs

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import config_json, trainer_env
+from conftest import config_json, plotted, trainer_env
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
@@ -138,15 +138,7 @@ def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_p
     rows += [row(s, "zbp_n16", 3.0 + A * n_params(SIZES[s], embeddings=embeddings) ** B,
                  state="running" if s == "mini" else "complete") for s in sizes]
     rows += [row("nano", "zbp_n64", 3.01), row("tiny", "zbp_n64", None, state="queued")]
-    drawn, save = {}, plot_module._save
-
-    def keep(fig, folder, name):
-        drawn[name] = fig
-        return save(fig, folder, name)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plot_module, "_save", keep)
-        figures = plot(write_bundle(tmp_path / "ladder", rows), params=params, log=lambda line: None)
+    figures, drawn = plotted(write_bundle(tmp_path / "ladder", rows), params=params)
 
     points = [(p.arm, p.size, p.final) for p in figures.gap_points]
     assert points == [("zbp_n16", "nano", True), ("zbp_n16", "tiny", True), ("zbp_n16", "mini", False),
@@ -165,7 +157,7 @@ def test_gap_figure_fits_the_full_budget_points_and_marks_runs_in_progress(tmp_p
     assert figures.curves["mini"] == ["bp", "zbp_n16 (running)"] and figures.curves["tiny"] == ["bp", "zbp_n16"]
 
 
-def test_the_stamp_never_covers_a_label_nor_is_cut(smoke_plot, tmp_path, monkeypatch):
+def test_the_stamp_never_covers_a_label_nor_is_cut(smoke_plot, tmp_path):
     """Every figure of a real sweep's bundle, as saved: the stamp (what made the figure) overlaps no title, axis
     label or tick label, and the PNG is wide enough to hold it whole (it used to sit on the left x label and
     be cut at the right edge of one-panel figures)."""
@@ -173,14 +165,7 @@ def test_the_stamp_never_covers_a_label_nor_is_cut(smoke_plot, tmp_path, monkeyp
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     bundle, _, _ = smoke_plot
-    drawn, save = {}, plot_module._save
-
-    def keep(fig, folder, name):
-        drawn[name] = fig
-        return save(fig, folder, name)
-
-    monkeypatch.setattr(plot_module, "_save", keep)
-    plot(bundle, log=lambda line: None)
+    _, drawn = plotted(bundle)
     assert set(drawn) == {"loss_curves", "gap_vs_scale", "nsr_c", "rho_k"}
     for name, fig in drawn.items():
         FigureCanvasAgg(fig).draw()  # the figure was closed after saving: draw it again, as saved
@@ -270,15 +255,8 @@ def test_a_cancelled_run_is_compared_with_bp_at_equal_tokens(tmp_path):
     assert points[0].gap == pytest.approx(zbp[both] - bp[both]) and apart == ["zbp_n4 at tiny"]
 
 
-def test_one_size_says_on_the_gap_figure_that_a_fit_needs_three(tmp_path, monkeypatch):
-    drawn, save = {}, plot_module._save
-
-    def keep(fig, folder, name):  # the figure as saved, to read its axes
-        drawn[name] = fig
-        return save(fig, folder, name)
-
-    monkeypatch.setattr(plot_module, "_save", keep)
-    plot(write_bundle(tmp_path / "one", [row("tiny", "bp", 3.0), row("tiny", "zbp_n4", 3.4)]), log=lambda line: None)
+def test_one_size_says_on_the_gap_figure_that_a_fit_needs_three(tmp_path):
+    _, drawn = plotted(write_bundle(tmp_path / "one", [row("tiny", "bp", 3.0), row("tiny", "zbp_n4", 3.4)]))
     ax = drawn["gap_vs_scale"].axes[0]
     assert any("needs >= 3 sizes" in t.get_text() for t in ax.texts)
     low, high = ax.get_xlim()
@@ -421,16 +399,7 @@ def ladder_rows(seeds: int, noise) -> list[dict]:
 
 def drawn_plot(folder: Path | None, rows: list[dict], bundle: Path | None = None):
     """plot of the bundle written from `rows` into `folder` (or of `bundle`): (Figures, {name: figure as saved})."""
-    drawn, save = {}, plot_module._save
-
-    def keep(fig, out, name):  # the figure as saved, to read its axes
-        drawn[name] = fig
-        return save(fig, out, name)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plot_module, "_save", keep)
-        figures = plot(bundle or write_bundle(folder, rows), log=lambda line: None)
-    return figures, drawn
+    return plotted(bundle or write_bundle(folder, rows))
 
 
 def legend(ax) -> str:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from zbpscale.results.fit import (
     GAP_DELTA,
-    LEVELS,
     RESAMPLES,
     LossLaw,
     PowerLaw,
@@ -238,5 +237,5 @@ def rises(points: list[GapPoint]) -> list[Rise]:
     return out
 
 
-__all__ = ["LEVELS", "HeldOut", "Multiplier", "Rise", "bp_tokens_for", "hold_out_largest", "loss_laws",
+__all__ = ["HeldOut", "Multiplier", "Rise", "bp_tokens_for", "hold_out_largest", "loss_laws",
            "multipliers", "rises"]

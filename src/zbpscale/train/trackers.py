@@ -423,8 +423,7 @@ class WandB(Tracker):
         room = shutil.disk_usage(self.folder).free >= 2 * wandb_log.BLOCK
         deadline = time.monotonic() + (self.WRITTEN_S if room else 0.0)
         while True:
-            whole = wandb_log.closed(self.folder)  # before `held`: what it says was written is in what held reads
-            held = wandb_log.last_step(self.folder)
+            held, whole = wandb_log.written(self.folder)
             if held >= self.sent or whole or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

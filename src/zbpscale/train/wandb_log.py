@@ -44,13 +44,6 @@ def records(path: Path) -> Iterator:
             yield record
 
 
-def history(path: Path) -> Iterator[tuple[int, dict]]:
-    """(step, {key: value as JSON text}) of each history record of a run file."""
-    for r in records(path):
-        if r.WhichOneof("record_type") == "history":
-            yield r.history.step.num, {i.key or "/".join(i.nested_key): i.value_json for i in r.history.item}
-
-
 def folders(run_dir: Path, run_id: str) -> list[Path]:
     """The offline W&B folders of the run `run_id` under `<run_dir>/wandb` (W&B names a folder by its start second
     and the id, adding `-1`, `-2` when the name is taken), by name."""
@@ -60,11 +53,19 @@ def folders(run_dir: Path, run_id: str) -> list[Path]:
     return sorted(f for f in found if f.name.endswith(f"-{run_id}") or f.name.rsplit("-", 1)[0].endswith(run_id))
 
 
+def written(folder: Path) -> tuple[int, bool]:
+    """(the last step whose history the offline folder holds, -1 for none; whether its run file is whole: its
+    `exit` record is in it), from one read of the file: a file whole in that read holds every step before its exit."""
+    last, whole = -1, False
+    for f in folder.glob("run-*.wandb"):
+        for r in records(f):
+            kind = r.WhichOneof("record_type")
+            if kind == "history":
+                last = max(last, r.history.step.num)
+            whole |= kind == "exit"
+    return last, whole
+
+
 def last_step(folder: Path) -> int:
     """The last step whose history the offline folder holds; -1 for none."""
-    return max((step for f in folder.glob("run-*.wandb") for step, _ in history(f)), default=-1)
-
-
-def closed(folder: Path) -> bool:
-    """Whether W&B has finished writing the offline folder's run file: its last record is the run's `exit`."""
-    return any(r.WhichOneof("record_type") == "exit" for f in folder.glob("run-*.wandb") for r in records(f))
+    return written(folder)[0]
