@@ -164,7 +164,7 @@ def test_a_size_s_runs_go_as_one_throttled_array_and_a_requeued_element_restarts
 @pytest.mark.slow
 def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, data_dir):
     """An array of two with `%1`: status calls the waiting element queued and the running one running; cancelling
-    the waiting element drops it alone (CANCELLED, its end recorded), the running one goes on; cancelling that
+    the waiting element drops it alone (gone from the queue, its end recorded), the running one goes on; cancelling that
     one checkpoints it; a submit resumes both, as a new array."""
     env = slurm_cluster[1]
     sweep = array_sweep(tmp_path, "arrc", data_dir, steps={"nano": 400}, array_parallelism=1, ckpt_every=10)
@@ -177,7 +177,10 @@ def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, da
     cancel = [sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)]
     out = subprocess.run([*cancel, "--only", "nano-zbp_n4"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert wait_final(env, second) == "CANCELLED" and sacct_state(env, first) == "RUNNING"
+    # the controller's word, not sacct's: a waiting element cancelled before its array's record reached slurmdbd is
+    # never in accounting (seen in CI: sacct knew nothing of it 600 s on)
+    wait_until(lambda: not squeue_reason(env, second), f"{second} to leave the queue", timeout=120)
+    assert squeue_reason(env, first).startswith("RUNNING|"), squeue_reason(env, first)
     assert [a["why"] for a in read_attempts(runs["nano-zbp_n4"]) if a["event"] == "end"] == ["cancelled"]
     out = subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
