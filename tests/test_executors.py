@@ -26,7 +26,7 @@ from zbpscale.jobs import executors
 from zbpscale.jobs.executors import Executor, JobView, View
 from zbpscale.jobs.status import collect_rows
 from zbpscale.jobs.submit import run_action
-from zbpscale.run.history import read_attempts
+from zbpscale.run.history import History, read_attempts
 
 ISO = "%Y-%m-%dT%H:%M:%S"
 
@@ -79,7 +79,7 @@ def state_of(folder: Path, name: str = "nano-bp") -> dict:
 def action(run: Path) -> str:
     from types import SimpleNamespace
 
-    view = executors.view_runs(run.parent.parent, [run])[1]
+    view = executors.view_all(run.parent.parent, {run: History.read(run)})
     return run_action(SimpleNamespace(run_dir=run), view)
 
 

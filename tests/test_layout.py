@@ -56,7 +56,7 @@ TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.schema", "zbpscale.train.f
 RULES = {  # package: (may import at module level, may import inside a function too); "x.*": x and its modules
     "zbpscale.zbp": ({"zbpscale.zbp.*", "zbpscale.errors"}, {"zbpscale.signals"}),
     "zbpscale.data": ({"zbpscale.data.*", "zbpscale.cli", *SHARED}, set()),
-    "zbpscale.run": ({"zbpscale.run.*", *SHARED}, set()),
+    "zbpscale.run": ({"zbpscale.run.*", *SHARED}, TORCH_FREE_TRAIN),  # inside: a Snapshot parses records, configs
     "zbpscale.train": ({"zbpscale.train.*", "zbpscale.zbp.*", "zbpscale.data.*", "zbpscale.run.*", *SHARED}, set()),
     "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.run.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*",
                        "zbpscale.entry", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
@@ -80,10 +80,11 @@ def allowed(name: str, target: str, top: bool) -> bool:
 
 
 def test_packages_import_only_what_their_docstrings_allow():
-    """run (the run folder and its history) imports only the shared modules; train imports nothing of jobs nor
-    results; jobs import train's torch-free modules (the loop only where a compute node runs it); results never
-    import submit or an executor (a run's state, yes); zbp and data nothing above them;
-    the shared modules nothing of the packages."""
+    """run (the run folder and its history) imports only the shared modules (and, inside the functions of its
+    snapshot, train's torch-free modules: the trainer's own reading of its records and config); train imports
+    nothing of jobs nor results; jobs import train's torch-free modules (the loop only where a compute node runs
+    it); results never import submit or an executor (a run's state, yes); zbp and data nothing above them; the
+    shared modules nothing of the packages."""
     bad = []
     for name, path in modules().items():
         for target, top in imports(path):
@@ -105,6 +106,68 @@ ENTRY = {"zbpscale.jobs.executors.slurm_job", "zbpscale.jobs.executors.local_que
 """What zbpscale.entry (the names jobs pickle and the local queue runs, kept across releases) delegates to."""
 OLD_ENTRY_NAMES = {"zbpscale.job", "zbpscale.local", "zbpscale.local.rank"}
 """Names that jobs of releases before zbpscale.entry hold (pickled, or run by a live old driver)."""
+
+
+ALLOWED_CIRCLES = [{"zbpscale.entry", "zbpscale.jobs.executors.slurm_job"}]
+"""The one import circle kept: slurm_job imports entry's TrainJob and PrepJob under its own name, so that jobs
+pickled by releases that defined them there still unpickle (entry.py's docstring), and entry imports slurm_job
+when a job is called."""
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The import circles of a graph {module: the modules it imports}: its strongly connected components of more
+    than one module (Tarjan's algorithm, iterative)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(component)
+    return found
+
+
+def test_the_package_has_no_import_circle():
+    """#44: no module imports, at any depth and at any place (module level, inside a function, for type checking
+    alone), a module that imports it back; but the one circle kept for old pickles (ALLOWED_CIRCLES)."""
+    mods = modules()
+    graph = {name: {t for t, _ in imports(path) if t in mods and t != name} for name, path in mods.items()}
+    found = circles(graph)
+    assert [c for c in found if c not in ALLOWED_CIRCLES] == [], found
+
+
+def test_the_circle_check_finds_planted_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}, "g": {"g"}}
+    assert sorted(map(sorted, circles(graph))) == [["a", "b", "c"], ["e", "f"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_the_entry_module_imports_its_implementation_only_when_called():

@@ -26,8 +26,9 @@ from conftest import config_json, load_tool
 from zbpscale.jobs import executors, submit
 from zbpscale.jobs.executors import UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.poller import MAX_BACKOFF_S, Poller, backoff_s
-from zbpscale.jobs.state import RunState, run_state
-from zbpscale.run.history import History, read_attempts
+from zbpscale.jobs.state import RunState, decide
+from zbpscale.run.history import read_attempts
+from zbpscale.run.snapshot import Snapshot
 
 ISO = "%Y-%m-%dT%H:%M:%S"
 
@@ -161,7 +162,7 @@ def test_asks_at_most_once_per_poll_s_plus_once_per_folder_change(tmp_path, fake
         if event:
             events[event]()
         before = len(fake.VIEWS)
-        view = poller.look({d: History.read(d) for d in runs.values()})
+        view = poller.look({d: Snapshot(d) for d in runs.values()})
         asked.append(len(fake.VIEWS) > before)
         if t == 89:
             assert view.of("9").state == UNKNOWN and view.of("1").state == "RUNNING"
@@ -218,10 +219,11 @@ def test_a_scheduler_that_does_not_answer_is_backed_off_said_once_and_changes_no
             (standins / "squeue.txt").write_text(f"7|RUNNING|None|{iso(t0 - 600)}|sw/nano-bp\n"
                                                  f"8|PENDING|Priority|{iso(t0 + 300)}|sw/nano-zbp_n4\n")
         before = len(calls(standins, "squeue"))
-        view = poller.look({d: History.read(d) for d in runs})
+        looks = {d: Snapshot(d) for d in runs}
+        view = poller.look(looks)
         if len(calls(standins, "squeue")) > before:
             asked_at.append(t)
-        decided = [run_state(d, History.read(d), view.of(History.read(d).job_id)).state for d in runs]
+        decided = [decide(look, view.of(look.history.job_id)).state for look in looks.values()]
         states.add((t >= 2100, tuple(decided)))
         if 50 < t < 2100:
             assert any(error in note for note in view.notes), view.notes
@@ -290,7 +292,7 @@ def test_one_status_over_two_sweeps_of_many_jobs_is_one_squeue_and_one_sacct(tmp
 
 # ------------------------------------------------------------------------------------------------ --wait
 def planned(folder: Path, name: str, steps: int) -> SimpleNamespace:
-    """A stand-in for a sweep file's run (jobs.sweep.Run): what --wait reads of it."""
+    """A stand-in for a sweep file's run (jobs.sweep.PlannedRun): what --wait reads of it."""
     size, arm, *_ = name.split("-")
     return SimpleNamespace(name=name, run_dir=folder / name, size=SimpleNamespace(name=size, steps=steps),
                            arm=SimpleNamespace(name=arm), seed=0)
@@ -363,6 +365,64 @@ def test_wait_prints_on_change_asks_politely_and_ends_when_every_run_is_complete
     # asks at 0, 60, early at 106 (COMPLETE seen at 100, settled at the first look 5 s on), 166, 226, 286; none
     # at 300 (the wait ended: every run complete)
     assert poller.asks == 6
+
+
+# ------------------------------------------------------------------------------------------------ a folder's poll_s
+class FolderOnlyExecutor(Executor):
+    """A back end that writes each run's folder, as the real ones do, and queues no job."""
+
+    name = label = "folders"
+
+    def view(self, submitted, *, now):
+        return View()
+
+    def submit(self, sweep, todo, *, prep, max_parallel=0):
+        for run in todo:
+            run.write_folder()
+        return []
+
+    def cancel(self, run_dir, job, seen):
+        raise NotImplementedError
+
+
+def test_a_sweep_folder_waits_by_the_poll_s_of_its_sweep_file(tmp_path, monkeypatch):
+    """`status jobs/<sweep> --watch` and `cancel jobs/<sweep>` wait by poll_s_of the folder: after a submit, the
+    sweep file's own poll_s (it was POLL_S), and after a submit of the file edited, the new one; a dry run keeps
+    nothing; a folder from before sweep.json, and a jobs root, wait by POLL_S. The kept file is neither a run of
+    the folder nor a sweep of the jobs root."""
+    from conftest import write_sweep
+    from zbpscale.jobs.poller import poll_s_of
+    from zbpscale.jobs.runs import find_runs
+    from zbpscale.jobs.settings import POLL_S, SweepSettings
+    from zbpscale.jobs.sweep import find_sweeps, load_sweep
+
+    monkeypatch.setitem(executors.KINDS, "folders", FolderOnlyExecutor)
+    path = write_sweep(tmp_path, "fast", tmp_path / "data", steps=4, arms=("bp", "zbp_n4"))  # data: never read
+    text = path.read_text()
+    path.write_text(text.replace("max_timeouts=20,", "max_timeouts=20, poll_s=10,"))
+    sweep = load_sweep(path)
+    folder, kept = sweep.jobs_dir, SweepSettings.path(sweep.jobs_dir)
+    assert sweep.poll_s != POLL_S and poll_s_of(path) == sweep.poll_s
+
+    submit.submit(str(path), dry_run=True, executor="folders")
+    assert not folder.exists() and poll_s_of(folder) == POLL_S  # a dry run writes nothing
+    submit.submit(str(path), executor="folders")
+    assert poll_s_of(folder) == poll_s_of(str(folder)) == poll_s_of(path) == sweep.poll_s
+    assert SweepSettings.read(folder) == SweepSettings(name="fast", sweep_file=str(path.absolute()),
+                                                       poll_s=sweep.poll_s)
+    assert [r.name for _, runs in find_runs(str(folder)) for r in runs] == ["nano-bp", "nano-zbp_n4"]
+    assert find_sweeps(str(tmp_path / "jobs")) == [("fast", tmp_path / "jobs" / "fast")]
+    assert poll_s_of(tmp_path / "jobs") == POLL_S
+
+    path.write_text(text.replace("max_timeouts=20,", "max_timeouts=20, poll_s=30,"))
+    edited, before = load_sweep(path), kept.read_bytes()
+    submit.submit(str(path), dry_run=True, executor="folders")
+    assert kept.read_bytes() == before and poll_s_of(folder) == sweep.poll_s  # still what the last submit kept
+    submit.submit(str(path), executor="folders")
+    assert poll_s_of(folder) == poll_s_of(path) == edited.poll_s != sweep.poll_s
+
+    kept.unlink()  # a folder made by a release before sweep.json
+    assert poll_s_of(folder) == POLL_S
 
 
 # ------------------------------------------------------------------------------------------------ the counter

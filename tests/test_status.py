@@ -421,16 +421,17 @@ def test_fault_kill_9_on_slurm_is_recorded_from_sacct_once_and_a_plain_submit_re
 
 
 def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct):
-    """The state status shows and the action submit takes come from one decision (jobs.state.run_state): a
+    """The state status shows and the action submit takes come from one decision (jobs.state.decide): a
     run whose local-queue job waits for a dead driver is 'stopped' in status and left alone by submit (the
     driver is started again), a recorded failure is left alone without --retry, a cancelled run resumes, a
     complete one is skipped, a broken one is left alone."""
     from types import SimpleNamespace
 
     from zbpscale.jobs.executors import DRIVER_DOWN, JobView, View
-    from zbpscale.jobs.state import run_state
+    from zbpscale.jobs.state import decide
     from zbpscale.jobs.submit import run_action
-    from zbpscale.run.history import History, read_attempts
+    from zbpscale.run.history import read_attempts
+    from zbpscale.run.snapshot import Snapshot
 
     sweep = tmp_path / "jobs" / "one"
     cases = {  # run: (folder, scheduler state, status state, submit action, with --retry)
@@ -451,7 +452,7 @@ def test_one_decision_for_status_and_submit_in_every_state(tmp_path, fake_sacct)
     (cases["g-bp"][0] / "config.json").write_text("[1]")  # a config that is not an object
     for name, (run, sched, state, action, with_retry) in cases.items():
         seen = JobView(sched, source="sacct") if sched else JobView()
-        decided = run_state(run, History.read(run), seen)
+        decided = decide(Snapshot(run), seen)
         fake = SimpleNamespace(run_dir=run)
         job = next((a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"), "")
         got = (decided.state, run_action(fake, View({job: seen})), run_action(fake, View({job: seen}), retry=True))
@@ -577,7 +578,7 @@ def test_the_state_decision_reads_each_history_once_and_writes_nothing(tmp_path,
     """#36: deciding every run of a sweep (what status's rows, collect's states and submit's plan are made of)
     reads each run's attempts.jsonl once and leaves every byte under the sweep folder as it was; a run killed -9,
     whose end only accounting knows, is decided with that end in memory."""
-    from zbpscale.jobs.runs import Run, decide
+    from zbpscale.jobs.runs import Run, decided
     from zbpscale.run import history
     from zbpscale.run.folder import RunFolder
 
@@ -590,11 +591,11 @@ def test_the_state_decision_reads_each_history_once_and_writes_nothing(tmp_path,
     reads, real = [], history.read_jsonl
     monkeypatch.setattr(history, "read_jsonl", lambda path: reads.append(Path(path)) or real(path))
     before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
-    decided, _ = decide([Run.found(r) for r in runs], sweep.parent)
+    found, _ = decided([Run.found(r) for r in runs], sweep.parent)
     assert sorted(reads) == sorted(RunFolder(r).attempts for r in runs)
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
-    assert [r.state.state for r in decided] == ["failed", "stopped", "complete", "new"]
-    assert decided[0].history.last_end()["source"] == "sacct" and decided[0].state.next == "resume"
+    assert [r.state.state for r in found] == ["failed", "stopped", "complete", "new"]
+    assert found[0].history.last_end()["source"] == "sacct" and found[0].state.next == "resume"
 
 
 def test_a_dry_run_leaves_every_byte_of_the_jobs_folder_as_it_was(tmp_path, fake_sacct, data_dir):
@@ -615,3 +616,63 @@ def test_a_dry_run_leaves_every_byte_of_the_jobs_folder_as_it_was(tmp_path, fake
     assert snapshot() == before
     assert actions == {"nano-bp": "new", "nano-zbp_n4": "new"} and len(runs) == 2
     assert [a["event"] for a in read_jsonl(killed / "attempts.jsonl")] == ["submitted", "start"]
+
+
+OPENED: list[str] | None = None
+"""The paths opened while a test listens (an audit hook cannot be removed: it is idle when this is None)."""
+
+
+def _on_open(event: str, args: tuple) -> None:
+    if event == "open" and OPENED is not None and isinstance(args[0], (str, bytes, os.PathLike)):
+        OPENED.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_on_open)
+
+
+@pytest.mark.parametrize("watching", [False, True], ids=["status", "status --watch"])
+def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, fake_sacct, watching):
+    """#44: one `zbpscale status` of a 12-run sweep in every state (running, stalled, queued, failed with a log,
+    broken, cancelled, complete, stopped, new, trained directly) opens each file of each run at most once (counted
+    by Python's own audit events for every open, whatever the function), and reads every file its rows come from;
+    so does each refresh of --watch (through the Poller, which looks at the folders to decide when to ask)."""
+    global OPENED
+    from zbpscale.jobs.poller import Poller
+    from zbpscale.jobs.runs import find_runs
+    from zbpscale.jobs.status import collect_sweeps
+
+    sweep = tmp_path / "jobs" / "twelve"
+    runs = [make_run(sweep, "a-bp", done=10, job="50"),
+            make_run(sweep, "b-bp", done=10, job="51", beat_age=5000.0),
+            make_run(sweep, "c-bp", job="52"),
+            make_run(sweep, "d-bp", done=5, job="53", log_text="Traceback (most recent call last):\nValueError: x\n"),
+            make_run(sweep, "e-bp", done=5, job="54", ends=[("timeout", "checkpointed; requeue 1/3")]),
+            make_run(sweep, "f-bp", done=5, job="55", ends=[("cancelled", "zbpscale cancel; checkpointed")]),
+            make_run(sweep, "g-bp", done=10, job="56", ends=[("completed", "all steps done")], complete=True),
+            make_run(sweep, "h-bp", done=3, job="57", ends=[("failed", "diverged at step 2")]),
+            make_run(sweep, "i-bp"),
+            make_run(sweep, "j-bp", done=4),
+            make_run(sweep, "k-bp", done=5, job="58", ends=[("timeout", "checkpointed; requeue 1/3")]),
+            make_run(sweep, "l-bp", done=2, job="59")]
+    (runs[10] / "config.json").write_text("{not json")  # broken
+    fake_sacct({"50": "RUNNING", "51": "RUNNING", "52": "PENDING", "53": "FAILED|1:0|0:1", "54": "COMPLETED",
+                "55": "CANCELLED", "56": "COMPLETED", "57": "COMPLETED", "58": "COMPLETED", "59": "NODE_FAIL"})
+    poller = Poller(tmp_path / "jobs", poll_s=60) if watching else None
+    found = find_runs(str(sweep))
+    for _ in range(2 if watching else 1):  # a second refresh: the Poller answers from its last ask
+        OPENED = []
+        try:
+            ((_, rows),) = collect_sweeps(found, look=poller.look if poller else None)
+        finally:
+            opened, OPENED = OPENED, None
+        under = [Path(p).resolve() for p in opened if Path(p).resolve().is_relative_to(sweep.resolve())]
+        twice = {str(p.relative_to(sweep.resolve())): n for p in set(under) if (n := under.count(p)) > 1}
+        assert not twice, f"opened more than once in one look: {twice}"
+        for run in runs:  # each file a row is made of was read (an open count of 0 would pass the check above)
+            for name in ("attempts.jsonl", "config.json", "plan.json", "metrics.jsonl", "heartbeat.json"):
+                if (run / name).exists():
+                    assert (run / name).resolve() in under, f"{run.name}/{name} not read"
+    states = {r["run"]: r["state"] for r in rows}
+    assert states == {"a-bp": "running", "b-bp": "stalled", "c-bp": "queued", "d-bp": "failed", "e-bp": "stopped",
+                      "f-bp": "cancelled", "g-bp": "complete", "h-bp": "failed", "i-bp": "new",
+                      "j-bp": "running", "k-bp": "broken", "l-bp": "failed"}, states

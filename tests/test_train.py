@@ -296,10 +296,10 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     assert RunFolder(run).list_checkpoints() == []
     end = [r for r in read_records(run) if r["kind"] == "end"]  # said in its records: stopped, not failed (#33)
     assert [(e["why"], e["step"]) for e in end] == [("interrupted", train_losses(run)[-1][0])]
-    from zbpscale.jobs.state import run_state
-    from zbpscale.run.history import History
+    from zbpscale.jobs.state import decide
+    from zbpscale.run.snapshot import Snapshot
 
-    decided = run_state(run, History())
+    decided = decide(Snapshot(run))
     assert decided.state == "stopped" and "Ctrl-C twice" in decided.reason, decided
 
 
@@ -308,8 +308,8 @@ def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_d
     whose writes fail with ENOSPC) writes that cause as its end record, and status gives it as the reason (it
     said "gone without an end record")."""
     from zbpscale import files
-    from zbpscale.jobs.state import run_state
-    from zbpscale.run.history import History
+    from zbpscale.jobs.state import decide
+    from zbpscale.run.snapshot import Snapshot
 
     cfg = small_cfg(data_dir, steps=6, ckpt_every=3)
     run = write_config(tmp_path / "run", cfg)
@@ -320,7 +320,7 @@ def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_d
         train(cfg, run)
     (end,) = [r for r in read_records(run) if r["kind"] == "end"]
     assert end["why"] == "failed" and end["step"] == 2 and "no space left on device" in end["reason"]
-    decided = run_state(run, History())
+    decided = decide(Snapshot(run))
     assert decided.state == "failed" and decided.reason.startswith("CheckpointError: no space left on device at")
 
 

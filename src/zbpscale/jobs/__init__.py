@@ -1,15 +1,20 @@
 """Job control: a sweep's runs as jobs on SLURM or the local queue, and what state each run is in.
 
     runs.py         Run: one run as the commands pass it around (name, size, arm, seed, folder, what the sweep
-                    file plans, its history, its job's view, its state); find_runs and decide, for every command
-    state.py        a run's state (STATES) and what submit does with it (ACTIONS), decided once and without
-                    writing; an end only the scheduler knows of is recorded by submit, under the sweep's lock
+                    file plans, the look at its folder, its history, its job's view, its state); find_runs and
+                    decided, for every command
+    state.py        a run's state (STATES) and what submit does with it (ACTIONS): `decide`, a function of one
+                    look at the folder (run/snapshot.py) and its job's view; an end only the scheduler knows of is
+                    recorded by submit, under the sweep's lock
+    reasons.py      a failed job's reason sharpened from its log's tail
     sweep.py        Sweep / Size / Data / Resources: a sweep file, checked at load; the arms (ARMS)
     submit.py, status.py, cancel.py    the commands
     goodput_table.py  status --goodput: each run's held hours split (run/goodput.py), and the sweep's total
     poller.py       Poller: what waits asks the scheduler at most once per Sweep.poll_s, backed off when it fails
+    settings.py     what a sweep folder keeps of its sweep file (poll_s: jobs/<sweep>/sweep.json), and the defaults
     sweep_edits.py  a sweep file edited under a half-done sweep: applied to runs not trained, named for the others
     sentinel.py     a trainer too frozen for its own watchdog, caught from outside (the driver, a SLURM sentinel)
+    ends.py         how an attempt ended (`why`), from what its executor saw: the one classifier of both executors
     executors/      one module per back end (base.Executor, which imports none): slurm.py (+ slurm_job.py,
                     slurm_commands.py), local.py (+ local_queue/)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from zbpscale.errors import ZbpError
 from zbpscale.jobs.runs import Run
+from zbpscale.jobs.settings import POLL_S
+from zbpscale.run.snapshot import Snapshot
 
 
 def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
@@ -37,10 +39,11 @@ def request(root: Path, runs: list[Run]) -> list[Run]:
     one go (SLURM: one scancel per signal); returns those runs."""
     from zbpscale.jobs import executors
 
-    histories, view = executors.view_runs(root, [r.run_dir for r in runs])
+    looks = {r.run_dir: Snapshot(r.run_dir) for r in runs}
+    view = executors.view_all(root, {d: look.history for d, look in looks.items()})
     by_kind: dict[str, list[tuple[Run, str, executors.JobView]]] = {}
     for run in runs:
-        history = histories[run.name]
+        history = looks[run.run_dir].history
         seen = view.of(history.job_id)
         if seen.live and seen.state != executors.UNKNOWN:
             by_kind.setdefault(history.executor, []).append((run, history.job_id, seen))
@@ -52,20 +55,19 @@ def request(root: Path, runs: list[Run]) -> list[Run]:
     return [run for jobs in by_kind.values() for run, _, _ in jobs]
 
 
-def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float = 60.0, tick_s: float = 1.0,
+def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float = POLL_S, tick_s: float = 1.0,
                  poller=None) -> list[str]:
     """Wait until none of the runs has a live job, reading their folders every `tick_s` and asking the scheduler
     at most once per `poll_s` (and once more when a folder changes: jobs/poller.py); returns the names still live
     at the timeout."""
     from zbpscale.jobs.poller import Poller
-    from zbpscale.run.history import History
 
     poller = poller or Poller(root, poll_s=poll_s, say=lambda line: print(line, flush=True))
     deadline, shown = time.time() + timeout_s, None
     while True:
-        histories = {r.run_dir: History.read(r.run_dir) for r in runs}
-        view = poller.look(histories)
-        left = [r.name for r in runs if view.of(histories[r.run_dir].job_id).live]
+        looks = {r.run_dir: Snapshot(r.run_dir) for r in runs}
+        view = poller.look(looks)
+        left = [r.name for r in runs if view.of(looks[r.run_dir].history.job_id).live]
         if not left or time.time() > deadline:
             return left
         if left != shown:

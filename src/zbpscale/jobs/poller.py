@@ -3,9 +3,11 @@
 Reading run folders is free; asking SLURM is an RPC to a controller that sites rate-limit (they ask for 60-120 s
 between polls, and `rl_enable` makes excess calls fail). So a waiter reads the folders as often as it likes and
 asks a rate-limited back end (`Executor.rate_limited`) through one `Poller`:
-  - at most once per `poll_s` (Sweep.poll_s: 60 s unless the sweep says otherwise, never under MIN_POLL_S), one
-    question for every job of every run it watches (SLURM: one squeue, and one sacct for the jobs squeue no longer
-    lists whose end their run folder has not recorded; executors.view_all);
+  - at most once per `poll_s` (Sweep.poll_s: POLL_S, 60 s, unless the sweep says otherwise, never under
+    MIN_POLL_S; jobs/settings.py), one question for every job of every run it watches (SLURM: one squeue, and one
+    sacct for the jobs squeue no longer lists whose end their run folder has not recorded; executors.view_all). A
+    command given a sweep folder rather than its file waits by the poll_s that the last submit kept in the folder
+    (`poll_s_of`; a folder from before that, or a jobs root: POLL_S);
   - plus once early when the folders suggest a change (`folder_marks`: an attempts event that the scheduler's
     account did not write, a COMPLETE marker, a heartbeat gone stale), SETTLE_S after it is first seen (a trainer
     writes its end moments before its job leaves the queue) and no sooner than EARLY_GAP_S after the last ask;
@@ -22,17 +24,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from zbpscale.files import read_json
 from zbpscale.jobs import executors
 from zbpscale.jobs.executors import UNKNOWN, JobView, View
-from zbpscale.run.folder import RunFolder
+from zbpscale.jobs.settings import POLL_S, SweepSettings
 from zbpscale.run.history import History
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import age
 
-POLL_S = 60.0
-"""Seconds between two questions to a rate-limited scheduler (Sweep.poll_s's default)."""
-MIN_POLL_S = 10.0
-"""The least Sweep.poll_s a sweep may set."""
 MAX_BACKOFF_S = 600.0
 """The longest wait before asking a scheduler that did not answer again (submitit's sacct interval)."""
 EARLY_GAP_S = 10.0
@@ -50,23 +48,24 @@ def backoff_s(failures: int, poll_s: float) -> float:
 
 
 def poll_s_of(target: str | Path | None) -> float:
-    """The poll_s of a command's target: a sweep file's own, else (a folder of runs) POLL_S."""
+    """The poll_s of a command's target: a sweep file's own; a sweep folder's, as its last submit kept it
+    (SweepSettings); else (a jobs root, a folder made before submit kept its settings) POLL_S."""
     path = Path(target or "jobs")
     if path.is_file() and path.suffix == ".py":
         from zbpscale.jobs.sweep import load_sweep
 
         return load_sweep(path).poll_s
-    return POLL_S
+    kept = SweepSettings.read(path)
+    return POLL_S if kept is None else kept.poll_s
 
 
-def folder_marks(run_dir: Path, history: History, *, now: float, stale_s: float = STALE_S) -> tuple:
-    """What of a run folder, when it changes, suggests that the scheduler has news: the number of attempts events
-    the scheduler's account did not write (a submit, a start, an end by the job itself), the COMPLETE marker, and
-    whether the heartbeat has gone stale."""
-    folder = RunFolder(run_dir)
-    beat = read_json(folder.heartbeat).get("time")
-    own = sum(1 for a in history.events if not a.get("source"))
-    return own, folder.complete.exists(), beat is not None and now - beat > stale_s
+def folder_marks(run: Snapshot, *, now: float, stale_s: float = STALE_S) -> tuple:
+    """What of a look at a run folder, when it changes, suggests that the scheduler has news: the number of
+    attempts events the scheduler's account did not write (a submit, a start, an end by the job itself), the
+    COMPLETE marker, and whether the heartbeat has gone stale."""
+    beat = run.heartbeat.get("time")
+    own = sum(1 for a in run.history.events if not a.get("source"))
+    return own, run.complete, beat is not None and now - beat > stale_s
 
 
 def _rate_limited(history: History) -> bool:
@@ -98,14 +97,15 @@ class Poller:
         self.marks: dict = {}  # each run's folder_marks at the last ask
         self.changed_at: float | None = None
 
-    def look(self, histories: dict[Path, History]) -> View:
-        """The view of the latest job of every run ({run folder: its history}): the free back ends asked now,
+    def look(self, runs: dict[Path, Snapshot]) -> View:
+        """The view of the latest job of every run ({run folder: a look at it}): the free back ends asked now,
         the rate-limited ones as last answered unless an ask is due."""
         now = self.clock()
+        histories = {d: run.history for d, run in runs.items()}
         polite = {d: h for d, h in histories.items() if _rate_limited(h)}
         view = executors.view_all(self.root, {d: h for d, h in histories.items() if d not in polite}, now=now)
         if polite:
-            marks = {d: folder_marks(d, h, now=now) for d, h in polite.items()}
+            marks = {d: folder_marks(runs[d], now=now) for d in polite}
             if self.due(now, marks):
                 self._ask(polite, marks, now)
             view.update(self._seen(polite, marks))

@@ -1,12 +1,12 @@
 """The runs a command works on: one `Run` that status, submit, cancel and collect pass around, found one way.
 
 A `Run` is a run's name (with its size, arm and seed), its folder, what its sweep file plans for it (`planned`, a
-sweep.Run; None for a run found only on disk), and, once decided (`decide`), its history (its attempts, read once),
-the scheduler's view of its latest job and its state. `find_runs` finds them for every command: from a sweep file,
-every run it plans (folder or not) and the run folders beside them that it no longer plans (`unplanned`); from a
-sweep folder, the run folders in it; from a jobs root (or nothing: ./jobs), every sweep's. A folder found on disk
-is named by its own records when its name is not `{size}-{arm}[-s{seed}]` (`identity`). Deciding writes nothing
-(jobs/state.py).
+sweep.PlannedRun; None for a run found only on disk), and, once decided (`decided`), the look at its folder, its
+history (its attempts, read once), the scheduler's view of its latest job and its state. `find_runs` finds them for
+every command: from a sweep file, every run it plans (folder or not) and the run folders beside them that it no
+longer plans (`unplanned`); from a sweep folder, the run folders in it; from a jobs root (or nothing: ./jobs), every
+sweep's. A folder found on disk is named by its own records when its name is not `{size}-{arm}[-s{seed}]`
+(`identity`). Deciding writes nothing (jobs/state.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from pathlib import Path
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.jobs.executors.base import JobView, View
-from zbpscale.jobs.state import RunState, heard, refined, run_state
-from zbpscale.jobs.sweep import Run as PlannedRun
-from zbpscale.jobs.sweep import Sweep, find_sweeps, load_sweep, not_found
+from zbpscale.jobs.reasons import refined
+from zbpscale.jobs.state import RunState, decide, heard
+from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_found
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.text import matches, patterns
 from zbpscale.train.schema import SIZES, TrainConfig
 from zbpscale.zbp.config import arm_name
@@ -42,6 +43,8 @@ class Run:
     history: History = History()
     job: JobView = JobView()
     state: RunState = RunState("new")
+    seen: Snapshot | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The look at its folder it was decided on (None before `decided`)."""
     unplanned: bool = False
     """A run folder of the sweep's folder that the sweep file, found through it, no longer plans (its size, arm or
     seed removed from the file, or a folder made by hand); False for every run found without a sweep file."""
@@ -121,22 +124,23 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     return chosen
 
 
-def decide(runs: list[Run], root: Path, *, look=None, now: float | None = None,
-           stall_after_s: float | None = None) -> tuple[list[Run], View]:
-    """The runs decided: each one's history read once, one view of their latest jobs (each back end asked once,
-    whatever the number of runs; `look`: a Poller's, else asked now), an attempt that died without a word given
-    the end the scheduler's account gives it (in memory: state.heard), and the state (a failed run's reason
+def decided(runs: list[Run], root: Path, *, look=None, now: float | None = None,
+            stall_after_s: float | None = None) -> tuple[list[Run], View]:
+    """The runs decided: one look at each one's folder (a Snapshot: each file read at most once, and kept in
+    `Run.seen` for whatever the command shows next), one view of their latest jobs (each back end asked once,
+    whatever the number of runs; `look`: a Poller's, else asked now), and each one's state (state.decide: an attempt
+    that died without a word given the end the scheduler's account gives it, in memory; a failed run's reason
     sharpened from its log); and the view. What status's rows, collect's states and submit's plan are made of.
     Writes nothing."""
     from zbpscale.jobs import executors
 
     now = time.time() if now is None else now
-    histories = {r.run_dir: History.read(r.run_dir) for r in runs}
-    view = look(histories) if look else executors.view_all(root, histories, now=now)
-    decided = []
+    seen = {r.run_dir: Snapshot(r.run_dir) for r in runs}
+    view = look(seen) if look else executors.view_all(root, {d: s.history for d, s in seen.items()}, now=now)
+    found = []
     for r in runs:
-        job = view.of(histories[r.run_dir].job_id)
-        history = heard(r.run_dir, histories[r.run_dir], job)
-        state = refined(run_state(r.run_dir, history, job, now=now, stall_after_s=stall_after_s))
-        decided.append(dataclasses.replace(r, history=history, job=job, state=state))
-    return decided, view
+        snap = seen[r.run_dir]
+        job = view.of(snap.history.job_id)
+        state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
+        found.append(dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state))
+    return found, view

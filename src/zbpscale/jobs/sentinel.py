@@ -18,7 +18,7 @@ watcher:
      `D (disk sleep)`; its kernel stack where readable): a frozen Python process cannot print its own stacks;
   2. records `hung` (metrics.jsonl's end record and the attempt's end, with what it saw as the reason) and has
      the attempt requeued from the last checkpoint, counted against max_crashes like every hang; over that bound
-     the run is failed (driver.py: `requeue`; SLURM: slurm_job.hung_from_outside).
+     the run is failed (driver.py: `requeue`; SLURM: slurm_sentinel.hung_from_outside).
 The ranks it names and kills are those whose watchdog stamped this attempt (`.ranks/`, newer than its start),
 on this host, with the pid and start time the stamp gives (never a reused pid). Torch-free.
 Caveat: the watcher reads the run folder; a filesystem that blocks every reader blocks it too.

@@ -6,10 +6,11 @@ Two vocabularies, each used verbatim by status, submit's plan, submit --wait, co
 How one attempt ended is another word (`why`, run/history.py: completed, timeout, ...); a run is `complete` when
 its trainer wrote COMPLETE.
 
-Deciding writes nothing: `decide` reads a run's folder and its History (read once by the caller) and the
-scheduler's view of its job. An attempt that died without a word (kill -9, a lost node) is given the end it could
-not write from the scheduler's account (`unheard_end`) in memory; only submit records it (`record_unheard`),
-under the sweep's lock, so status, collect and a dry run never write.
+Deciding reads nothing and writes nothing: `decide` is a function of one look at the run's folder (a Snapshot,
+run/snapshot.py: each file read at most once) and the scheduler's view of its job. An attempt that died without a
+word (kill -9, a lost node) is given the end it could not write from the scheduler's account (`unheard_end`) in
+memory; only submit records it (`record_unheard`), under the sweep's lock, so status, collect and a dry run never
+write.
 
 What a plain submit does with each state (RunState.next; `submit --retry` turns retry into an action):
   complete                     leave
@@ -28,22 +29,19 @@ What a plain submit does with each state (RunState.next; `submit --retry` turns 
 from __future__ import annotations
 
 import math
-import re
-import signal
 import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from zbpscale.errors import BrokenRunFolder, ConfigError, ZbpError
-from zbpscale.files import read_json
 from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
 from zbpscale.proc import pid_alive, process_start_time, process_started_at
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import End, History, record
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import age
-from zbpscale.train.metrics import HEARTBEAT_S, tail_records
+from zbpscale.train.metrics import HEARTBEAT_S
 
 State = Literal["running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken",
                 "complete"]
@@ -78,65 +76,41 @@ class RunState:
         return "leave"
 
 
-def check_config(folder: RunFolder) -> None:
-    """A BrokenRunFolder when the trainer would refuse the run's config.json: not JSON, or not a valid config
-    by the trainer's own validation (TrainConfig.from_dict). A missing config is not broken (a new run)."""
-    from zbpscale.train.schema import TrainConfig
-
-    config = folder.read_config()
-    if config is not None:
-        try:
-            TrainConfig.from_dict(config, source=str(folder.config))
-        except ConfigError as err:
-            raise BrokenRunFolder(str(err.args[0]), hint="fix it, or move the run folder aside to start anew") from None
-
-
 STALL_S = 900.0
 """A running job silent this long is stalled, for a run without a hang bound (step_timeout_s 0), and for any run
 before its attempt's first step (set-up, the estimator's compile)."""
 
 
-def step_timeout(folder: RunFolder) -> float:
-    """The run's step_timeout_s, from its config.json (migrated); 0 (no bound) without a config the trainer takes."""
-    from zbpscale.train.schema import TrainConfig
-
-    try:
-        return TrainConfig.from_dict(folder.read_config() or {}).step_timeout_s
-    except ZbpError:
-        return 0.0
-
-
-def stall_bound(folder: RunFolder) -> float:
+def stall_bound(run: Snapshot) -> float:
     """How long a running trainer may be silent before status calls it stalled: its step_timeout_s (past which
     its watchdog, or the sentinel, ends it), else STALL_S."""
-    return step_timeout(folder) or STALL_S
+    return run.step_timeout or STALL_S
 
 
-def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now: float | None = None,
-              stall_after_s: float | None = None) -> RunState:
-    """Decide a run's state from its folder, its history and the scheduler's view of its latest job, as they are
-    (`decide` adds an unheard end first); `stall_after_s`: how long a running trainer may be silent (None:
-    stall_bound, its own step_timeout_s)."""
-    folder, now = RunFolder(run_dir), time.time() if now is None else now
-    if folder.complete.exists():
+def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
+           stall_after_s: float | None = None) -> RunState:
+    """The run's state from one look at its folder and the scheduler's view of its latest job, an attempt that
+    died without a word given the end the scheduler's account gives it (in memory, `heard`): what status and
+    collect show and submit acts on. `stall_after_s`: how long a running trainer may be silent (None: stall_bound,
+    its own step_timeout_s). Reads nothing but the snapshot, writes nothing."""
+    now = time.time() if now is None else now
+    history = heard(run, job)
+    if run.complete:
         return RunState("complete", next="leave")
     sub, job_id = history.submitted, history.job_id
-    try:
-        check_config(folder)
-    except BrokenRunFolder as err:
-        if job.state not in ("RUNNING", "COMPLETING"):  # a running trainer read its config when it started; a job
-            return RunState("broken", str(err), next="leave")  # that waits would start on one the trainer refuses
+    if run.broken and job.state not in ("RUNNING", "COMPLETING"):  # a running trainer read its config when it
+        return RunState("broken", run.broken, next="leave")  # started; a job that waits would start on one refused
     if job.state == UNKNOWN:
         return RunState("unknown", job.reason, next="leave")
     if job.state == "COMPLETING":  # its processes are ending (on a lost node: until SLURM calls the node down)
         return RunState("running", "its job is ending (COMPLETING)", next="leave")
     if job.state == "RUNNING":
-        beat = read_json(folder.heartbeat).get("time")
+        beat = run.heartbeat.get("time")
         started = history.last_start().get("time", now)  # silent since the beat, or the start (start-up counts)
         last_sign = beat if beat is not None and beat >= started else started
         bound = stall_after_s
         if bound is None:  # the run's own: set-up and the estimator's compile are no steps; a beat every few s
-            bound = max(stall_bound(folder), STALL_S if last_sign == started else 2 * HEARTBEAT_S)
+            bound = max(stall_bound(run), STALL_S if last_sign == started else 2 * HEARTBEAT_S)
         if now - last_sign > bound:
             return RunState("stalled", f"no heartbeat for {age(now - last_sign)} (stalled after {age(bound)})",
                             next="leave")
@@ -149,7 +123,7 @@ def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now:
     if job.live:
         return RunState("queued", job.reason if job.source == "submit" else "", next="leave")
     end = history.last_end()
-    log = lambda: end.get("log") or str(folder.log_path(sub, job_id))  # noqa: E731
+    log = lambda: end.get("log") or str(run.folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
         return RunState("failed", end.get("reason", ""), log(), next="retry")
     if end.get("why") == "cancelled" and not job.words:
@@ -162,24 +136,24 @@ def run_state(run_dir: Path, history: History, job: JobView = JobView(), *, now:
                         "" if job.state == "CANCELLED" else log())
     if job_id:
         return RunState("stopped", f"{end.get('why')}: {end.get('reason', '')}; nothing queued")
-    return direct_state(folder, now, stall_after_s)
+    return direct_state(run, now, stall_after_s)
 
 
-def direct_state(folder: RunFolder, now: float, stall_after_s: float | None) -> RunState:
+def direct_state(run: Snapshot, now: float, stall_after_s: float | None) -> RunState:
     """A run trained directly (python -m zbpscale.train), not through a job: its own records say. A trainer
     that is gone without an end record is failed at once when it ran on this host (its heartbeat names the
     process: `trainer_gone`, for every release's heartbeat), else once its heartbeat is older than `stall_after_s`."""
-    own = tail_records(folder.metrics, ("start", "end"))
+    own = run.own
     if not own:
         return RunState("new")
     started, stopped = own.get("start", {}), own.get("end", {})
-    beat = read_json(folder.heartbeat)
+    beat = run.heartbeat
     if not (stopped and stopped.get("time", 0) >= started.get("time", 0)):
         if trainer_gone(beat):
             return RunState("failed", f"the trainer (pid {beat['pid']}) is gone without an end record (run directly, "
                                       "no job)")
         if "time" in beat and now - beat["time"] <= (stall_after_s if stall_after_s is not None else
-                                                     stall_bound(folder)):
+                                                     stall_bound(run)):
             return RunState("running", next="leave")
     how = stopped.get("why", "no end record")
     reason = ("" if how == "failed" else f"{how}: ") + f"{stopped.get('reason', '')} (run directly, no job)"
@@ -202,90 +176,35 @@ def trainer_gone(beat: dict) -> bool:
     return process_start_time(pid) is None or (started is not None and started > beat.get("time", math.inf) + 1.0)
 
 
-def unheard_end(run_dir: Path, history: History, job: JobView) -> End | None:
+def unheard_end(run: Snapshot, job: JobView) -> End | None:
     """The `end` event an attempt that died without a word (kill -9, the OOM killer, a lost node) could not
     write, from the scheduler's account of its job (marked with that account's `source`); None when there is none
     to add: only when the scheduler's own account (squeue or sacct) says the job ended, and its latest attempt has
     no end. Its time is the attempt's last sign of life (its heartbeat, else its start), so that the attempt's
     hours stop there. A crash counts against no bound here: a plain submit resumes the run. Writes nothing."""
+    history = run.history
     if job.source not in ("squeue", "sacct") or job.live or job.state in ("", "COMPLETED"):
         return None
-    if not history.last_start() or history.last_end() or RunFolder(run_dir).complete.exists():
+    if not history.last_start() or history.last_end() or run.complete:
         return None
     reason = (job.words or f"job ended {job.state}") + (f", {job.how}" if job.how else "")
-    last_sign = max(history.last_start().get("time", 0), read_json(RunFolder(run_dir).heartbeat).get("time", 0))
+    last_sign = max(history.last_start().get("time", 0), run.heartbeat.get("time", 0))
     return {"time": last_sign, "job_id": history.job_id, "executor": history.executor,
             "why": "cancelled" if job.state == "CANCELLED" else "crashed", "reason": reason,
-            "log": str(RunFolder(run_dir).log_path(history.submitted, history.job_id)), "source": job.source}
+            "log": str(run.folder.log_path(history.submitted, history.job_id)), "source": job.source}
 
 
 def record_unheard(run_dir: Path, job: JobView) -> History:
     """Record the unheard end, if any, in the run's attempts (submit, under the sweep's lock: the one writer of
-    what the scheduler said), its history read afresh first; the history with it."""
-    history = History.read(run_dir)
-    end = unheard_end(run_dir, history, job)
+    what the scheduler said), from a fresh look at the folder; the history with it."""
+    end = unheard_end(Snapshot(run_dir), job)
     if end is None:
-        return history
+        return History.read(run_dir)
     record(run_dir, "end", **end)
     return History.read(run_dir)
 
 
-def heard(run_dir: Path, history: History, job: JobView) -> History:
-    """The history with the unheard end, if any, in memory: what the decision and status's counts read."""
-    end = unheard_end(run_dir, history, job)
-    return history if end is None else history.with_event({"event": "end", **end})
-
-
-def log_tail(path: Path, lines: int = 40) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 65536))
-            return fh.read().decode(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return []
-
-
-def refine_reason(reason: str, log) -> str:
-    """Sharpen a vague reason from the log's tail: an OOM, or the last line of a Python traceback."""
-    tail = log_tail(Path(log), 60) if log else []
-    text = "\n".join(tail)
-    if "CUDA out of memory" in text or "OutOfMemoryError" in text:
-        return "out of memory (CUDA)" + (f"; {reason}" if reason else "")
-    if reason and not (reason.startswith(("job ended", "killed by")) or re.fullmatch(r"exit status \d+", reason)):
-        return reason  # already says why
-    killed = _srun_killed(tail)
-    if killed:  # what sacct would have said, from srun's own line (accounting down or lagging)
-        return killed + (f" ({reason})" if reason else "")
-    if "Traceback (most recent call last)" in text:
-        last = next((ln for ln in reversed(tail) if ln.strip() and not ln.startswith(" ")), "")
-        return f"{last.strip()}" + (f" ({reason})" if reason else "")
-    return reason or "ended without a reason on record"
-
-
-_SIGNALS = {signal.strsignal(sig): sig for sig in signal.Signals if signal.strsignal(sig)}
-
-
-def _srun_killed(tail: list[str]) -> str:
-    """srun's word on a task that a signal ended (`srun: error: node1: task 0: Killed`), as sacct words it: "a
-    task was killed by signal 9 (SIGKILL) on node1"; "" when the log has none."""
-    for line in reversed(tail):
-        m = re.match(r"srun: error: (\S+): tasks? [\d,\-]+: (.+?)(?: \(core dumped\))?$", line.strip())
-        if m and m.group(2) in _SIGNALS:
-            sig = _SIGNALS[m.group(2)]
-            return f"a task was killed by signal {sig.value} ({sig.name}) on {m.group(1)}"
-    return ""
-
-
-def refined(decided: RunState) -> RunState:
-    """The state, with a failed run's reason sharpened from its log (refine_reason), as status shows it."""
-    return replace(decided, reason=refine_reason(decided.reason, decided.log)) if decided.state == "failed" else decided
-
-
-def decide(run_dir: Path, history: History, job: JobView, **kwargs) -> RunState:
-    """The run's state, an unheard end counted in (not recorded): what status and collect show and submit acts
-    on. Reads the folder, writes nothing."""
-    return run_state(run_dir, heard(run_dir, history, job), job, **kwargs)
-
-
+def heard(run: Snapshot, job: JobView) -> History:
+    """The run's history with the unheard end, if any, in memory: what the decision and status's counts read."""
+    end = unheard_end(run, job)
+    return run.history if end is None else run.history.with_event({"event": "end", **end})

@@ -7,7 +7,7 @@
     zbpscale status jobs/ladder --logs s60-zbp_n16   # the tail of that run's log
     zbpscale status jobs/ladder --goodput   # where each run's held hours went (jobs/goodput_table.py)
 
-A run's state is its folder joined with the executors' view of its latest job (decided in state.run_state,
+A run's state is its folder joined with the executors' view of its latest job (decided in state.decide,
 which submit acts on too): COMPLETE marker, the attempts record and the tail of metrics.jsonl, with SLURM's
 squeue and sacct reconciled (executors/slurm.py) or the local queue's entry files; an attempt that died
 without writing its end record is shown with the end the scheduler's account gives it (state.unheard_end), which
@@ -23,7 +23,8 @@ A run whose val loss went above the loss it started from is said there too (dive
 Only the tails of the logs are read.
 One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
 for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
-every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py).
+every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py): its file's, or, given
+its folder, the one its last submit kept there (jobs/settings.py).
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
@@ -38,34 +39,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.files import read_json
+from zbpscale.errors import ConfigError
 from zbpscale.jobs import goodput_table
 from zbpscale.jobs.poller import Poller, poll_s_of
-from zbpscale.jobs.runs import Run, decide, find_runs
-from zbpscale.jobs.state import STATES, log_tail
+from zbpscale.jobs.reasons import log_tail
+from zbpscale.jobs.runs import Run, decided, find_runs
+from zbpscale.jobs.state import STATES
 from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
-from zbpscale.train.metrics import Divergence, diverged, glance
+from zbpscale.train.metrics import Divergence, diverged
 
 
 # ---------------------------------------------------------------------------------------------- one run
 def run_row(run: Run, *, now: float) -> dict:
     """Everything status shows about one run (plain JSON types), from its folder and its decision (its history,
-    the scheduler's view of its latest job, its state: runs.decide); a planned run without a folder yet shows
+    the scheduler's view of its latest job, its state: runs.decided); a planned run without a folder yet shows
     its sweep file's numbers."""
-    folder, history, decided = run.folder, run.history, run.state
-    try:
-        config = folder.read_config() or {}
-    except BrokenRunFolder:
-        config = {}
-    seen = glance(folder.metrics)  # its one read of metrics.jsonl
+    look, history, verdict = run.seen or Snapshot(run.run_dir), run.history, run.state
+    config = look.config or {}
+    seen = look.glance
     start, tail = seen.first, {"train": seen.train, "eval": seen.eval}
     spike = diverged(seen.steps, config)
-    beat = read_json(folder.heartbeat)
-    plan = read_json(folder.plan)
+    beat, plan = look.heartbeat, look.plan
     derived = start.get("derived", {})
     steps = config.get("steps") or derived.get("total_steps") or 0
     tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
@@ -75,7 +73,7 @@ def run_row(run: Run, *, now: float) -> dict:
     timeouts, preemptions, failures = history.requeue_counts()
     used_h = history.hours(now) * plan.get("gpus", 0)
     beat_age = now - beat["time"] if "time" in beat else None
-    state, reason, log = decided.state, decided.reason, decided.log
+    state, reason, log = verdict.state, verdict.reason, verdict.log
     step_time = tail.get("train", {}).get("step_time")
     eta = (steps - step) * step_time if state == "running" and step_time and steps else None
     row = {
@@ -87,14 +85,14 @@ def run_row(run: Run, *, now: float) -> dict:
         "timeouts": timeouts, "preemptions": preemptions, "failures": failures,
         "job": history.job_id, "executor": history.executor, "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
-        "next": decided.next, "params": derived.get("params") or plan.get("params"),
+        "next": verdict.next, "params": derived.get("params") or plan.get("params"),
         "nodes": history.nodes,
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
         "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
         "unplanned": run.unplanned, "job_live": run.job.live,
         "diverged": None if spike is None else dataclasses.asdict(spike),
     }
-    if run.planned is not None and not folder.config.exists():  # planned, not written yet
+    if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
         row.update(steps=run.planned.size.steps, params=run.planned.size.params,
                    gpu_hours_planned=None if hours != hours else hours * run.planned.size.resources.gpus)
@@ -119,9 +117,9 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
     --watch), else each back end asked now."""
     now = time.time()
-    decided, view = decide([r for _, runs in found for r in runs], jobs_root(found), look=look, now=now,
-                           stall_after_s=stall_after_s)
-    by_name = {r.run_dir: r for r in decided}
+    runs, view = decided([r for _, runs in found for r in runs], jobs_root(found), look=look, now=now,
+                         stall_after_s=stall_after_s)
+    by_name = {r.run_dir: r for r in runs}
     data = []
     for name, runs in found:
         rows = [run_row(by_name[r.run_dir], now=now) for r in runs]
@@ -336,7 +334,8 @@ def add_arguments(p) -> None:
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--watch", nargs="?", const=10.0, type=float, metavar="SECONDS",
                    help="refresh every 10 s (or as given) until Ctrl-C, asking the scheduler at most once per the "
-                        "sweep's poll_s (60 s by default); plain lines when not on a terminal")
+                        "sweep's poll_s (60 s by default; a sweep folder: as its last submit kept it); plain lines "
+                        "when not on a terminal")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--logs", metavar="RUN", help="print the tail of that run's latest log")
     p.add_argument("--lines", type=int, default=40, help="lines of --logs (default 40)")

@@ -25,51 +25,40 @@ import dataclasses
 import math
 import sys
 import time
+from pathlib import Path
 
 from zbpscale.data import manifest_path
-from zbpscale.errors import BrokenRunFolder, ConfigError
+from zbpscale.errors import ConfigError
 from zbpscale.files import read_json, unwritable
 from zbpscale.jobs import executors
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.executors import Executor, View
 from zbpscale.jobs.poller import Poller
-from zbpscale.jobs.state import SUBMITS, Action, RunState, check_config, record_unheard
-from zbpscale.jobs.state import decide as decide_state
-from zbpscale.jobs.sweep import Run, Sweep, data_path, expand, load_sweep
+from zbpscale.jobs.settings import SweepSettings
+from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
+from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, expand, load_sweep
 from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import History
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import fit_columns, fmt_tokens, plural, seed_count, terminal_width
 from zbpscale.text import matches, patterns, select, shown_path
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
 
-def run_action(run: Run, view: View, *, retry: bool = False) -> Action:
-    """What submit does with a run (state.ACTIONS), from its state (state.run_state, on the executors' `view`)."""
-    return decide(run, view).action(RunFolder(run.run_dir), retry=retry)
+def run_action(run: PlannedRun, view: View, *, retry: bool = False) -> Action:
+    """What submit does with a run (state.ACTIONS), from a look at its folder and the executors' `view`."""
+    seen = Snapshot(run.run_dir)
+    return decide(seen, view.of(seen.history.job_id)).action(seen.folder, retry=retry)
 
 
-def decide(run: Run, view: View) -> RunState:
-    """The run's state, on the executors' `view` of its latest job (state.decide: writes nothing)."""
-    history = History.read(run.run_dir)
-    return decide_state(run.run_dir, history, view.of(history.job_id))
-
-
-def broken_notes(runs: list[Run], states: dict[str, RunState]) -> list[str]:
-    """One line per broken run: what is wrong with its folder."""
-    notes = []
-    for run in runs:
-        if states[run.name].state == "broken":
-            try:
-                check_config(RunFolder(run.run_dir))
-            except BrokenRunFolder as err:
-                notes.append(f"{run.name}: broken run folder: {err}")
-    return notes
+def broken_notes(runs: list[found.Run]) -> list[str]:
+    """One line per broken run (decided): what is wrong with its folder."""
+    return [f"{run.name}: broken run folder: {run.state.reason}" for run in runs if run.state.state == "broken"]
 
 
 # ------------------------------------------------------------------------------------------------ plan
-def plan_rows(runs: list[Run], actions: dict[str, Action], states: dict[str, RunState]) -> list[dict]:
+def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[str, RunState]) -> list[dict]:
     """One row per run; a run left alone is shown with its state (`leave (queued)`, `leave (complete)`), so the
     action column never calls a queued run running."""
     rows = []
@@ -88,7 +77,7 @@ def plan_rows(runs: list[Run], actions: dict[str, Action], states: dict[str, Run
     return rows
 
 
-def data_notes(sweep: Sweep, runs: list[Run]) -> list[str]:
+def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     """Check the runs against the sweep's data when it is already prepared: a ConfigError for a run that could
     not start (no training window, not one validation window per rank), a note for each run that will evaluate
     on a smaller batch than its global batch. Nothing to check (no notes) before the data exist."""
@@ -181,13 +170,13 @@ def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
-def look(sweep: Sweep, runs: list[Run], *, poller: Poller | None = None, unplanned: list[found.Run] = ()
+def look(sweep: Sweep, runs: list[PlannedRun], *, poller: Poller | None = None, unplanned: list[found.Run] = ()
          ) -> tuple[dict[str, found.Run], View]:
-    """Every run decided ({run name: runs.Run with its history, job view and state}), the `unplanned` run folders
+    """Every run decided ({run name: runs.Run with its look, history, job view and state}), the `unplanned` run folders
     (runs.unplanned: those the sweep file no longer plans) too, and the executors' view of the runs' latest jobs
     (one question per executor; through `poller` when given)."""
-    decided, view = found.decide([found.Run.of(r) for r in runs] + list(unplanned), sweep.jobs_root,
-                                 look=poller.look if poller else None)
+    decided, view = found.decided([found.Run.of(r) for r in runs] + list(unplanned), sweep.jobs_root,
+                                  look=poller.look if poller else None)
     return {r.name: r for r in decided}, view
 
 
@@ -213,7 +202,7 @@ def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
            max_parallel: int = 0, retry: bool = False, apply_changes: bool = False
-           ) -> tuple[Sweep, list[Run], Executor, dict[str, str], list[Run]]:
+           ) -> tuple[Sweep, list[PlannedRun], Executor, dict[str, str], list[PlannedRun]]:
     """Plan and submit a sweep; returns the sweep, the selected runs, the executor, {run name: action} and the runs
     a submit limit held back (still new: `submit_held` submits them later).
     retry: submit failed runs again (from their last checkpoint), with fresh timeout/preemption/crash counts.
@@ -238,8 +227,9 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         states = {r.name: decided[r.name].state for r in runs}
         actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in SUBMITS]
-        notes = data_notes(sweep, todo) + broken_notes(runs, states) + view.notes
-        notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run)
+        notes = data_notes(sweep, todo) + broken_notes([decided[r.name] for r in runs]) + view.notes
+        notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run,
+                              looks={r.name: decided[r.name].seen for r in runs})
         notes += unplanned_notes([decided[r.name] for r in dropped])
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
@@ -258,6 +248,8 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         if not lock.renew(force=True):  # paused past the lease (Ctrl-Z): another submit may have queued these
             raise ConfigError(f"this submit lost {sweep.jobs_dir / '.submit.lock'} to another ({lock.taken_by()}) "
                               "while it was paused; nothing submitted", hint="submit again")
+        kept = SweepSettings(name=sweep.name, sweep_file=str(Path(path).absolute()), poll_s=float(sweep.poll_s))
+        kept.write(sweep.jobs_dir)  # for status and cancel given the folder, not the file
         replace_stuck(sweep, todo, decided)
         held = back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
                            manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
@@ -267,14 +259,14 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         if any(states[r.name].state not in settled for r in left):
             decided, view = look(sweep, runs)
         words = {r.name: states[r.name].state if states[r.name].state in settled
-                 else progress(r, view, decided[r.name].state) for r in left}
+                 else progress(r, view, decided[r.name].state, decided[r.name].seen) for r in left}
         print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
     if any(states[r.name].state == "failed" for r in left):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
     return sweep, runs, back, actions, held
 
 
-def submit_held(sweep: Sweep, held: list[Run], back: Executor, actions: dict[str, str]) -> list[Run]:
+def submit_held(sweep: Sweep, held: list[PlannedRun], back: Executor, actions: dict[str, str]) -> list[PlannedRun]:
     """Submit the runs a submit limit held back (`actions`: what the first submit meant to do with them), those
     still to be submitted (another submit may have meanwhile), under the sweep's lock; returns the runs still held."""
     with sweep_lock(sweep):
@@ -287,7 +279,7 @@ def submit_held(sweep: Sweep, held: list[Run], back: Executor, actions: dict[str
         return back.submit(sweep, todo, prep=not manifest_path(data_path(sweep)).exists())
 
 
-def replace_stuck(sweep: Sweep, todo: list[Run], decided: dict[str, found.Run]) -> None:
+def replace_stuck(sweep: Sweep, todo: list[PlannedRun], decided: dict[str, found.Run]) -> None:
     """Cancel the live jobs of runs about to be submitted again: jobs that would wait for ever (their prep job
     failed). Any other live job keeps its run out of `todo` (state.py)."""
     for run in todo:
@@ -299,11 +291,13 @@ def replace_stuck(sweep: Sweep, todo: list[Run], decided: dict[str, found.Run]) 
 
 # ------------------------------------------------------------------------------------------------ run folders
 # ------------------------------------------------------------------------------------------------ wait
-def progress(run: Run, view: View, now: RunState | None = None) -> str:
-    """One run in a few words, in status's words: queued, step 12/30, complete, failed (reason; log), ..."""
-    now = now or decide(run, view)
+def progress(run: PlannedRun, view: View, now: RunState | None = None, seen: Snapshot | None = None) -> str:
+    """One run in a few words, in status's words: queued, step 12/30, complete, failed (reason; log), ...; `now`
+    and `seen`: its state and the look at its folder it was decided on (else a look now)."""
+    seen = seen or Snapshot(run.run_dir)
+    now = now or decide(seen, view.of(seen.history.job_id))
     if now.state == "running":
-        step = read_json(RunFolder(run.run_dir).heartbeat).get("step")
+        step = seen.heartbeat.get("step")
         return "starting" if step is None else f"step {step}/{run.size.steps}"
     if now.state == "failed":
         return f"failed ({now.reason}; log {now.log})"
@@ -315,25 +309,26 @@ BLOCK_ORDER = ("running", "stalled", "queued", "unknown", "stopped", "cancelled"
 """The order of the --wait block's lines (a line per state that some run is in)."""
 
 
-def wait_block(runs: list[Run], states: dict[str, RunState], *, at: str, width: int = 80) -> list[str]:
+def wait_block(runs: list[PlannedRun], states: dict[str, RunState], *, at: str, width: int = 80,
+               beats: dict[str, dict] | None = None) -> list[str]:
     """The --wait progress as a few lines of at most `width` columns: a header with the time and how many runs
     are complete, running, queued, failed or in another state (those there are: a log without a failed run never
-    says 'failed'), then one line per state naming its runs (a running run with its step), folded under a hanging
-    indent."""
+    says 'failed'), then one line per state naming its runs (a running run with its step: from `beats`, the
+    heartbeats the states were decided on, else read now), folded under a hanging indent."""
     counts = {s: sum(states[r.name].state == s for r in runs) for s in BLOCK_ORDER}
     main = ("complete", "running", "queued", "failed")
     counts["other"] = sum(n for s, n in counts.items() if s not in main)
     lines = [f"[{at}] {plural(len(runs), 'run')}: " + ", ".join(f"{counts[s]} {s}" for s in (*main, "other")
                                                                if counts[s])]
     for state in (s for s in BLOCK_ORDER if counts[s]):
-        items = [_item(r) if state in ("running", "stalled") else r.name
+        items = [_item(r, (beats or {}).get(r.name)) if state in ("running", "stalled") else r.name
                  for r in runs if states[r.name].state == state]
         lines += _fold(f"  {state:<10}", items, width)
     return lines
 
 
-def _item(run: Run) -> str:
-    step = read_json(RunFolder(run.run_dir).heartbeat).get("step")
+def _item(run: PlannedRun, beat: dict | None) -> str:
+    step = (read_json(RunFolder(run.run_dir).heartbeat) if beat is None else beat).get("step")
     return f"{run.name} " + ("starting" if step is None else f"{step}/{run.size.steps}")
 
 
@@ -350,8 +345,9 @@ def _fold(head: str, items: list[str], width: int) -> list[str]:
     return lines + [line]
 
 
-def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
-             poller: Poller | None = None, width: int = 80, held: list[Run] = (), actions: dict[str, str] | None = None
+def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
+             poller: Poller | None = None, width: int = 80, held: list[PlannedRun] = (),
+             actions: dict[str, str] | None = None
              ) -> bool:
     """Stay until no run can still make progress (each is complete, failed, or has no live job, nor one that may
     be), reading the run folders every `tick_s` and asking the scheduler through a Poller (at most once per
@@ -366,7 +362,8 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2
         states = {r.name: decided[r.name].state for r in runs}
         key = [(r.name, states[r.name].state) for r in runs]
         if key != shown or time.time() - shown_at >= every_s:
-            print("\n".join(wait_block(runs, states, at=time.strftime("%H:%M:%S"), width=width)), flush=True)
+            print("\n".join(wait_block(runs, states, at=time.strftime("%H:%M:%S"), width=width,
+                                        beats={r.name: decided[r.name].seen.heartbeat for r in runs})), flush=True)
             shown, shown_at = key, time.time()
         for r in runs:
             now = states[r.name]
@@ -395,7 +392,7 @@ def wait_for(sweep: Sweep, runs: list[Run], back: Executor, *, tick_s: float = 2
     return not bad
 
 
-def results_table(sweep: Sweep, runs: list[Run], path: str) -> list[str]:
+def results_table(sweep: Sweep, runs: list[PlannedRun], path: str) -> list[str]:
     """What the runs reached (final validation loss, tokens, wall time in training), then the next commands
     (`path`: the sweep file as given)."""
     from zbpscale.results.bundle import default_out

@@ -20,7 +20,7 @@ from typing import Mapping
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.poller import MIN_POLL_S, POLL_S
+from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
 from zbpscale.run.folder import RunFolder, run_name
 from zbpscale.text import closest, did_you_mean
 from zbpscale.train.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
@@ -260,7 +260,8 @@ class Sweep:
     """Seconds between two questions to the scheduler (squeue, sacct) while a command waits (submit --wait, status
     --watch, cancel): they read the run folders as often as they like and ask early when a folder changes; a
     scheduler that does not answer is asked less and less often, up to every 10 minutes (jobs/poller.py). Sites
-    ask for 60-120 s; at least 10."""
+    ask for 60-120 s; at least 10. Submit keeps it in the sweep's folder (jobs/settings.py), so that a command given
+    the folder waits by it too."""
     arrays: bool = True
     """SLURM: the runs of one size (the same resources) go as one job array, one sbatch call for them all (sites
     ask for arrays, and cap what one user may queue); False for a site that forbids arrays: a job per run."""
@@ -330,7 +331,7 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Run:
+class PlannedRun:
     """One size x arm x seed of a sweep."""
 
     sweep: Sweep
@@ -407,9 +408,9 @@ _FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources
 """The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
 
 
-def expand(sweep: Sweep) -> list[Run]:
+def expand(sweep: Sweep) -> list[PlannedRun]:
     """Every run of the sweep, sizes outermost, then arms, then seeds."""
-    return [Run(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
+    return [PlannedRun(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
 
 
 def find_sweeps(target: str | None) -> list[tuple[str, Path]]:

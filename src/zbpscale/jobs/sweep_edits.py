@@ -17,25 +17,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zbpscale.errors import ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.state import RunState
-from zbpscale.jobs.sweep import Run
+from zbpscale.jobs.sweep import PlannedRun
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.text import shown_path
 from zbpscale.train.schema import RESUME_SAFE, TrainConfig
 
 
-def config_notes(runs: list[Run], states: dict[str, RunState], *, apply: bool, dry_run: bool) -> list[str]:
+def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: bool, dry_run: bool,
+                 looks: dict[str, Snapshot] | None = None) -> list[str]:
     """The sweep file is the truth for what it still decides. A run folder whose config.json differs from what
     the file now gives: a run that has not trained (no checkpoint, no live attempt) is rewritten to match; a run
     that has trained keeps its config (it resumes as it was trained), except, with `apply` (--apply-changes),
     the fields that are safe to change on resume (schema.RESUME_SAFE). One line per run either way; a dry run
-    writes nothing and says what the submit would do."""
+    writes nothing and says what the submit would do. `looks`: {run name: the look its state was decided on}."""
     notes = []
     for run in runs:
-        changes = config_changes(run)
+        changes = config_changes(run, (looks or {}).get(run.name))
         if not changes:
             continue
         folder, state = RunFolder(run.run_dir), states[run.name].state
@@ -83,20 +84,17 @@ def unplanned_note(name: str, job: str, state: str, sweep_dir: Path) -> str:
             f"(zbpscale cancel {shown_path(sweep_dir)} --only {name})")
 
 
-def config_changes(run: Run) -> dict[str, tuple]:
-    """{field: (the run folder's value, the sweep file's)} where the run's config.json (in today's format)
-    differs from what the sweep file now gives; nested fields dotted (model.d_model, model.zbp.n). {} without a
-    config, or with one the trainer would refuse (the run is broken: said elsewhere). A data_dir that moved,
-    with the same prepared data there (equal manifests), is no change."""
+def config_changes(run: PlannedRun, seen: Snapshot | None = None) -> dict[str, tuple]:
+    """{field: (the run folder's value, the sweep file's)} where the run's config.json (in today's format; `seen`:
+    a look at the folder, else one now) differs from what the sweep file now gives; nested fields dotted
+    (model.d_model, model.zbp.n). {} without a config, or with one the trainer would refuse (the run is broken:
+    said elsewhere). A data_dir that moved, with the same prepared data there (equal manifests), is no change."""
     from zbpscale.data import manifest_path
 
-    try:
-        saved = RunFolder(run.run_dir).read_config()
-        if saved is None:
-            return {}
-        have = _flat(TrainConfig.from_dict(saved).to_dict())
-    except ZbpError:
+    saved = (seen or Snapshot(run.run_dir)).train_config
+    if saved is None:
         return {}
+    have = _flat(saved.to_dict())
     want = _flat(json.loads(json.dumps(run.train_config().to_dict())))
     changes = {k: (have.get(k), want.get(k)) for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)}
     if "data_dir" in changes:
@@ -106,7 +104,7 @@ def config_changes(run: Run) -> dict[str, tuple]:
     return changes
 
 
-def rewrite_config(run: Run, fields: list[str] | None = None) -> None:
+def rewrite_config(run: PlannedRun, fields: list[str] | None = None) -> None:
     """Write the sweep file's values into the run's config.json: all of them (`fields` None: as a new run
     would get), or only `fields` (dotted names of config_changes)."""
     folder = RunFolder(run.run_dir)

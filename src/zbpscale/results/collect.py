@@ -81,7 +81,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     """Collect (or update) the bundle at `out` (default: `default_out`); returns the summary rows.
     with_ckpt: also copy the latest checkpoint of every run (True) or of the runs matching comma-separated
     name patterns ('s1b-*,*-bp'), as `zbpscale upload --with-ckpt` takes them."""
-    from zbpscale.jobs.runs import decide, find_runs
+    from zbpscale.jobs.runs import decided, find_runs
 
     path = Path(sweep)
     if not path.exists():
@@ -98,8 +98,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     ((name, sources),) = found
     bundle = Bundle(out or default_out(sources[0].run_dir.parent))
     ckpt_patterns = ["*"] if with_ckpt is True else patterns(with_ckpt or None)
-    decided, _ = decide([s for s in sources if s.folder.config.exists()], sources[0].run_dir.parent.parent)
-    states = {r.name: (r.state.state, r.state.reason or None) for r in decided}
+    looked, _ = decided([s for s in sources if s.folder.config.exists()], sources[0].run_dir.parent.parent)
+    looks = {r.name: r for r in looked}  # the look at its folder each was decided on, for its summary too
     old_manifest = bundle.read_manifest()
     if old_manifest and old_manifest.get("sweep") != name:
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
@@ -108,8 +108,9 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     changed = []
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None
-        row = summarize(src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
-                        state=states.get(src.name, ("new", None)), config=config)
+        seen = looks.get(src.name)
+        row = summarize(seen.seen if seen else src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
+                        state=(seen.state.state, seen.state.reason or None) if seen else ("new", None), config=config)
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue

@@ -13,12 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from zbpscale.files import read_json
 from zbpscale.jobs.state import IN_PROGRESS, State
 from zbpscale.run import goodput
-from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import History
-from zbpscale.train.metrics import Record, StartRecord, by_kind, diverged, read_records
+from zbpscale.run.snapshot import Snapshot
+from zbpscale.train.metrics import Record, StartRecord, by_kind, diverged
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,20 +124,19 @@ def _impl_used(records: list[Record]) -> dict[str, str]:
     return impl
 
 
-def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state: tuple[State, str | None],
+def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int, state: tuple[State, str | None],
               config: dict | None = None) -> RunSummary:
-    """The summary row of one run folder; `state`: (state, reason) as `zbpscale status` says them; `config`: the
-    planned config, for runs that have not written theirs."""
-    folder = RunFolder(run_dir)
-    records = read_records(run_dir)
-    history = History.read(run_dir)
+    """The summary row of one run folder (or the look at it its state was decided on); `state`: (state, reason) as
+    `zbpscale status` says them; `config`: the planned config, for runs that have not written theirs."""
+    look = run if isinstance(run, Snapshot) else Snapshot(run)
+    records, history = look.records, look.history
     kinds = by_kind(records)
     starts: list[StartRecord] = kinds.get("start", [])
     trains, evals, diags = kinds.get("train", []), kinds.get("eval", []), kinds.get("diag", [])
     if starts and "config" in starts[-1]:  # the config the run trained with
         config = starts[-1]["config"]
-    elif folder.config.exists():
-        config = read_json(folder.config)
+    elif look.config is not None:
+        config = look.config
     derived = starts[-1].get("derived", {}) if starts else {}
     if not derived and config:
         derived = _planned_numbers(config)
@@ -162,7 +159,7 @@ def summarize(run_dir: Path, *, name: str, size: str, arm: str, seed: int, state
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
         updated=records[-1].get("time") if records else None,
-        goodput=None if (g := goodput.read(run_dir).fraction) is None else round(g, 4),
+        goodput=None if (g := goodput.of(look).fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
     )
 

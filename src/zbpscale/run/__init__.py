@@ -5,6 +5,8 @@
     history.py  the typed events of attempts.jsonl and `History`, a run's attempts read once as a value (its latest
                 job, that job's last start and end, requeue counts, the retry rule), and the one vocabulary of
                 how an attempt ended (`why`)
+    snapshot.py Snapshot: one look at a run folder, each of its files read at most once (what status, cancel,
+                collect and submit decide and show a run from)
     goodput.py  where the wall time held by a run's jobs went (training, start-up, saves, lost work, other; the
                 queue wait beside), from attempts.jsonl, metrics.jsonl and the heartbeat read as plain JSON
 
@@ -13,7 +15,8 @@ failed, interrupted) is the word of both the trainer's end record and the attemp
 `train()` returns. A run's *state* (jobs/state.py: complete, running, stopped, failed, ...) is another thing:
 what the run is in now, decided from its folder, its history and the scheduler's view of its job.
 
-Below train, jobs and results, each of which imports it; it imports only the shared modules.
+Below train, jobs and results, each of which imports it; it imports only the shared modules, and, inside a
+Snapshot's functions, train's torch-free modules (the trainer's own reading of its records and config).
 """
 
 from zbpscale.run.folder import RunFolder, parse_run_name, run_name

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from zbpscale.files import read_json, read_jsonl
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.snapshot import Snapshot
 
 BUCKETS = ("training", "startup", "saves", "lost", "other")
 """The parts of held time, in the order tables show them; they sum to held."""
@@ -100,6 +101,11 @@ class Goodput:
 def read(run_dir: Path) -> Goodput:
     """The goodput of one run folder (or its copy in a results bundle)."""
     return Goodput.of(read_attempts(run_dir))
+
+
+def of(run: Snapshot) -> Goodput:
+    """The goodput of one look at a run folder (its attempts, metrics and heartbeat, as read there)."""
+    return Goodput.of(account(list(run.history.events), run.records, run.heartbeat))
 
 
 def read_attempts(run_dir: Path) -> list[Attempt]:

@@ -6,6 +6,7 @@ The executors read them (a local-queue rank's exit, a SLURM job's trainer), so t
 from typing import NoReturn
 
 EXIT_OK = 0
+EXIT_ERROR = 1  # an exception the trainer did not catch (Python's own status): a crash
 EXIT_USAGE = 2  # a user's mistake (ZbpError): retrying cannot help
 EXIT_DIVERGED = 3  # non-finite loss or gradient norm: stopped before the optimizer update
 EXIT_HUNG = 4  # no step for step_timeout_s (train/watchdog.py): retried from the last checkpoint, as a crash

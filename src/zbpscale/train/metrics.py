@@ -199,6 +199,19 @@ def read_records(run_dir: Path) -> list[Record]:
     return [upgraded(r) for r in read_jsonl(RunFolder(run_dir).metrics)]
 
 
+def records_of(data: bytes) -> list[Record]:
+    """Every record of a metrics.jsonl's bytes, in order, as today's types have them; torn lines skipped."""
+    found = []
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict):
+            found.append(upgraded(record))
+    return found
+
+
 def upgraded(record: dict) -> Record:
     """A record as today's type has it: the end record of releases before 2026-12-02 said how the attempt ended
     in `status`, now `why` (the word attempts.jsonl uses; same values)."""
@@ -423,21 +436,31 @@ class Glance:
     """The latest eval record."""
     steps: list[Record] = field(default_factory=list)
     """The first train record (step 0) and every eval record, in order: what `diverged` reads."""
+    start: StartRecord = field(default_factory=dict)
+    """The latest start record (the latest attempt's)."""
+    end: EndRecord = field(default_factory=dict)
+    """The latest end record."""
 
 
 def glance(path: Path) -> Glance:
-    """The records status shows of a metrics.jsonl, from one read of the file. Only the lines returned are decoded,
-    found by the `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their
-    bytes, not their parsing. Torn lines (a writer killed mid-line) are skipped."""
+    """`glance_of` a metrics.jsonl, read once."""
     try:
-        data = Path(path).read_bytes()
+        return glance_of(Path(path).read_bytes())
     except OSError:
         return Glance()
+
+
+def glance_of(data: bytes) -> Glance:
+    """The records status shows of a metrics.jsonl's bytes. Only the lines returned are decoded, found by the
+    `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
+    their parsing. Torn lines (a writer killed mid-line) are skipped."""
     train0 = next(_records_of(data, "train"), None)
     latest = next(_records_of(data, "train", backwards=True), {})
     evals = list(_records_of(data, "eval"))
     return Glance(first=_decoded(data, 0) or {}, train=latest, eval=evals[-1] if evals else {},
-                  steps=([train0] if train0 is not None else []) + evals)
+                  steps=([train0] if train0 is not None else []) + evals,
+                  start=next(_records_of(data, "start", backwards=True), {}),
+                  end=next(_records_of(data, "end", backwards=True), {}))
 
 
 def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:

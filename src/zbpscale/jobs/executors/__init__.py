@@ -5,7 +5,7 @@
 
 A new back end is one module with an `Executor` subclass, added to KINDS. Every `submitted` event in a run's
 attempts.jsonl names the executor that holds its job, so a sweep whose runs went to different back ends is
-viewed through each (`view_runs`).
+viewed through each (`view_all`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from zbpscale.errors import ConfigError
 from zbpscale.jobs.executors.base import DRIVER_DOWN, UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.executors.local import LocalExecutor
 from zbpscale.jobs.executors.slurm import SlurmExecutor
-from zbpscale.run.history import History
 
 KINDS: dict[str, type[Executor]] = {"slurm": SlurmExecutor, "local": LocalExecutor}
 
-__all__ = ["DRIVER_DOWN", "KINDS", "UNKNOWN", "Executor", "JobView", "View", "choose", "get", "view_all",
-           "view_runs"]
+__all__ = ["DRIVER_DOWN", "KINDS", "UNKNOWN", "Executor", "JobView", "View", "choose", "get", "view_all"]
 
 
 def get(kind: str, root: Path) -> Executor:
@@ -61,9 +59,3 @@ def view_all(root: Path, histories: dict, *, now: float | None = None) -> View:
     for kind, submitted in by_kind.items():
         view.update(get(kind, root).view(submitted, now=now))
     return view
-
-
-def view_runs(root: Path, run_dirs: list[Path]) -> tuple[dict[str, History], View]:
-    """The runs' histories ({run name: History}) and the view of their latest jobs."""
-    histories = {Path(d).name: History.read(d) for d in run_dirs}
-    return histories, view_all(root, histories)

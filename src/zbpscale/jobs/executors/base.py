@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from zbpscale.jobs.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import PlannedRun, Sweep
 
 ALIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
          "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
@@ -94,7 +94,8 @@ class Executor(abc.ABC):
         latest attempt (executors.view_all), which a back end need not ask about again."""
 
     @abc.abstractmethod
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
+    def submit(self, sweep: Sweep, todo: dict[PlannedRun, str], *, prep: bool, max_parallel: int = 0
+               ) -> list[PlannedRun]:
         """Submit each run of `todo` ({run: new | resume | retry}), after the data-prep job when `prep`; record
         a `submitted` event in each run folder and print a line per job. Returns the runs a submit limit of the
         scheduler held back (nothing recorded of them; a line said so), to be submitted when jobs end."""
@@ -108,7 +109,7 @@ class Executor(abc.ABC):
         for run_dir, job, seen in jobs:
             self.cancel(run_dir, job, seen)
 
-    def check(self, runs: list[Run], *, quick: bool = False) -> None:
+    def check(self, runs: list[PlannedRun], *, quick: bool = False) -> None:
         """Refuse, with a ConfigError, runs this back end could never start (said in the dry run too; `quick`:
         without slow questions such as importing torch)."""
 

@@ -13,7 +13,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import record
 
 if TYPE_CHECKING:
-    from zbpscale.jobs.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import PlannedRun, Sweep
 
 
 class LocalExecutor(Executor):
@@ -44,7 +44,7 @@ class LocalExecutor(Executor):
                     view.jobs[e.job_id] = JobView(SCHEDULER_STATE.get(e.state, e.state.upper()), source="queue")
         return view
 
-    def check(self, runs: list[Run], *, quick: bool = False) -> None:
+    def check(self, runs: list[PlannedRun], *, quick: bool = False) -> None:
         """The local queue runs one node: refuse runs it could never start, before anything is queued."""
         from zbpscale.jobs.executors.local_queue.slots import gpu_inventory
 
@@ -59,7 +59,8 @@ class LocalExecutor(Executor):
                                   hint="lower Resources.gpus_per_node in the sweep (CPU runs: gpus_per_node=0), or "
                                        "check CUDA_VISIBLE_DEVICES")
 
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
+    def submit(self, sweep: Sweep, todo: dict[PlannedRun, str], *, prep: bool, max_parallel: int = 0
+               ) -> list[PlannedRun]:
         """Queue the runs (after the prep job when `prep`) and make sure the driver runs; the queue holds none
         back (it has no submit limit)."""
         from zbpscale.data.prepare_cli import to_argv

@@ -32,7 +32,7 @@ from zbpscale.run.history import record
 from zbpscale.tables import plural
 
 if TYPE_CHECKING:
-    from zbpscale.jobs.sweep import Run, Sweep
+    from zbpscale.jobs.sweep import PlannedRun, Sweep
 
 SUBMIT_SLACK_S = 120.0  # the controller's and this host's clocks may differ a little
 REASONS = {"OUT_OF_MEMORY": "out of memory (the OOM killer)", "NODE_FAIL": "node failure",
@@ -96,7 +96,8 @@ class SlurmExecutor(Executor):
         return view
 
     # ---------------------------------------------------------------------------------------------- submit
-    def submit(self, sweep: Sweep, todo: dict[Run, str], *, prep: bool, max_parallel: int = 0) -> list[Run]:
+    def submit(self, sweep: Sweep, todo: dict[PlannedRun, str], *, prep: bool, max_parallel: int = 0
+               ) -> list[PlannedRun]:
         """The runs of one size as one job array (Sweep.arrays), else a job per run. An array refused for a submit
         limit (or MaxArraySize) is tried again at half its length; the first that fits after a refusal ends the
         submission (the limit is near: the sbatch calls stay few). The runs not submitted are returned, still new
@@ -171,7 +172,7 @@ def _scancel(*args: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ submitit
-def sbatch_parameters(run: Run) -> dict:
+def sbatch_parameters(run: PlannedRun) -> dict:
     """submitit SlurmExecutor parameters of a run (golden-tested against the generated sbatch script)."""
     res = run.size.resources
     params: dict = {
@@ -194,7 +195,7 @@ def sbatch_parameters(run: Run) -> dict:
     return params
 
 
-def job_name(run: Run) -> str:
+def job_name(run: PlannedRun) -> str:
     return f"{run.sweep.name}/{run.name}"
 
 
@@ -243,24 +244,24 @@ def _sbatch(folder: Path):
         raise Refused("sbatch: " + ("; ".join(said) if said else str(err).strip() or "refused")) from None
 
 
-def groups(sweep: Sweep, runs: list[Run]) -> list[list[Run]]:
+def groups(sweep: Sweep, runs: list[PlannedRun]) -> list[list[PlannedRun]]:
     """The runs that go as one job array: those of one size (their sbatch parameters are the same), in order;
     each run on its own when the sweep says no arrays."""
     if not sweep.arrays:
         return [[run] for run in runs]
-    by_size: dict[str, list[Run]] = {}
+    by_size: dict[str, list[PlannedRun]] = {}
     for run in runs:
         by_size.setdefault(run.size.name, []).append(run)
     return list(by_size.values())
 
 
-def array_logs(run: Run) -> Path:
+def array_logs(run: PlannedRun) -> Path:
     """The log folder of the job arrays of the run's size: submitit names each element's log `<array>_<i>_0_log.out`
     (a folder per size: the runs' own logs/ hold their jobs' logs when they go one by one)."""
     return (run.sweep.jobs_dir / "array-logs" / run.size.name).absolute()
 
 
-def shown_logs(run: Run, job: str) -> Path:
+def shown_logs(run: PlannedRun, job: str) -> Path:
     return job_log(array_logs(run), job, submitit=True) if "_" in job else RunFolder(run.run_dir.absolute()).logs
 
 
@@ -321,7 +322,8 @@ def step_restarts(folder: Path) -> dict:
                          "done"]}
 
 
-def submit_runs(runs: list[Run], actions: dict[Run, str], *, depends_on: str = "", prep_log: str = "") -> list[str]:
+def submit_runs(runs: list[PlannedRun], actions: dict[PlannedRun, str], *, depends_on: str = "",
+                prep_log: str = "") -> list[str]:
     """Write the runs' resolved configs and submit their jobs: one job array for several runs (of one size), a job
     for one; record a `submitted` event in each run folder; returns the job ids (`1234_5` for an array's)."""
     from zbpscale import signals

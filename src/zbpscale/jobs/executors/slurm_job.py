@@ -12,6 +12,9 @@ distributed environment, runs the trainer on the run folder (which resumes by it
   bounds exhausted, diverged or an exception -> the job fails, with the reason in attempts.jsonl.
 Every attempt is recorded in <run_dir>/attempts.jsonl: `submitted`, `start` and `end` events with the job id,
 the executor, times and, for `end`, `why` (completed | timeout | preempted | failed | cancelled) and `reason`.
+How an attempt ended is decided by jobs/ends.py's `classify`, which the local queue's driver shares: this module
+says what SLURM's job saw (its trainer's outcome as the exit status it stands for, the CANCEL stamp, the scheduler's
+state, the time left).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,13 +32,14 @@ from typing import NoReturn
 # unpickles them by that name. Their state is entry's (the same attributes).
 from zbpscale.entry import PrepJob, TrainJob  # noqa: F401
 from zbpscale.errors import LeaseLost, ZbpError, report
+from zbpscale.jobs import ends
 from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE
-from zbpscale.jobs.executors.slurm_sentinel import start_sentinel
+from zbpscale.jobs.executors.slurm_sentinel import kill_step, record_hung_end, requeue, start_sentinel, step_restarts
 from zbpscale.lease import job_here
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History, record
-from zbpscale.train.exits import EXIT_LEASE_LOST, EXIT_USAGE, leave
+from zbpscale.train.exits import EXIT_ERROR, EXIT_HUNG, EXIT_LEASE_LOST, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, leave
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too
 
@@ -69,7 +72,8 @@ def run_train_job(job: TrainJob) -> str:
     if main:
         lost = History.read(run_dir).unended_start(job_id)
         if lost is not None:  # the job's last attempt died without a word and SLURM started the job again
-            record(run_dir, "end", job_id=job_id, executor="slurm", why="crashed", source="restart",
+            record(run_dir, "end", job_id=job_id, executor="slurm", source="restart",
+                   why=ends.classify(ends.Seen(unheard=True)).why,
                    reason="no end record: SLURM started the job again (a lost node, or the job requeued by the "
                           f"scheduler) after its attempt on {lost.get('nodes') or lost.get('host', '?')}")
         record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
@@ -90,19 +94,13 @@ def run_train_job(job: TrainJob) -> str:
         leave(EXIT_LEASE_LOST)
     except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
         if main:
-            record(run_dir, "end", job_id=job_id, why="failed", reason=f"{type(err).__name__}: {err}")
+            record(run_dir, "end", job_id=job_id, why=ends.classify(ends.Seen(codes=(EXIT_USAGE,))).why,
+                   reason=f"{type(err).__name__}: {err}")
         report(err)
         raise SystemExit(EXIT_USAGE) from None
     except BaseException as err:
         if main:
-            last = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}"
-            if step_restarts():  # a crash: the batch script starts the attempt again as a new step, within bounds
-                retry = History.read(run_dir).retry("crashed", {"crashed": job.max_crashes}, how=last,
-                                                    again="restart")
-                record(run_dir, "end", job_id=job_id, why="crashed" if retry.ok else "failed",
-                       reason=retry.reason if retry.ok else f"{retry.reason} (last: {last})")
-            else:  # a job submitted by an older release: a lost rank is no decision (a submit resumes), else failed
-                record(run_dir, "end", job_id=job_id, why="crashed" if lost_peer(err) else "failed", reason=last)
+            record_crash(job, run_dir, job_id, err)
         raise
     finally:
         if sentinel is not None:
@@ -113,20 +111,13 @@ def run_train_job(job: TrainJob) -> str:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     if main and History.read(run_dir).last_end(job_id):  # decided already: the sentinel requeued it as hung
         _wait_to_be_requeued(run_dir, job_id, since=started)
-    if status == "completed":
+    end = ending(job, run_dir, job_id, status, main=main)
+    if end.why in ("completed", "cancelled"):  # all steps done, or stopped here by a cancel, checkpointed
         if main:
-            record(run_dir, "end", job_id=job_id, why="completed", reason="all steps done")
-        return "completed"
-    if RunFolder(run_dir).cancel.exists():  # `zbpscale cancel` sent the signal: stop here, checkpointed
-        if main:
-            record(run_dir, "end", job_id=job_id, why="cancelled", reason="zbpscale cancel; checkpointed")
-        return "cancelled"
-    if cancelled_by_scheduler(job_id):  # scancel: SIGTERM, then the job is killed
-        if main:
-            record(run_dir, "end", job_id=job_id, why="cancelled", reason="scancel; checkpointed")
-        return "cancelled"
+            record(run_dir, "end", job_id=job_id, why=end.why, reason=end.reason)
+        return end.why
     if main:
-        _requeue_or_fail(job, run_dir, job_id)
+        _requeue_or_fail(job, run_dir, job_id, end)
     _wait_to_be_requeued(run_dir, job_id, since=started)
 
 
@@ -138,85 +129,59 @@ def resubmission(job: TrainJob):
     return submitit.helpers.DelayedSubmission(job)
 
 
-def step_restarts() -> bool:
-    """Whether this job's batch script starts a crashed or hung attempt again as a new step (`slurm.step_restarts`:
-    jobs submitted since #42); a job of an older release requeues itself instead."""
-    return os.environ.get("ZBPSCALE_STEP_RESTARTS") == "1"
+def ending(job: TrainJob, run_dir: Path, job_id: str, status: str, *, main: bool) -> ends.Ending:
+    """How an attempt whose trainer returned `status` (completed | checkpointed: it caught a stop signal) ended. The
+    stop, in the order asked: the run folder's CANCEL stamp (`zbpscale cancel` sent the signal), the scheduler's
+    cancel (scancel: SIGTERM, then the job is killed), else the time left: little, the time-limit warning; plenty or
+    unknown, a preemption. Only rank 0 (`main`), which records the end, asks the time left."""
+    if status == "completed":
+        return ends.classify(ends.Seen(codes=(EXIT_OK,), complete=True))
+    stop: ends.Stop = ""
+    if RunFolder(run_dir).cancel.exists():
+        stop = "cancel"
+    elif cancelled_by_scheduler(job_id):
+        stop = "scancel"
+    elif main and classify_interruption(slurm.seconds_left(job_id), job.signal_delay_s) == "timeout":
+        stop = "timeout"
+    return ends.classify(ends.Seen(codes=(EXIT_REQUEUE,), stop=stop))
+
+
+def record_crash(job: TrainJob, run_dir: Path, job_id: str, err: BaseException) -> None:
+    """Record the end of an attempt whose trainer raised `err` (rank 0): a crash, which the batch script starts again
+    as a new step within max_crashes; a job submitted by an older release does not, so there a lost rank is no
+    decision (recorded crashed: a submit resumes) and anything else fails the run."""
+    last = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}"
+    end = ends.classify(ends.Seen(codes=(EXIT_ERROR,), restarts_crashes=step_restarts(), peer_lost=lost_peer(err)))
+    if not end.retry:
+        record(run_dir, "end", job_id=job_id, why=end.why, reason=last)
+        return
+    retry = History.read(run_dir).retry(end.why, {"crashed": job.max_crashes}, how=last, again="restart")
+    record(run_dir, "end", job_id=job_id, why=end.why if retry.ok else "failed",
+           reason=retry.reason if retry.ok else f"{retry.reason} (last: {last})")
 
 
 def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
     """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it, counted
     as a crash, and end the step: the batch script starts the attempt again from the last checkpoint as a new step
     within max_crashes. A job of an older release is requeued instead (within max_crashes)."""
-    again = _record_hang(run_dir, job_id, reason, job.max_crashes)
+    again = record_hung_end(run_dir, job_id, reason, job.max_crashes, ends.Seen(codes=(EXIT_HUNG,)))
     if step_restarts():
         kill_step()
     elif again:
-        _requeue(job_id)
+        requeue(job_id)
 
 
-def kill_step() -> None:
-    """End this job step at once, every task on every node (SIGKILL: a frozen rank, here or on another node,
-    would keep it alive for ever; its peers are blocked on it). The batch script then decides (`step_ended`)."""
-    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
-    try:
-        subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as err:
-        print(f"scancel --signal=KILL {step} did not go through ({err})", file=sys.stderr, flush=True)
-
-
-def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: int, pids: tuple[int, ...]) -> None:
-    """The sentinel (jobs/sentinel.py) found the trainer frozen: record the hang, then end the frozen attempt: its
-    step killed (the batch script starts a new one within max_crashes), or, for a job of an older release, the job
-    requeued from the last checkpoint or, over max_crashes, its tasks killed so that it ends failed. The
-    frozen ranks of this node (`pids`) are killed first: woken by the scheduler's SIGCONT and SIGTERM instead, a
-    trainer would checkpoint and take the requeue for a cancel (a job that ended is still requeued)."""
-    requeue = _record_hang(run_dir, job_id, reason, max_crashes)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    if step_restarts():  # the batch script decides on the next step once this one has ended
-        kill_step()
-        return
-    if requeue:
-        _requeue(job_id)
-        return
-    try:
-        subprocess.run(["scancel", "--signal=KILL", job_id], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as err:
-        print(f"scancel --signal=KILL {job_id} did not go through ({err})", file=sys.stderr, flush=True)
-
-
-def _record_hang(run_dir: Path, job_id: str, reason: str, max_crashes: int) -> bool:
-    """The attempt's end (hung, or failed over max_crashes); whether it may be requeued."""
-    retry = History.read(run_dir).retry("hung", {"crashed": max_crashes}, reason,
-                                        again="restart" if step_restarts() else "requeue")
-    record(run_dir, "end", job_id=job_id, why="hung" if retry.ok else "failed",
-           reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
-    return retry.ok
-
-
-def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str) -> None:
-    why = classify_interruption(slurm.seconds_left(job_id), job.signal_delay_s)
+def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending) -> None:
+    """A checkpointed attempt that ended at its time limit or by a preemption (`end`): requeued within the sweep's
+    bounds, else failed."""
     bounds = {"timeout": job.max_timeouts, "preempted": job.max_preemptions}
-    retry = History.read(run_dir).retry(why, bounds)
+    retry = History.read(run_dir).retry(end.why, bounds, end.reason)
     if not retry.ok:
         record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
         raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
                         hint="submit again with --retry (after raising the sweep's bound or time limit)")
-    record(run_dir, "end", job_id=job_id, why=why, reason=retry.reason)
-    _requeue(job_id)
-
-
-def _requeue(job_id: str) -> None:
-    try:
-        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as err:
-        # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
-        print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
-              file=sys.stderr, flush=True)
+    record(run_dir, "end", job_id=job_id, why=end.why, reason=retry.reason)
+    requeue(job_id)
 
 
 def holder_gone(holder) -> bool:
@@ -293,8 +258,9 @@ def step_ended(folder: str, code: str, began: str) -> int:
         return 1
     if history.unended_start(job_id):
         how = f"the job step ended (status {code}) without an end record: a rank killed (the OOM killer, kill -9)"
-        retry = history.retry("crashed", {"crashed": job.max_crashes}, how=how, again="restart")
-        record(run_dir, "end", job_id=job_id, why="crashed" if retry.ok else "failed", source="step",
+        why = ends.classify(ends.Seen(unheard=True)).why
+        retry = history.retry(why, {"crashed": job.max_crashes}, how=how, again="restart")
+        record(run_dir, "end", job_id=job_id, why=why if retry.ok else "failed", source="step",
                reason=retry.reason if retry.ok else f"{retry.reason} (last: {how})")
         again = retry.ok
     else:

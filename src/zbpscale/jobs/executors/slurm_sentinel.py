@@ -8,6 +8,10 @@ stop signals SLURM sends to every process of a job (the time-limit warning, a ca
 it must outlive them to watch the last checkpoint and, after it has requeued a frozen job, to kill the frozen
 ranks before the scheduler's SIGCONT wakes them. Started by the same release as the job's code, so its module
 path is no promise (unlike zbpscale.entry's).
+
+How a hung attempt ends on SLURM is here too (`hung_from_outside`, and `record_hung_end` for the trainer's own
+watchdog: slurm_job.py), with the two scheduler actions it takes: the job step killed (`kill_step`: the batch
+script starts a new one, `step_restarts`) or, for a job of an older release, the job requeued (`requeue`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import time
 from pathlib import Path
 
 from zbpscale import lease
-from zbpscale.jobs import sentinel
+from zbpscale.jobs import ends, sentinel
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History, record
 
 
 def start_sentinel(run_dir: Path, job_id: str, *, since: float, timeout_s: float, max_crashes: int):
@@ -34,8 +39,68 @@ def start_sentinel(run_dir: Path, job_id: str, *, since: float, timeout_s: float
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # its output goes to the job's log
 
 
+def step_restarts() -> bool:
+    """Whether this job's batch script starts a crashed or hung attempt again as a new step (`slurm.step_restarts`:
+    jobs submitted since #42); a job of an older release requeues itself instead."""
+    return os.environ.get("ZBPSCALE_STEP_RESTARTS") == "1"
+
+
+def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: int, pids: tuple[int, ...]) -> None:
+    """The sentinel (jobs/sentinel.py) found the trainer frozen: record the hang, then end the frozen attempt: its
+    step killed (the batch script starts a new one within max_crashes), or, for a job of an older release, the job
+    requeued from the last checkpoint or, over max_crashes, its tasks killed so that it ends failed. The
+    frozen ranks of this node (`pids`) are killed first: woken by the scheduler's SIGCONT and SIGTERM instead, a
+    trainer would checkpoint and take the requeue for a cancel (a job that ended is still requeued)."""
+    again = record_hung_end(run_dir, job_id, reason, max_crashes, ends.Seen(stop="hung"))
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if step_restarts():  # the batch script decides on the next step once this one has ended
+        kill_step()
+        return
+    if again:
+        requeue(job_id)
+        return
+    try:
+        subprocess.run(["scancel", "--signal=KILL", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        print(f"scancel --signal=KILL {job_id} did not go through ({err})", file=sys.stderr, flush=True)
+
+
+def record_hung_end(run_dir: Path, job_id: str, reason: str, max_crashes: int, seen: ends.Seen) -> bool:
+    """Record the end of an attempt that hung (`seen`: by the trainer's watchdog, or caught from outside), as
+    jobs/ends.py classifies it, counted as a crash (failed over max_crashes); whether it may be started again."""
+    why = ends.classify(seen).why
+    retry = History.read(run_dir).retry(why, {"crashed": max_crashes}, reason,
+                                        again="restart" if step_restarts() else "requeue")
+    record(run_dir, "end", job_id=job_id, why=why if retry.ok else "failed",
+           reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
+    return retry.ok
+
+
+def kill_step() -> None:
+    """End this job step at once, every task on every node (SIGKILL: a frozen rank, here or on another node,
+    would keep it alive for ever; its peers are blocked on it). The batch script then decides (`step_ended`)."""
+    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    try:
+        subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        print(f"scancel --signal=KILL {step} did not go through ({err})", file=sys.stderr, flush=True)
+
+
+def requeue(job_id: str) -> None:
+    """`scontrol requeue` the job: the same submission starts again and resumes from the run folder."""
+    try:
+        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        # A preempting scheduler may already be requeueing the job (PreemptMode=REQUEUE): say so and go on.
+        print(f"scontrol requeue {job_id} did not go through ({err}); the scheduler may requeue it itself",
+              file=sys.stderr, flush=True)
+
+
 def main(argv: list[str]) -> int:
-    from zbpscale.jobs.executors.slurm_job import hung_from_outside
     from zbpscale.proc import pid_alive, process_start_time
 
     for sig in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):

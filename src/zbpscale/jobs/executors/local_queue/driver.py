@@ -2,7 +2,8 @@
 
 One driver per queue (its lock says which: queue.py). Every tick it renews its lease, and
   1. applies cancel requests (a queued job is dropped; a running one gets SIGUSR2, checkpoints, stops);
-  2. reaps finished attempts and records them in the run's attempts.jsonl, as the SLURM job does:
+  2. reaps finished attempts and records them in the run's attempts.jsonl, classified as the SLURM job's are
+     (jobs/ends.py's `classify`, from the ranks' exit statuses, the COMPLETE stamp and this driver's own signal):
        all ranks exit 0 and COMPLETE is there         -> completed
        exit 75 after our time-limit SIGUSR2 (or killed at the limit) -> timeout, requeued within max_timeouts
        exit 75 otherwise (a dead driver's PDEATHSIG, an outside SIGTERM) -> preempted, within max_preemptions
@@ -32,13 +33,13 @@ import time
 from pathlib import Path
 
 from zbpscale import signals
-from zbpscale.jobs import sentinel
+from zbpscale.jobs import ends, sentinel
 from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
-from zbpscale.jobs.state import step_timeout
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.run.folder import RunFolder, job_log
-from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_LEASE_LOST, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
+from zbpscale.run.snapshot import Snapshot
+from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
 from zbpscale.train.metrics import tail_records
 
 RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
@@ -199,7 +200,7 @@ class Driver:
         seen in the run's log and records, kill its ranks (SIGKILL ends a stopped process too) and requeue it, as
         a hang (settle)."""
         run_dir = Path(e.run_dir)
-        hang = sentinel.check(run_dir, since=e.started, timeout_s=step_timeout(RunFolder(run_dir)), now=now)
+        hang = sentinel.check(run_dir, since=e.started, timeout_s=Snapshot(run_dir).step_timeout, now=now)
         if hang is None:
             return
         if e.pids and not sentinel.holds(run_dir, e.pids[0][0]):  # frozen past its lease and replaced meanwhile
@@ -229,60 +230,57 @@ class Driver:
             log(f"{e.job_id} {e.name}: cancel, SIGUSR2 (checkpoint first)")
             self.signal(e, signal.SIGUSR2, "cancel")
 
-    def settle(self, e: Entry, codes: list[int | None]) -> None:
-        """An attempt ended: record why, then requeue or finish the entry."""
+    def settle(self, e: Entry, codes: list[int | None], unheard_after: int | None = None) -> None:
+        """An attempt ended: record why (jobs/ends.py's `classify`, from its ranks' exit statuses, the run's COMPLETE
+        stamp and this driver's own signal: `e.signalled`), then requeue or finish the entry. `unheard_after`: the
+        last step logged by an adopted attempt that died without a word (settle_adopted)."""
         log_file = job_log(Path(e.log_dir), e.job_id)
         if e.kind == "command":
             ok = all(c == 0 for c in codes)
             self.finish(e, "completed" if ok else "failed", "exit status 0" if ok else _failure(codes, log_file))
             return
         run_dir = Path(e.run_dir)
-        interrupted = all(c in (None, EXIT_REQUEUE) for c in codes)
-        if RunFolder(run_dir).complete.exists():
-            self.finish(e, "completed", "all steps done")
-        elif e.signalled == "cancel" and (interrupted or all(c is not None and c < 0 for c in codes)):
-            self.finish(e, "cancelled", "zbpscale cancel; checkpointed" if interrupted else "zbpscale cancel; killed")
-        elif e.signalled == "hung":  # frozen, and killed by this driver (catch_hang)
-            self.requeue(e, "hung", codes, how=self.hangs.pop(e.job_id, "hung: killed by the driver"))
-        elif (interrupted and e.signalled != "kill") or e.signalled == "timeout":
-            self.requeue(e, "timeout" if e.signalled == "timeout" else "preempted", codes)
-        elif EXIT_LEASE_LOST in codes or e.signalled == "lost":  # the run's records are another trainer's now
-            self.finish(e, "failed", "another trainer took the run folder over while this attempt was silent past "
-                        "its lease; it wrote nothing more", record=False)
-        elif any(c in (EXIT_USAGE, EXIT_DIVERGED) for c in codes):
-            self.finish(e, "failed", _failure(codes, log_file, run_dir))  # the same attempt would end the same way
-        elif EXIT_HUNG in codes:  # the watchdog ended it: no step for step_timeout_s
-            self.requeue(e, "hung", codes, how=_failure(codes, log_file, run_dir))
-        else:
-            self.requeue(e, "crashed", codes, how=_failure(codes, log_file, run_dir))
+        end = ends.classify(ends.Seen(codes=tuple(codes), complete=RunFolder(run_dir).complete.exists(),
+                                      stop=e.signalled, unheard=unheard_after is not None))
+        if end.retry:
+            self.requeue(e, end.why, end.reason or self._detail(e, codes, unheard_after))
+        else:  # not recorded when the run's records are another trainer's now
+            self.finish(e, end.why, end.reason or _failure(codes, log_file, run_dir), record=end.record)
+
+    def _detail(self, e: Entry, codes: list[int | None], unheard_after: int | None) -> str:
+        """Why an attempt that is started again ended, where only this driver can say: the steps an unheard one
+        dropped, the hang it caught (catch_hang), else the failing rank's exit and the last line of its log."""
+        if unheard_after is not None:
+            return _dropped(Path(e.run_dir), unheard_after)
+        if e.signalled == "hung":
+            return self.hangs.pop(e.job_id, "hung: killed by the driver")
+        return _failure(codes, job_log(Path(e.log_dir), e.job_id), Path(e.run_dir))
 
     def settle_adopted(self, e: Entry) -> None:
         """An attempt adopted from a dead driver ended, its exit statuses unseen: its records say how. The trainer's
         end record of this attempt gives the status its ranks exited with (TRAINER_EXITS), and `settle` decides as
         for any attempt. Without one, an attempt that logged steps died without a word, killed with its driver: a
-        crash, whose reason names the steps past its checkpoint that are dropped and redone (`_dropped`). One that
-        logged none stopped before its first step (told to while compiling, it writes no end record): nothing is
-        lost, and it is settled as interrupted."""
+        crash (unless the run is complete), whose reason names the steps past its checkpoint that are dropped and
+        redone (`_dropped`). One that logged none stopped before its first step (told to while compiling, it writes
+        no end record): nothing is lost, and it is settled as interrupted."""
         unseen = [None] * len(e.pids)
         if e.kind != "train":
             self.settle(e, unseen)
             return
-        run_dir = Path(e.run_dir)
-        last = tail_records(RunFolder(run_dir).metrics, ("train", "end"))
+        last = tail_records(RunFolder(Path(e.run_dir)).metrics, ("train", "end"))
         end, train = last.get("end", {}), last.get("train", {})
         word = end.get("why") if end.get("time", 0) >= e.started else None  # this attempt's own end record
         if word in TRAINER_EXITS:
             self.settle(e, [TRAINER_EXITS[word]] * len(e.pids))
-        elif word is None and train.get("time", 0) >= e.started and not RunFolder(run_dir).complete.exists():
-            self.requeue(e, "crashed", unseen, how=_dropped(run_dir, train["step"]))
         else:
-            self.settle(e, unseen)
+            stepped = word is None and train.get("time", 0) >= e.started
+            self.settle(e, unseen, unheard_after=train["step"] if stepped else None)
 
-    def requeue(self, e: Entry, why: str, codes: list[int | None], how: str = "") -> None:
+    def requeue(self, e: Entry, why: str, how: str) -> None:
+        """Queue the attempt that ended for `why` (`how`: its reason) again, within the sweep's bounds, else fail it."""
         from zbpscale.run.history import History
 
         bounds = {"timeout": e.max_timeouts, "preempted": e.max_preemptions, "crashed": e.max_crashes}
-        how = how or ("checkpointed" if all(c in (None, EXIT_REQUEUE) for c in codes) else "killed at the limit")
         retry = History.read(Path(e.run_dir)).retry(why, bounds, how)
         if not retry.ok:
             self.finish(e, "failed", f"{retry.reason} (last: {how})" if why == "crashed" else retry.reason)

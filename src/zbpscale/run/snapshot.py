@@ -1,0 +1,128 @@
+"""One look at a run folder: each of its files read at most once, when first asked for. Torch-free.
+
+status, cancel, collect and submit see a run through a `Snapshot`; the state decision (jobs/state.py) is a pure
+function of a snapshot and the scheduler's view of its job. A snapshot holds what the folder said when each file
+was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read of this one.
+
+    history      attempts.jsonl (run/history.py)
+    config       config.json as written; `train_config` migrated and validated as the trainer would; `broken`
+                 says why the trainer would refuse it
+    heartbeat    heartbeat.json ({} when there is none)
+    plan         plan.json ({} when there is none)
+    metrics      metrics.jsonl's bytes, from which `records` (every record) and `glance` (what status shows) are
+                 parsed; `own` is the trainer's latest start and end records
+    complete     whether COMPLETE is there
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from zbpscale.errors import BrokenRunFolder, ConfigError
+from zbpscale.files import read_json
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
+
+if TYPE_CHECKING:
+    from zbpscale.train.metrics import Glance, Record
+    from zbpscale.train.schema import TrainConfig
+
+
+class Snapshot:
+    """A run folder, read once (see the module docstring)."""
+
+    def __init__(self, run_dir: Path | str):
+        self.folder = RunFolder(run_dir)
+
+    def __repr__(self) -> str:
+        return f"Snapshot({str(self.folder.path)!r})"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    @cached_property
+    def history(self) -> History:
+        return History.read(self.run_dir)
+
+    @cached_property
+    def _config(self) -> tuple[dict | None, str]:
+        try:
+            return self.folder.read_config(), ""
+        except BrokenRunFolder as err:
+            return None, str(err)
+
+    @property
+    def config(self) -> dict | None:
+        """config.json as written; None when there is none or it is not a JSON object (`broken` says)."""
+        return self._config[0]
+
+    @cached_property
+    def _train_config(self) -> tuple[TrainConfig | None, str]:
+        from zbpscale.train.schema import TrainConfig  # the trainer's own reading (run/ is below train: here alone)
+
+        config, error = self._config
+        if config is None:
+            return None, error
+        try:
+            return TrainConfig.from_dict(config, source=str(self.folder.config)), ""
+        except ConfigError as err:
+            return None, str(BrokenRunFolder(err.args[0], hint="fix it, or move the run folder aside to start anew"))
+
+    @property
+    def train_config(self) -> TrainConfig | None:
+        """The TrainConfig the trainer would take from config.json (migrated); None without one it would take."""
+        return self._train_config[0]
+
+    @property
+    def broken(self) -> str:
+        """Why the trainer would refuse the run's config.json (not JSON, or not a valid config by its own
+        validation), with a hint; "" when it would take it, or when there is none (a new run)."""
+        return self._train_config[1]
+
+    @property
+    def step_timeout(self) -> float:
+        """The run's step_timeout_s (its config, migrated); 0 (no bound) without a config the trainer takes."""
+        return self.train_config.step_timeout_s if self.train_config is not None else 0.0
+
+    @cached_property
+    def heartbeat(self) -> dict:
+        return read_json(self.folder.heartbeat)
+
+    @cached_property
+    def plan(self) -> dict:
+        return read_json(self.folder.plan)
+
+    @cached_property
+    def complete(self) -> bool:
+        return self.folder.complete.exists()
+
+    @cached_property
+    def metrics(self) -> bytes:
+        """metrics.jsonl's bytes (b"" when there is none)."""
+        try:
+            return self.folder.metrics.read_bytes()
+        except OSError:
+            return b""
+
+    @cached_property
+    def records(self) -> list[Record]:
+        """Every record of metrics.jsonl, in order (torn lines skipped), as today's types have them."""
+        from zbpscale.train.metrics import records_of
+
+        return records_of(self.metrics)
+
+    @cached_property
+    def glance(self) -> Glance:
+        """What status shows of metrics.jsonl (train/metrics.py's Glance)."""
+        from zbpscale.train.metrics import glance_of
+
+        return glance_of(self.metrics)
+
+    @property
+    def own(self) -> dict[str, Record]:
+        """The trainer's latest `start` and `end` records ({} for each it has not written)."""
+        seen = self.glance
+        return {k: r for k, r in (("start", seen.start), ("end", seen.end)) if r}
