@@ -1,4 +1,4 @@
-"""The smoke sweep: the tiny model x {bp, zbp_n4} on the embedded corpus, CPU only, about a minute on 2 idle cores.
+"""The smoke sweep: the tiny model x {bp, zbp_n4} on the embedded corpus, CPU only, about 40 s on 2 idle cores.
 
     python -m zbpscale.submit sweeps/smoke.py --wait
 """

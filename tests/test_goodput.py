@@ -215,7 +215,7 @@ def test_a_real_run_folder_of_an_older_release_is_read_without_a_write():
 
 
 # ------------------------------------------------------------------------ status --goodput and collect
-def test_status_goodput_shows_each_run_and_the_sweep_total(tmp_path, capsys):
+def test_status_goodput_shows_each_run_and_the_sweep_total(tmp_path, capsys, monkeypatch):
     sweep = tmp_path / "jobs" / "hand"
     write_run(sweep / "nano-bp")
     write_run(sweep / "nano-zbp_n4", records=RECORDS[:12], heartbeat={})  # only its first attempt's records
@@ -230,6 +230,7 @@ def test_status_goodput_shows_each_run_and_the_sweep_total(tmp_path, capsys):
         assert total[key] == pytest.approx(bp[key] + n4[key])
     assert total["goodput"] == pytest.approx(total["training_s"] / total["held_s"])
 
+    monkeypatch.setenv("COLUMNS", "200")  # piped, the table is as wide as COLUMNS (80 would give up a column)
     assert main(["status", str(sweep), "--goodput"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split() == ["run", "held", "goodput", "start-up", "saves", "lost", "other", "queue", "attempts",

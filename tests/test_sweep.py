@@ -5,7 +5,9 @@ seed with the sum of its runs' estimates; each run's steps and
 batch split with hand computation from the budget rule; the sbatch script submitit generates for every
 ladder run with a reviewed golden file (tests/golden/ladder_sbatch.txt; regenerate it with
 ZBPSCALE_UPDATE_GOLDEN=1 after a deliberate change, and review the diff); bad sweep files with the one-line
-error contract (file, line, hint; no traceback).
+error contract (file, line, hint; no traceback); a run the node cannot hold with the same contract for the dry run
+and the submit, and the tree before and after a refused submit; the plan's token count with the budget rounded up to
+whole steps by hand.
 """
 
 import dataclasses
@@ -156,8 +158,24 @@ BAD_SWEEPS = [
         ("bad_train_value.py", "('eval_batches', 2)", "('eval_batches', -2)",
          "bad_train_value.py:11: run tiny-bp: TrainConfig.eval_batches must be an integer >= 1, got -2"),
         ("unknown_tracker.py", "max_timeouts=3,", "max_timeouts=3,\n    trackers=('wandb', 'mlflow'),",  # #34
-         "unknown_tracker.py:13: run tiny-bp: TrainConfig.trackers must be a tuple of tracker names, got ('wandb', "
-         "'mlflow') (hint: trackers: tensorboard, wandb)"),
+         "unknown_tracker.py:13: Sweep.trackers names an unknown tracker 'mlflow' (hint: trackers: tensorboard, "
+         "wandb)"),
+        # #45: the trackers= line and a did-you-mean; seeds named twice at the seeds= line, with a hint that fits
+        ("typo_tracker.py", "max_timeouts=3,", "max_timeouts=3,\n    trackers=('tensorbord',),",
+         "typo_tracker.py:13: Sweep.trackers names an unknown tracker 'tensorbord' (hint: did you mean "
+         "'tensorboard'?)"),
+        ("tracker_not_a_name.py", "max_timeouts=3,", "max_timeouts=3,\n    trackers=(None,),",
+         "tracker_not_a_name.py:13: Sweep.trackers must be a tuple of tracker names, e.g. ('tensorboard',), got "
+         "(None,)"),
+        ("repeated_seed.py", "max_timeouts=3,", "max_timeouts=3,\n    seeds=(0, 0),",
+         "repeated_seed.py:13: Sweep.seeds names seed 0 more than once: (0, 0) (hint: each seed once: "
+         "seeds=(0, 1))"),
+        ("repeated_seeds.py", "max_timeouts=3,", "max_timeouts=3,\n    seeds=(0, 1, 1, 3),",
+         "repeated_seeds.py:13: Sweep.seeds names seed 1 more than once: (0, 1, 1, 3) (hint: each seed once: "
+         "seeds=(0, 1, 2, 3))"),
+        ("repeated_arm.py", 'arm("zbp_n4")', 'arm("bp")',
+         "repeated_arm.py:8: Sweep 't' has duplicate run names: tiny-bp (hint: each size and arm may appear once; "
+         "use seeds for repeats)"),
     )],
 ]
 
@@ -202,6 +220,69 @@ def test_plan_checks_the_batch_against_prepared_data(tmp_path, data_dir, tasks, 
     assert out.returncode == code, out.stderr
     assert expect in (out.stdout + out.stderr).replace("\n", " ")
     assert "Traceback" not in out.stderr and not (tmp_path / "fit").exists()  # a dry run writes nothing
+
+
+def test_a_bare_tracker_name_is_one_name_not_its_letters():
+    """#45: trackers="tensorboard" is the tuple ("tensorboard",) (a list is a tuple too), down to each run's config."""
+    sizes, data = (Size(name="tiny", global_batch=8, tokens=8192),), Data(dir="d")
+    for given in ("tensorboard", ["tensorboard"], ("tensorboard",)):
+        sweep = Sweep(name="x", sizes=sizes, arms=(arm("bp"),), data=data, trackers=given)
+        assert sweep.trackers == ("tensorboard",) and expand(sweep)[0].train_config().trackers == ("tensorboard",)
+        assert dataclasses.replace(sweep, name="y").trackers == ("tensorboard",)
+
+
+GPU_SWEEP = """from zbpscale.sweep import *
+R = Resources(cpus_per_task=1, time_min=30,
+              gpus_per_node=1)
+SWEEP = Sweep(name='gpu', sizes=(Size(name='tiny', global_batch=8, tokens=8192, resources=R),),
+    arms=(arm('bp'),), data=Data(dir='data', source='embedded'), root={root!r})
+"""
+
+
+@pytest.mark.parametrize("root_exists", [False, True], ids=["new-root", "root-with-another-sweep"])
+def test_a_run_this_node_cannot_hold_is_refused_by_the_dry_run_and_the_submit_alike(tmp_path, root_exists):
+    """#45: gpus_per_node=1 on a node without GPUs (the local queue): the dry run and the submit print the same one
+    line at the sweep file's gpus_per_node= line, both exit 2, and the refused submit leaves every byte of the tree
+    as it was (no sweep folder, no .submit.lock, no jobs root it made)."""
+    root = tmp_path / "jobs"
+    if root_exists:
+        (root / "other" / "tiny-bp").mkdir(parents=True)
+        (root / "other" / "tiny-bp" / "config.json").write_text("{}")
+    path = tmp_path / "gpu.py"
+    path.write_text(GPU_SWEEP.format(root=str(root)))
+
+    def tree() -> dict:
+        return {str(p): p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+
+    before, errors = tree(), set()
+    for extra in (["--dry-run"], []):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "local", *extra],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # a node without GPUs
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+        assert "warning" not in out.stdout and "tiny-bp" in out.stdout  # the plan, then the refusal
+        errors.add(out.stderr)
+        assert tree() == before, extra
+    assert errors == {f"error: {path}:3: tiny-bp needs 1 GPU; this node has 0 (hint: lower Resources.gpus_per_node "
+                      "in the sweep (CPU runs: gpus_per_node=0), or check CUDA_VISIBLE_DEVICES)\n"}
+
+
+@pytest.mark.parametrize("seq, note", [
+    (1024, "note: tiny: tokens 20,480 rounded up to 24,576 (3 steps of 8,192 tokens)"),  # 20,480 / 8,192 = 2.5
+    (128, None),  # 20,480 / 1,024 = 20 steps: nothing to say
+])
+def test_the_plan_says_when_a_token_budget_is_rounded_up_to_whole_steps(tmp_path, seq, note):
+    """#45 item 5: a budget that is not a whole number of steps (batch x seq_len) trains the next whole step; the
+    plan's tokens column shows it and a note says it, once per size (the two arms share it)."""
+    path = tmp_path / "round.py"
+    path.write_text(MULTILINE.replace("seq_len=128", f"seq_len={seq}"))  # tokens=8 * 128 * 20, global_batch=8
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    notes = [line for line in out.stdout.splitlines() if line.startswith("note: tiny:") or "rounded" in line]
+    assert notes == ([note] if note else [])
+    assert ("24,576" in out.stdout) == bool(note)  # the tokens column says the same
 
 
 def test_ladder_plan_scales_each_size_by_its_own_gpu_ratio():

@@ -4,7 +4,8 @@ Every command lives in a module with `add_arguments(parser)` and `run(args) -> e
 them, builds the parser (importing nothing heavy: each module keeps torch, rich and matplotlib inside `run`)
 and turns a `ZbpError`, the user's mistake, into one line on stderr with exit status 2. Anything else is a bug
 and keeps its traceback. `python -m zbpscale.<command> ...` is the same command (the thin entry modules
-submit.py, status.py, ... beside this file).
+submit.py, status.py, ... beside this file). Every parser fills its help to the terminal's width
+(text.HelpFormatter); `zbpscale` alone lists the commands and exits 0.
 """
 
 from __future__ import annotations
@@ -14,26 +15,28 @@ import importlib
 import sys
 
 from zbpscale.errors import ZbpError, report
+from zbpscale.text import HelpFormatter
 
 # name: (module, one line for `zbpscale --help`, what the command's own --help adds: examples, exit status)
 COMMANDS = {
     "submit": ("zbpscale.jobs.submit", "plan a sweep and submit the runs it still needs (SLURM, else the local queue)",
                """examples:
-  zbpscale submit sweeps/smoke.py --wait          the embedded default, on this machine's CPU
-  zbpscale submit sweeps/ladder.py --dry-run      the plan: runs, tokens, steps, GPU-hours; nothing is written
+  zbpscale submit sweeps/smoke.py --wait        the embedded default, on CPU
+  zbpscale submit sweeps/ladder.py --dry-run    the plan; nothing is written
   zbpscale submit sweeps/ladder.py --only 's60-*,*-bp'
 
-Safe to run again at any time: complete runs are skipped, interrupted ones resume from their checkpoint, live
-ones are left alone. Runs go to <root>/<sweep name>/, the root printed with the plan (a sweep's relative paths
-start at its project folder: the folder that holds sweeps/).
+The plan (each run's parameters, tokens, steps and GPU-hours) is printed before anything is queued. Safe to
+run again at any time: complete runs are skipped, interrupted ones resume from their checkpoint, live ones are
+left alone. Runs go to <root>/<sweep name>/, the root printed with the plan (a sweep's relative paths start at
+its project folder: the folder that holds sweeps/).
 exit status: 0 submitted (with --wait: all complete), 1 with --wait: a run did not complete, 2 a mistake"""),
     "status": ("zbpscale.jobs.status", "every run of a sweep at a glance (exit 0 all complete, 1 failed, 3 unfinished)",
                """examples:
-  zbpscale status                            every sweep under ./jobs
-  zbpscale status sweeps/ladder.py           one sweep, by its file or its folder (jobs/ladder)
-  zbpscale status jobs/ladder --watch        refresh every 10 s (plain lines when not on a terminal)
+  zbpscale status                          every sweep under ./jobs
+  zbpscale status sweeps/ladder.py         one sweep: its file, or jobs/ladder
+  zbpscale status jobs/ladder --watch      refresh every 10 s
   zbpscale status jobs/ladder --logs s60-zbp_n16
-  zbpscale status jobs/ladder --goodput      held hours per run: goodput and where the rest went
+  zbpscale status jobs/ladder --goodput    where each run's held hours went
 
 states: complete, running, stalled, queued, unknown, stopped, new, cancelled, failed, broken
 exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish"""),
@@ -48,46 +51,50 @@ exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a 
   zbpscale collect sweeps/smoke.py --out results/smoke"""),
     "plot": ("zbpscale.results.plot", "the paper's table and figures from a results folder",
              """example:
-  zbpscale plot results/smoke                table.md and figures/ (loss curves, gap vs scale, c, rho_k)"""),
+  zbpscale plot results/smoke      table.md, claims.md and figures/
+
+figures/: loss curves, the gap against scale, c and rho_k."""),
     "upload": ("zbpscale.results.upload",
                "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
                """example:
-  hf auth login                                        once: the token is stored, never typed on a command line
+  hf auth login       once: the token is stored, never typed on a command line
   zbpscale upload results/smoke --repo you/zbpscale-results
 
 The token comes from `hf auth login` or an HF_TOKEN already in the environment (a batch job's secret)."""),
     "sync": ("zbpscale.results.sync", "upload a sweep's offline W&B runs (from a machine with the network)",
              """examples:
-  zbpscale sync sweeps/ladder.py --dry-run        what waits to be uploaded, run by run
-  zbpscale sync jobs/ladder                       upload it (key: WANDB_API_KEY or `wandb login`)
+  zbpscale sync sweeps/ladder.py --dry-run    what waits to be uploaded
+  zbpscale sync jobs/ladder                   upload it
 
-Each zbpscale run is one W&B run: its attempts' offline folders are uploaded oldest first; what was uploaded is
-marked and never sent twice.
+The W&B key: WANDB_API_KEY, else the one `wandb login` stored. Each zbpscale run is one W&B run: its
+attempts' offline folders are uploaded oldest first; what was uploaded is marked and never sent twice.
 exit status: 0 uploaded (or nothing to upload), 2 a mistake or a failed upload"""),
     "prepare-data": ("zbpscale.data.prepare_cli",
                      "tokenize a corpus into GPT-2 BPE uint16 shards (submit does it when a sweep needs it)",
                      """examples:
-  zbpscale prepare-data --source embedded --data data/embedded      CPython's help topics, 139k tokens
-  zbpscale prepare-data --source sotu --data data/sotu              State of the Union addresses, 2.39M tokens
-  zbpscale prepare-data --source fineweb-edu --tokens 3e9 --data data/fineweb --workers 16
+  zbpscale prepare-data --source embedded --data data/embedded
+  zbpscale prepare-data --source sotu --data data/sotu
+  zbpscale prepare-data --source fineweb-edu --tokens 3e9 --data data/fineweb
 
+embedded: CPython's help topics, 139k tokens; sotu: State of the Union addresses, 2.39M tokens; a large
+source is tokenized faster with --workers (16 for fineweb-edu's 3e9).
 Re-running the same command continues an interrupted prep and checks a finished one."""),
     "sizes": ("zbpscale.train.schema", "the model size presets: layers, width, context, parameter counts",
               "Parameters are counted in closed form (embeddings included; non-embedding in the last column)."),
     "doctor": ("zbpscale.doctor", "check this machine: versions, GPUs, disk, data, SLURM, tokenizer",
                """example:
-  zbpscale doctor sweeps/ladder.py           also checks that sweep's data and run folders"""),
+  zbpscale doctor sweeps/ladder.py    also checks its data and run folders"""),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zbpscale", description="ZBP vs backprop scaling studies on SLURM or "
-                                     "one node: sweeps, runs, results.")
+                                     "one node: sweeps, runs, results.", formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, summary, more) in COMMANDS.items():
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=more,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=HelpFormatter)
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser
@@ -96,9 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    if not argv:  # `zbpscale` alone: the list of commands, not only argparse's complaint
-        parser.print_help(sys.stderr)
-        return 2
+    if not argv:  # `zbpscale` alone: the list of commands, which is not a mistake
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0

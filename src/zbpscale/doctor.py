@@ -208,7 +208,7 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
 def check_slurm(timeout: float = TIMEOUT_S) -> list[Check]:
     conf = os.environ.get("SLURM_CONF")
     level = "fail" if conf else "warn"  # SLURM_CONF says SLURM is meant to be used here
-    where = f" (SLURM_CONF={conf})" if conf else ""
+    where = f" (SLURM_CONF is {conf})" if conf else ""  # the path a word of its own: a narrow table wraps at spaces
     if shutil.which("sinfo") is None:
         return [Check(name="SLURM", level=level, detail="sinfo not found" + where,
                       hint="install the SLURM client, or run without SLURM (the local queue)")]
@@ -306,7 +306,7 @@ def print_checks(checks: list[Check]) -> None:
         table.add_column(col, overflow="fold")
     for c in checks:
         table.add_row(Text(c.name), marks[c.level], Text(c.detail), Text(c.hint or ""))
-    console = Console(width=terminal_width() or 160)
+    console = Console(width=terminal_width())  # piped too: as wide as $COLUMNS, else 80
     console.print(table)
     fails = sum(c.level == "fail" for c in checks)
     console.print("[red]" + f"{fails} problem(s) block running[/]" if fails else "[green]nothing blocks running[/]")

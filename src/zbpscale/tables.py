@@ -1,8 +1,10 @@
-"""Tables for people: one width rule for `zbpscale status`, submit's plan and `zbpscale doctor`.
+"""Tables for people: one width rule for `zbpscale status`, submit's plan, `zbpscale doctor` and every --help
+(text.HelpFormatter fills help to the same width).
 
-On a terminal a table is never wider than the terminal: columns of short values are given up, in an order each
-table states (least useful first), until the rest fits, and columns of text fold; written to a pipe or a file,
-every column is shown in full. `--json` (status) is the form for programs.
+A table is never wider than the terminal, or than $COLUMNS when written to a pipe or a file (80 columns when
+neither says): columns whose every cell is empty are given up first, then columns of short values in an order
+each table states (least useful first), until the rest fits, and columns of text fold. Status's tables are boxed
+on a terminal and plain lines elsewhere. `--json` (status) is the form for programs.
 """
 
 from __future__ import annotations
@@ -11,18 +13,26 @@ import shutil
 import sys
 
 
-def terminal_width() -> int | None:
-    """The terminal's width in columns, or None when stdout is not a terminal (nothing is given up)."""
-    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+def terminal_width() -> int:
+    """The width output is fitted to, in columns: the terminal's; $COLUMNS when stdout is a pipe or a file (or
+    $COLUMNS set on a terminal); 80 when neither says (shutil.get_terminal_size)."""
+    return shutil.get_terminal_size().columns
 
 
-def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict[str, str]], width: int | None,
-                *, at_least: int = 3) -> list[str]:
-    """The columns to show, in `columns` order: all of them, or as many as fit `width` characters in a boxed
-    table (3 per column and 1 more), given up in `keep`'s order from its end, never fewer than `at_least`."""
-    need = {c: max([len(c)] + [len(r[c]) for r in rows]) + 3 for c in columns}
-    kept = list(keep)
-    while width is not None and len(kept) > at_least and sum(need[c] for c in kept) + 1 > width:
+def on_terminal() -> bool:
+    """Whether stdout is a terminal: tables are boxed there, plain lines elsewhere."""
+    return sys.stdout.isatty()
+
+
+def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict[str, str]], width: int, *,
+                at_least: int = 3, boxed: bool = True) -> list[str]:
+    """The columns to show, in `columns` order: all of them, or as many as fit `width` characters, given up
+    first those whose every cell is empty, then in `keep`'s order from its end, never fewer than `at_least`. A
+    boxed table takes 3 characters per column and 1 more; plain lines 2 between columns."""
+    pad, edge = (3, 1) if boxed else (2, -2)
+    need = {c: max([len(c)] + [len(r[c]) for r in rows]) + pad for c in columns}
+    kept = [c for c in keep if any(r[c] for r in rows)] + [c for c in keep if not any(r[c] for r in rows)]
+    while len(kept) > at_least and sum(need[c] for c in kept) + edge > width:
         kept.pop()
     return [c for c in columns if c in kept]
 

@@ -1,17 +1,21 @@
-"""Words for people, once each: choosing runs by name patterns, a did-you-mean for a mistyped name, and a path as
-one would type it.
+"""Words for people, once each: choosing runs by name patterns, a did-you-mean for a mistyped name, a path as
+one would type it, and every command's --help filled to the width of the terminal.
 
-Torch-free, and imports only zbpscale.errors: every command and the sweep loader use it.
+Torch-free, and imports only zbpscale.errors and zbpscale.tables: every command and the sweep loader use it.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import fnmatch
+import re
+import textwrap
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zbpscale.errors import ConfigError
+from zbpscale.tables import terminal_width
 
 T = TypeVar("T")
 
@@ -58,3 +62,47 @@ def shown_path(path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+# ------------------------------------------------------------------------------------------------ --help
+LABEL = re.compile(r"[a-z]+( [a-z]+)?:( |$)")
+"""A line that opens a paragraph of its own: a label of one or two words ('examples:', 'exit status: 0 ...')."""
+
+
+def fill_help(text: str, width: int) -> list[str]:
+    """A description or epilog as lines of at most `width` columns. Prose (lines in a row that begin with no
+    space; a LABEL line starts a new run) is refilled; an indented line (an example) is kept as written, and
+    only a line wider than `width` is folded, under a deeper indent: the examples are written to fit 78 columns
+    (an 80-column terminal less argparse's margin), so they stay whole there."""
+    lines, prose = [], []
+
+    def flush():
+        lines.extend(textwrap.wrap(" ".join(prose), width, break_long_words=False, break_on_hyphens=False))
+        prose.clear()
+
+    for line in text.splitlines():
+        if not line.strip() or line[0] == " " or LABEL.match(line):
+            flush()
+        if not line.strip():
+            lines.append("")
+        elif line[0] == " ":
+            indent = line[:len(line) - len(line.lstrip())]
+            lines += [line] if len(line) <= width else textwrap.wrap(
+                line.strip(), width, initial_indent=indent, subsequent_indent=indent + "    ",
+                break_long_words=False, break_on_hyphens=False)
+        else:
+            prose.append(line.strip())
+    flush()
+    return lines
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, as wide as tables.terminal_width less argparse's margin of 2 (the terminal's width, or
+    $COLUMNS when piped, else 80), its description and epilog filled by `fill_help`. Every command's parser
+    uses it (cli.py, and the trainer's)."""
+
+    def __init__(self, prog: str, **kwargs):
+        super().__init__(prog, **{"width": terminal_width() - 2, **kwargs})
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line if line else "" for line in fill_help(text, width - len(indent)))

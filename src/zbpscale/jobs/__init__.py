@@ -8,6 +8,7 @@
                     recorded by submit, under the sweep's lock
     reasons.py      a failed job's reason sharpened from its log's tail
     sweep.py        Sweep / Size / Data / Resources: a sweep file, checked at load; the arms (ARMS)
+    sweep_checks.py where a sweep file's mistake is: field_error and the line of its field (at load, or after)
     submit.py, status.py, cancel.py    the commands
     goodput_table.py  status --goodput: each run's held hours split (run/goodput.py), and the sweep's total
     poller.py       Poller: what waits asks the scheduler at most once per Sweep.poll_s, backed off when it fails

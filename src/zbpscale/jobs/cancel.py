@@ -98,5 +98,6 @@ def run(args) -> int:
     if left:
         print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
         return 1
-    print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume them)")
+    print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume "
+          f"{'it' if len(asked) == 1 else 'them'})")
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zbpscale.jobs.runs import Run
 from zbpscale.run.goodput import BUCKETS, Goodput, read
-from zbpscale.tables import age, fit_columns, terminal_width
+from zbpscale.tables import age, fit_columns, on_terminal, terminal_width
 
 WORDS = {"training": "training", "startup": "start-up", "saves": "saves", "lost": "lost", "other": "other"}
 """How the tables name each part of held time (run/goodput.py's BUCKETS)."""
@@ -72,8 +72,14 @@ def _cells(rows: list[dict]) -> list[dict[str, str]]:
     return [{h: cell(r) for h, cell, _ in COLUMNS} for r in rows]
 
 
+def _fit(shown: list[dict[str, str]], width: int, *, boxed: bool) -> list[str]:
+    """The headers of the columns that fit `width` (given up in COLUMNS' keep order)."""
+    headers = tuple(h for h, _, _ in COLUMNS)
+    return fit_columns(headers, tuple(h for h, _, _ in sorted(COLUMNS, key=lambda c: c[2])), shown, width, boxed=boxed)
+
+
 def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
-    """Every column, as plain lines (pipes, files, logs)."""
+    """Plain lines (pipes, files, logs), the columns that fit tables.terminal_width."""
     lines = []
     for name, found in sweeps:
         lines.append(title(name))
@@ -81,31 +87,30 @@ def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
             lines.append("no run has started")
             continue
         shown = _cells(found)
-        width = {h: max([len(h)] + [len(c[h]) for c in shown]) for h, _, _ in COLUMNS}
+        kept = _fit(shown, terminal_width(), boxed=False)
+        width = {h: max([len(h)] + [len(c[h]) for c in shown]) for h in kept}
         line = lambda d: "  ".join(d[h].ljust(width[h]) if h in LEFT else d[h].rjust(width[h])  # noqa: E731
-                                   for h, _, _ in COLUMNS).rstrip()
-        lines += [line({h: h for h, _, _ in COLUMNS}), *(line(c) for c in shown), footer(found)]
+                                   for h in kept).rstrip()
+        lines += [line({h: h for h in kept}), *(line(c) for c in shown), footer(found)]
     return "\n".join(lines)
 
 
 def show(sweeps: list[tuple[str, list[dict]]]) -> None:
-    """Fitted to the terminal (columns given up in COLUMNS' keep order), or plain lines when stdout is not one."""
-    width = terminal_width()
-    if width is None:
+    """Boxed on a terminal, plain lines when stdout is not one; as wide as tables.terminal_width."""
+    if not on_terminal():
         print(plain(sweeps), flush=True)
         return
     from rich.console import Console, Group
     from rich.table import Table
     from rich.text import Text
 
-    parts = []
+    width, parts = terminal_width(), []
     for name, found in sweeps:
         if not found:
             parts += [Text(title(name)), Text("no run has started")]
             continue
         shown = _cells(found)
-        headers = tuple(h for h, _, _ in COLUMNS)
-        kept = fit_columns(headers, tuple(h for h, _, _ in sorted(COLUMNS, key=lambda c: c[2])), shown, width)
+        kept = _fit(shown, width, boxed=True)
         t = Table(title=title(name), title_justify="left")
         for h in kept:
             t.add_column(h, justify="left" if h in LEFT else "right", no_wrap=True)

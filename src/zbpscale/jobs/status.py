@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,7 @@ from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import age, fit_columns, fmt_tokens, plural, seed_count, terminal_width
+from zbpscale.tables import age, fit_columns, fmt_tokens, on_terminal, plural, seed_count, terminal_width
 from zbpscale.train.metrics import Divergence, diverged
 
 
@@ -144,7 +142,8 @@ STYLE = {"complete": "green", "running": "cyan", "queued": "blue", "stalled": "b
 @dataclass(frozen=True)
 class Column:
     """A column of status's table: its header, its cell from a run's row, and its place in the order columns are
-    given up on a narrow terminal (`keep`: lower is kept longer). A new column is one entry in COLUMNS."""
+    given up on a narrow terminal (`keep`: lower is kept longer; a column empty in every row goes first). A new
+    column is one entry in COLUMNS."""
 
     header: str
     cell: Callable[[dict], str]
@@ -196,13 +195,19 @@ def cells(rows: list[dict], columns: tuple[Column, ...]) -> list[dict[str, str]]
     return [{c.header: c.cell(r) for c in columns} for r in rows]
 
 
-def table(name: str, rows: list[dict], width: int | None):
+def fitted(rows: list[dict], width: int, *, boxed: bool) -> tuple[list[dict[str, str]], list[str], set[str]]:
+    """(each row's cells, the headers of the columns that fit `width`, the left-aligned headers)."""
+    available = shown_columns(rows)
+    shown = cells(rows, available)
+    columns = fit_columns(tuple(c.header for c in available),
+                          tuple(c.header for c in sorted(available, key=lambda c: c.keep)), shown, width, boxed=boxed)
+    return shown, columns, {c.header for c in available if c.left}
+
+
+def table(name: str, rows: list[dict], width: int):
     from rich.table import Table
 
-    available = shown_columns(rows)
-    shown, left = cells(rows, available), {c.header for c in available if c.left}
-    columns = fit_columns(tuple(c.header for c in available),
-                          tuple(c.header for c in sorted(available, key=lambda c: c.keep)), shown, width)
+    shown, columns, left = fitted(rows, width, boxed=True)
     t = Table(title=title(name, rows), title_justify="left")
     for col in columns:
         t.add_column(col, justify="left" if col in left else "right", no_wrap=True)
@@ -211,13 +216,12 @@ def table(name: str, rows: list[dict], width: int | None):
     return t
 
 
-def plain_table(name: str, rows: list[dict]) -> list[str]:
-    """The same table as plain text lines, every column (for files, pipes and logs)."""
-    available = shown_columns(rows)
-    shown, columns = cells(rows, available), [c.header for c in available]
-    left = {c.header for c in available if c.left}
-    width = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in columns}
-    line = lambda d: "  ".join(d[c].ljust(width[c]) if c in left else d[c].rjust(width[c])  # noqa: E731
+def plain_table(name: str, rows: list[dict], width: int | None = None) -> list[str]:
+    """The same table as plain text lines (for files, pipes and logs), the columns that fit `width` (default:
+    tables.terminal_width)."""
+    shown, columns, left = fitted(rows, width or terminal_width(), boxed=False)
+    wide = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in columns}
+    line = lambda d: "  ".join(d[c].ljust(wide[c]) if c in left else d[c].rjust(wide[c])  # noqa: E731
                                for c in columns).rstrip()
     return [title(name, rows), line({c: c for c in columns}), *(line(d) for d in shown)]
 
@@ -265,7 +269,7 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
     return found
 
 
-def render(sweeps: list[tuple[str, list[dict]]], width: int | None):
+def render(sweeps: list[tuple[str, list[dict]]], width: int):
     from rich.console import Group
     from rich.text import Text
 
@@ -284,13 +288,13 @@ def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
 
 
 def show(data: list[tuple[str, list[dict]]]) -> None:
-    """The tables: fitted to the terminal, or plain lines when stdout is not one."""
-    width = terminal_width()
-    if width is None:
+    """The tables: boxed on a terminal, plain lines when stdout is not one; as wide as tables.terminal_width."""
+    if not on_terminal():
         print(plain(data), flush=True)
         return
     from rich.console import Console
 
+    width = terminal_width()
     Console(width=width).print(render(data, width))
 
 
@@ -298,7 +302,7 @@ def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tu
     """Refresh until Ctrl-C: in place on a terminal; elsewhere a timestamped block, flushed, each time the
     table changes (a running run's heartbeat age changes it at every refresh) and at least every 10 refreshes,
     so a log file follows the sweep."""
-    if not sys.stdout.isatty():
+    if not on_terminal():
         shown, quiet = "", 0
         try:
             while True:
@@ -315,14 +319,14 @@ def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tu
     from rich.console import Console
     from rich.live import Live
 
-    width = shutil.get_terminal_size().columns
+    width = terminal_width()
     console = Console(width=width)
     with Live(render(data, width), console=console, auto_refresh=False) as live:
         try:
             while True:
                 time.sleep(every_s)
                 data = gather()
-                live.update(render(data, shutil.get_terminal_size().columns), refresh=True)
+                live.update(render(data, terminal_width()), refresh=True)
         except KeyboardInterrupt:
             pass
     return data

@@ -37,11 +37,12 @@ from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
 from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, expand, load_sweep
+from zbpscale.jobs.sweep_checks import in_sweep_file
 from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import fit_columns, fmt_tokens, plural, seed_count, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, on_terminal, plural, seed_count, terminal_width
 from zbpscale.text import matches, patterns, select, shown_path
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
@@ -104,6 +105,21 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     return notes
 
 
+def budget_notes(runs: list[PlannedRun]) -> list[str]:
+    """One line per size whose `tokens` are not a whole number of steps: the run trains whole steps, so its tokens
+    are rounded up to the next step (the plan's tokens column shows what it trains)."""
+    notes = []
+    for run in runs:
+        cfg, asked = run.train_config(), run.size.tokens
+        step = cfg.global_batch * cfg.seq_len
+        if asked and cfg.steps * step != asked:
+            how = "rounded up" if cfg.steps * step > asked else "cut"
+            note = (f"{run.size.name}: tokens {asked:,} {how} to {cfg.steps * step:,} ({plural(cfg.steps, 'step')} of "
+                    f"{step:,} tokens)")
+            notes += [note] if note not in notes else []
+    return notes
+
+
 PLAN_COLUMNS = ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
                 "GPU-h", "action")
 PLAN_KEEP = ("run", "action", "params", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
@@ -138,16 +154,16 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
         table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
     for cells in shown:
         table.add_row(*(cells[c] for c in columns))
-    console = Console(width=width or 1000)
+    console, piped = Console(width=width), not on_terminal()  # piped: the table fits $COLUMNS, the prose is unwrapped
     console.print(table)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
     cpu = "; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows) else ""
     console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
                   f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
-                  soft_wrap=width is None)
+                  soft_wrap=piped)
     if total:
-        console.print(seed_cost(sweep, rows), soft_wrap=width is None)
+        console.print(seed_cost(sweep, rows), soft_wrap=piped)
     console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
 
 
@@ -188,16 +204,25 @@ SUBMIT_STALE_S = 120.0
 def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
     """One submit at a time plans and submits a sweep (two terminals or login nodes, a cron job and a person): the
     others wait, then see its jobs. lease.try_lock on <sweep folder>/.submit.lock, renewed by a thread while the
-    submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_STALE_S later."""
+    submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_STALE_S later. A
+    submit that wrote nothing beside its lock (one refused) removes the folders it made for it: it leaves nothing."""
     path = sweep.jobs_dir / ".submit.lock"
+    made = [p for p in (sweep.jobs_dir, *sweep.jobs_dir.parents) if not p.exists()]  # made by this submit's lock
     lock, holder = wait_lock(path, stale_after_s=SUBMIT_STALE_S, wait_s=wait_s, poll_s=poll_s, waiting=lambda holder:
                              print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it",
                                    flush=True))
     if lock is None:
         raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after {wait_s:.0f} s",
                           hint="let it finish, or stop it, then submit again")
-    with lock.keep_renewed():
-        yield lock
+    try:
+        with lock.keep_renewed():
+            yield lock
+    finally:
+        if made and sweep.jobs_dir.is_dir() and [p.name for p in sweep.jobs_dir.iterdir()] == [path.name]:
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # one that is not empty (another submit's lock) stays
+                for folder in made:
+                    folder.rmdir()
 
 
 def submit(path: str, *, dry_run: bool = False, only: str | None = None, executor: str = "auto",
@@ -227,20 +252,20 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         states = {r.name: decided[r.name].state for r in runs}
         actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
         todo = [r for r in runs if actions[r.name] in SUBMITS]
-        notes = data_notes(sweep, todo) + broken_notes([decided[r.name] for r in runs]) + view.notes
+        notes = budget_notes(runs) + data_notes(sweep, todo)
+        notes += broken_notes([decided[r.name] for r in runs]) + view.notes
         notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run,
                               looks={r.name: decided[r.name].seen for r in runs})
         notes += unplanned_notes([decided[r.name] for r in dropped])
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
             print(f"note: {note}")
-        if dry_run:  # what the real submit would refuse, said now (without importing torch)
-            try:
-                back.check(todo, quick=True)
-            except ConfigError as err:
-                print(f"warning: {back.label} could not run this: {err}")
+        try:  # what the submit refuses, the dry run refuses (without importing torch), at the sweep file's line
+            back.check(todo, quick=dry_run)
+        except ConfigError as err:
+            raise in_sweep_file(path, err) from None
+        if dry_run:
             return sweep, runs, back, actions, []
-        back.check(todo)
         for run in (r for r in todo if actions[r.name] == "retry"):  # say what --retry resets
             counts = decided[run.name].history.requeue_counts()
             print(f"{run.name}: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F "

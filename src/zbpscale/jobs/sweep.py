@@ -8,7 +8,6 @@ folder at `<root>/<sweep>/<run>`. Nothing here submits or trains: `zbpscale.subm
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import math
@@ -21,31 +20,19 @@ from typing import Mapping
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
+from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.folder import RunFolder, run_name
 from zbpscale.text import closest, did_you_mean
-from zbpscale.train.schema import SIZES, ModelConfig, TrainConfig, flops_per_token, model_config, n_params
+from zbpscale.train.schema import (
+    SIZES,
+    ModelConfig,
+    TrainConfig,
+    flops_per_token,
+    model_config,
+    n_params,
+    tracker_error,
+)
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
-
-
-def field_error(owner: str, name: str, message: str, hint: str | None = None) -> ConfigError:
-    """A ConfigError about the keyword `name` of an `owner(...)` call in a sweep file: load_sweep points at the
-    line of that keyword."""
-    err = ConfigError(message, hint=hint)
-    err.field = (owner, name)
-    return err
-
-
-def _need(owner: str, label: str, name: str, value, ok: bool, want: str) -> None:
-    if isinstance(value, bool) or not ok:
-        raise field_error(owner, name, f"{label}{name} must be {want}, got {value!r}")
-
-
-def _int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +66,7 @@ class Resources:
         for name, low in (("nodes", 1), ("time_min", 1), ("cpus_per_task", 1), ("gpus_per_node", 0),
                           ("tasks_per_node", 0), ("mem_gb", 0)):
             value = getattr(self, name)
-            _need("Resources", "Resources.", name, value, _int(value) and value >= low, f"an integer >= {low}")
+            need("Resources", "Resources.", name, value, is_int(value) and value >= low, f"an integer >= {low}")
         if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
             raise field_error("Resources", "tasks_per_node", f"Resources.tasks_per_node={self.tasks_per_node} must "
                               f"equal gpus_per_node={self.gpus_per_node} (one rank per GPU), or be 0")
@@ -108,7 +95,8 @@ class Size:
     micro_batch: int = 0
     """Sequences per forward pass per rank (0 = no accumulation)."""
     tokens: int = 0
-    """Training tokens; 0 = tokens_per_param x parameters."""
+    """Training tokens; 0 = tokens_per_param x parameters. Runs train whole steps: a budget that is not a multiple
+    of global_batch x seq_len is rounded up to the next step (the plan says so)."""
     tokens_per_param: float = 20.0
     """Budget rule when tokens is 0 (20 is Chinchilla's)."""
     lr: float = 3e-4
@@ -125,20 +113,20 @@ class Size:
             raise field_error("Size", "name", f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}",
                               hint=did_you_mean(self.name, SIZES, say=repr) or "zbpscale sizes lists them")
         label = f"Size {self.name}: "
-        for name, ok, want in (("global_batch", _int(self.global_batch) and self.global_batch >= 1,
+        for name, ok, want in (("global_batch", is_int(self.global_batch) and self.global_batch >= 1,
                                 "an integer >= 1"),
-                               ("micro_batch", _int(self.micro_batch) and self.micro_batch >= 0,
+                               ("micro_batch", is_int(self.micro_batch) and self.micro_batch >= 0,
                                 "an integer >= 0 (0: no accumulation)"),
-                               ("tokens", _int(self.tokens) and self.tokens >= 0,
+                               ("tokens", is_int(self.tokens) and self.tokens >= 0,
                                 "an integer >= 0 (0: the budget rule)"),
-                               ("tokens_per_param", _number(self.tokens_per_param) and self.tokens_per_param > 0,
+                               ("tokens_per_param", is_number(self.tokens_per_param) and self.tokens_per_param > 0,
                                 "a number > 0"),
-                               ("lr", _number(self.lr) and self.lr > 0, "a number > 0"),
-                               ("warmup_frac", _number(self.warmup_frac) and 0 <= self.warmup_frac < 1,
+                               ("lr", is_number(self.lr) and self.lr > 0, "a number > 0"),
+                               ("warmup_frac", is_number(self.warmup_frac) and 0 <= self.warmup_frac < 1,
                                 "a number in [0, 1)"),
-                               ("seq_len", _int(self.seq_len) and self.seq_len >= 0,
+                               ("seq_len", is_int(self.seq_len) and self.seq_len >= 0,
                                 "an integer >= 0 (0: the preset's)")):
-            _need("Size", label, name, getattr(self, name), ok, want)
+            need("Size", label, name, getattr(self, name), ok, want)
 
     def model(self, zbp: ZBPConfig | None = None) -> ModelConfig:
         overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
@@ -210,16 +198,16 @@ class Data:
     def __post_init__(self) -> None:
         from zbpscale.data.sources import _SOURCES_HELP, EMBEDDED, HUB
 
-        _need("Data", "Data.", "dir", self.dir, isinstance(self.dir, str) and bool(self.dir), "a folder name")
+        need("Data", "Data.", "dir", self.dir, isinstance(self.dir, str) and bool(self.dir), "a folder name")
         if not isinstance(self.source, str) or not (self.source in HUB or self.source in EMBEDDED
                                                     or self.source.startswith("local:")):
             raise field_error("Data", "source", f"unknown Data.source {self.source!r}",
                               hint=did_you_mean(self.source, [*HUB, *EMBEDDED], say=repr) or _SOURCES_HELP)
-        _need("Data", "Data.", "tokens", self.tokens, _int(self.tokens) and self.tokens >= 0,
-              "an integer >= 0 (0: the whole source)")
-        _need("Data", "Data.", "workers", self.workers, _int(self.workers) and self.workers >= 1, "an integer >= 1")
-        _need("Data", "Data.", "config", self.config, self.config is None or isinstance(self.config, str),
-              "None or a hub config name")
+        need("Data", "Data.", "tokens", self.tokens, is_int(self.tokens) and self.tokens >= 0,
+             "an integer >= 0 (0: the whole source)")
+        need("Data", "Data.", "workers", self.workers, is_int(self.workers) and self.workers >= 1, "an integer >= 1")
+        need("Data", "Data.", "config", self.config, self.config is None or isinstance(self.config, str),
+             "None or a hub config name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,7 +228,7 @@ class Sweep:
     """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
     trackers: tuple[str, ...] = ()
     """Experiment trackers every run reports to besides its metrics.jsonl: "tensorboard", "wandb" (README "Watching
-    a sweep"; `pip install 'zbpscale[trackers]'`)."""
+    a sweep"; `pip install 'zbpscale[trackers]'`). A bare name (trackers="tensorboard") is taken as one."""
     root: str = "jobs"
     """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem); a relative root starts at
     `home`."""
@@ -290,17 +278,27 @@ class Sweep:
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s",
                      "array_parallelism"):
             value = getattr(self, name)
-            _need("Sweep", "Sweep.", name, value, _int(value) and value >= 0, "an integer >= 0")
+            need("Sweep", "Sweep.", name, value, is_int(value) and value >= 0, "an integer >= 0")
         if not isinstance(self.arrays, bool):
             raise field_error("Sweep", "arrays", f"Sweep.arrays must be True or False, got {self.arrays!r}")
-        _need("Sweep", "Sweep.", "poll_s", self.poll_s, _number(self.poll_s) and self.poll_s >= MIN_POLL_S,
-              f"a number >= {MIN_POLL_S:g} (seconds between questions to the scheduler; sites ask for 60-120)")
-        _need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,
-              _number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
-        _need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
-              _number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
+        need("Sweep", "Sweep.", "poll_s", self.poll_s, is_number(self.poll_s) and self.poll_s >= MIN_POLL_S,
+             f"a number >= {MIN_POLL_S:g} (seconds between questions to the scheduler; sites ask for 60-120)")
+        need("Sweep", "Sweep.", "gpu_peak_tflops", self.gpu_peak_tflops,
+             is_number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
+        need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
+             is_number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
+        repeated = [seed for i, seed in enumerate(self.seeds) if seed in self.seeds[:i]]
+        if repeated:
+            raise field_error("Sweep", "seeds", f"Sweep.seeds names seed {repeated[0]!r} more than once: "
+                              f"{self.seeds!r}", hint=f"each seed once: seeds={tuple(sorted(distinct(self.seeds)))!r}")
+        if isinstance(self.trackers, (str, list)):  # trackers="tensorboard": one name, not its letters
+            object.__setattr__(self, "trackers", (self.trackers,) if isinstance(self.trackers, str)
+                               else tuple(self.trackers))
+        bad = tracker_error(self.trackers, "Sweep.trackers")
+        if bad:
+            raise field_error("Sweep", "trackers", str(bad.args[0]), hint=bad.hint)
         known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
         given = set(dict(self.train)).union(*(dict(a.overrides) for a in self.arms))
         if given - known:
@@ -319,8 +317,10 @@ class Sweep:
                 a.ratio(size.name)  # a per-size table must cover every size of the sweep
         names = [r.name for r in expand(self)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ConfigError(f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
+        if duplicates:  # the seeds are distinct: a size or an arm appears twice
+            arms = [a.name for a in self.arms]
+            raise field_error("Sweep", "arms" if len(set(arms)) < len(arms) else "sizes",
+                              f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
                               hint="each size and arm may appear once; use seeds for repeats")
         for run in expand(self):  # every value the trainer will check, checked now
             try:
@@ -439,27 +439,6 @@ def not_found(path: str | Path) -> ConfigError:
                        hint="give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
 
 
-def _field_line(source: str, line: int, owner: str, name: str) -> int | None:
-    """The line of the keyword `name` of an `owner(...)` call (any call where owner is ''), or of a string
-    `name` (a `train=((name, value),)` pair), searched in the calls around `line`, innermost first."""
-    tree = ast.parse(source)
-
-    def called(node) -> str:
-        func = node.func
-        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-
-    around = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= n.end_lineno]
-    for call in sorted(around, key=lambda n: (n.end_lineno or n.lineno) - n.lineno):
-        for node in ast.walk(call):
-            if isinstance(node, ast.Call) and (not owner or called(node) == owner):
-                for kw in node.keywords:
-                    if kw.arg == name:
-                        return kw.value.lineno
-            if isinstance(node, ast.Constant) and node.value == name:
-                return node.lineno
-    return None
-
-
 def load_sweep(path: str | Path) -> Sweep:
     """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
     path = Path(path)
@@ -479,12 +458,12 @@ def load_sweep(path: str | Path) -> Sweep:
         if isinstance(err, TypeError) and unknown and unknown.group(1) in _FIELDS_OF:
             owner, name = unknown.groups()
             fields = [f.name for f in dataclasses.fields(_FIELDS_OF[owner]) if f.name != "home"]
-            where = f"{path}:{_field_line(source, line, owner, name) or line}"
+            where = f"{path}:{field_line(source, line, owner, name) or line}"
             hint = did_you_mean(name, fields) or f"its fields: {', '.join(fields)}"
             raise ConfigError(f"{where}: {owner} has no field {name!r}", hint=hint) from None
         if isinstance(err, ZbpError):  # zbpscale's own word on the mistake, with its own hint
             field = getattr(err, "field", None)
-            at = (_field_line(source, line, *field) if field and line else None) or line
+            at = (field_line(source, line, *field) if field and line else None) or line
             where = f"{path}:{at}" if at else str(path)
             raise ConfigError(f"{where}: {err.args[0]}", hint=err.hint) from None
         where = f"{path}:{line}" if line else str(path)

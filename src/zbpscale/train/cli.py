@@ -15,7 +15,7 @@ import sys
 
 from zbpscale.errors import ConfigError, LeaseLost, ZbpError, report
 from zbpscale.run.folder import RunFolder
-from zbpscale.text import did_you_mean
+from zbpscale.text import HelpFormatter, did_you_mean
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE, leave
 from zbpscale.train.loop import TrainingDiverged, train
 from zbpscale.train.schema import TrainConfig
@@ -25,15 +25,18 @@ def _parse(argv: list[str] | None):
     import argparse
 
     p = argparse.ArgumentParser(
-        prog="python -m zbpscale.train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m zbpscale.train", formatter_class=HelpFormatter,
         description="Train one run in its folder, or continue it from its last checkpoint. Sweeps are submitted "
                     "with `zbpscale submit`; this is one run by hand.",
         epilog="""examples:
-  python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
-  python -m zbpscale.train --run-dir jobs/try/tiny-bp          continue it (its config.json fixes every setting)
-  torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp --size s60 --data data/fineweb --steps 4600
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp \\
+      --data data/embedded --steps 200
+  python -m zbpscale.train --run-dir jobs/try/tiny-bp      continue it
+  torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp \\
+      --size s60 --data data/fineweb --steps 4600
 
-Ctrl-C (or SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
+A run's config.json fixes every setting: the command that made it, or --run-dir alone, continues it. Ctrl-C (or
+SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
 exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged, 5 another trainer
 took the run over while this one was paused""")
     p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from zbpscale.errors import ConfigError
+from zbpscale.text import did_you_mean
 from zbpscale.train.formats import FORMAT, migrate
 from zbpscale.zbp.config import ZBPConfig
 
@@ -195,11 +196,9 @@ class TrainConfig:
                               f"{self.min_lr_ratio}")
         if not isinstance(self.step_timeout_s, (int, float)) or self.step_timeout_s < 0:
             raise ConfigError(f"TrainConfig.step_timeout_s must be a number >= 0, got {self.step_timeout_s!r}")
-        from zbpscale.train.trackers import known
-
-        if not isinstance(self.trackers, tuple) or any(name not in known() for name in self.trackers):
-            raise ConfigError(f"TrainConfig.trackers must be a tuple of tracker names, got {self.trackers!r}",
-                              hint=f"trackers: {', '.join(known())}")
+        bad = tracker_error(self.trackers, "TrainConfig.trackers")
+        if bad:
+            raise bad
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"TrainConfig.device must be auto, cpu or cuda; got {self.device!r}")
 
@@ -228,6 +227,21 @@ class TrainConfig:
         except (TypeError, KeyError, ValueError) as err:
             raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
                               hint="restore it, or train in a new run folder") from None
+
+
+def tracker_error(trackers, label: str) -> ConfigError | None:
+    """Why `trackers` is not a tuple of known tracker names (train/trackers.py), as an error about the field `label`
+    (with a did-you-mean for a mistyped name); None when it is."""
+    from zbpscale.train.trackers import known
+
+    if not isinstance(trackers, tuple) or not all(isinstance(name, str) for name in trackers):
+        return ConfigError(f"{label} must be a tuple of tracker names, e.g. ('tensorboard',), got {trackers!r}",
+                           hint=f"trackers: {', '.join(known())}")
+    unknown = [name for name in trackers if name not in known()]
+    if unknown:
+        return ConfigError(f"{label} names an unknown tracker {unknown[0]!r}",
+                           hint=did_you_mean(unknown[0], known(), say=repr) or f"trackers: {', '.join(known())}")
+    return None
 
 
 RESUME_SAFE = ("eval_every", "eval_batches", "ckpt_every", "ckpt_every_s", "keep_ckpts", "step_timeout_s",

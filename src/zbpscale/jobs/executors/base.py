@@ -110,8 +110,8 @@ class Executor(abc.ABC):
             self.cancel(run_dir, job, seen)
 
     def check(self, runs: list[PlannedRun], *, quick: bool = False) -> None:
-        """Refuse, with a ConfigError, runs this back end could never start (said in the dry run too; `quick`:
-        without slow questions such as importing torch)."""
+        """Refuse, with a ConfigError, runs this back end could never start (the dry run refuses them too; `quick`:
+        without slow questions such as importing torch); a sweep_checks.field_error names the sweep file's line."""
 
     def keep_going(self, submitted: list[dict]) -> str:
         """Restart what the jobs need to go on (the local queue's driver); a line to print when it did."""

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zbpscale.errors import ConfigError
 from zbpscale.jobs.executors.base import DRIVER_DOWN, Executor, JobView, View
+from zbpscale.jobs.sweep_checks import field_error
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import record
+from zbpscale.tables import plural
 
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import PlannedRun, Sweep
@@ -45,19 +46,22 @@ class LocalExecutor(Executor):
         return view
 
     def check(self, runs: list[PlannedRun], *, quick: bool = False) -> None:
-        """The local queue runs one node: refuse runs it could never start, before anything is queued."""
+        """The local queue runs one node: refuse runs it could never start, before anything is queued (a field_error:
+        submit names the sweep file's line of the field)."""
         from zbpscale.jobs.executors.local_queue.slots import gpu_inventory
 
         inventory = gpu_inventory(ask_torch=not quick)
         for run in runs:
             res = run.size.resources
             if res.nodes > 1:
-                raise ConfigError(f"{run.name} asks for {res.nodes} nodes; the local queue runs on this node only",
-                                  hint="submit it to SLURM, or set Resources(nodes=1) in the sweep")
+                raise field_error("Resources", "nodes", f"{run.name} asks for {res.nodes} nodes; the local queue runs "
+                                  "on this node only", hint="submit it to SLURM, or set Resources(nodes=1) in the "
+                                  "sweep", value=res.nodes, size=run.size.name)
             if res.gpus > len(inventory):
-                raise ConfigError(f"{run.name} needs {res.gpus} GPUs; this node has {len(inventory)}",
-                                  hint="lower Resources.gpus_per_node in the sweep (CPU runs: gpus_per_node=0), or "
-                                       "check CUDA_VISIBLE_DEVICES")
+                raise field_error("Resources", "gpus_per_node", f"{run.name} needs {plural(res.gpus, 'GPU')}; this "
+                                  f"node has {len(inventory)}", hint="lower Resources.gpus_per_node in the sweep (CPU "
+                                  "runs: gpus_per_node=0), or check CUDA_VISIBLE_DEVICES",
+                                  value=res.gpus_per_node, size=run.size.name)
 
     def submit(self, sweep: Sweep, todo: dict[PlannedRun, str], *, prep: bool, max_parallel: int = 0
                ) -> list[PlannedRun]:
