@@ -298,6 +298,18 @@ def tensorboard_scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
+def tensorboard_texts(run_dir: Path, tag: str) -> list[tuple[int, str]]:
+    """(step, text) of a text summary `tag` as TensorBoard shows it (purged events left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    from zbpscale.run.folder import RunFolder
+
+    acc = EventAccumulator(str(RunFolder(run_dir).tensorboard), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [(e.step, make_ndarray(e.tensor_proto).item().decode()) for e in acc.Tensors(f"{tag}/text_summary")]
+
+
 def wandb_records(path: Path) -> list:
     """The records of one W&B run file (run-<id>.wandb), read here independently of the trainer's reader
     (train/wandb_log.py), which decides what a later attempt sends: a 7-byte header, then LevelDB log blocks of

@@ -183,3 +183,38 @@ def test_each_kind_of_gpu_gets_one_line(capability, bf16, free, level):
     assert check.level == level
     assert check.detail == (f"NVIDIA H200: sm_{capability[0]}{capability[1]}, bf16 {'yes' if bf16 else 'no'}, "
                             f"{free} of 141 GiB free")
+
+
+def test_a_sweep_s_trackers_are_named_by_doctor_the_plan_and_the_wait_s_ending(tmp_path, monkeypatch, data_dir):
+    """#45 item 6: a sweep with trackers: doctor checks each one's package (installed here: ok, with W&B's mode;
+    one missing: a blocking row with the install hint), and the plan and submit --wait's last lines give the
+    commands that show the runs: TensorBoard over the sweep's folder, `zbpscale sync` for W&B written offline."""
+    from importlib import metadata
+
+    from conftest import write_sweep
+    from zbpscale.jobs.submit import results_table, tracker_lines
+    from zbpscale.jobs.sweep import expand, load_sweep
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    rows = {c.name: c for c in doctor.check_trackers(("tensorboard", "wandb"))}
+    assert rows["tensorboard"].level == "ok" and rows["tensorboard"].detail == metadata.version("tensorboard")
+    assert rows["wandb"].level == "ok" and "offline here" in rows["wandb"].detail
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: (_ for _ in ()).throw(metadata.PackageNotFoundError(name))
+                        if name == "wandb" else real(name))
+    (missing,) = [c for c in doctor.check_trackers(("wandb",))]
+    assert missing.level == "fail" and missing.hint == "pip install 'zbpscale[trackers]'"
+    monkeypatch.setattr(metadata, "version", real)
+
+    path = write_sweep(tmp_path, "tracked", data_dir, steps=4, trackers=("tensorboard", "wandb"))
+    plan = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    sweep = load_sweep(path)
+    assert f"note: trackers: tensorboard --logdir {sweep.jobs_dir}" in plan.stdout
+    assert f"note: trackers: zbpscale sync {path}" in plan.stdout
+    ending = results_table(sweep, expand(sweep), str(path))
+    assert [line.strip() for line in ending[-2:]] == tracker_lines(sweep, str(path))
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
+    assert tracker_lines(sweep, str(path))[-1] == "# W&B: online, project 'tracked' (WANDB_API_KEY is set)"

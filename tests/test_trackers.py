@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tensorboard_scalars, trainer_env, wandb_history, wandb_records, wandb_runs
+from conftest import tensorboard_scalars, tensorboard_texts, trainer_env, wandb_history, wandb_records, wandb_runs
 from zbpscale.errors import ConfigError
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
@@ -128,6 +128,13 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     assert tensorboard_scalars(run, "train/loss") == float32(losses)
     assert tensorboard_scalars(run, "val/loss") == float32(vals)
     assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == [9, 19, 29, 39, 49, 59]
+    # how each attempt ended, killed ones too (said by the attempt after, at its first step), as far as the later
+    # attempts' restarts leave them shown: the three killed, then the last one's own end
+    begins = {r["attempt"]: r["step"] for r in read_records(run) if r["kind"] == "start"}
+    ends = tensorboard_texts(run, "attempt_end")
+    killed = [step for step, text in ends if "killed before it wrote an end record" in text]
+    assert killed == [begins[2], begins[4], begins[5]], (ends, begins)
+    assert ends[-1] == (59, "completed: all steps done"), ends
     # W&B: every step once over the folders `zbpscale sync` uploads, with the JSONL's values; one run
     upload, _ = pending(run)
     assert sorted(s for f in upload for s in wandb_steps(f)) == list(range(60))

@@ -267,6 +267,26 @@ def check_packages() -> list[Check]:
     return checks
 
 
+def check_trackers(names: tuple[str, ...]) -> list[Check]:
+    """The trackers a sweep uses: their package importable here (a job without it trains on, the tracker off)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from zbpscale.train.trackers import INSTALL_HINT, offline
+
+    checks = []
+    for name in names:
+        try:
+            found = version(name)
+        except PackageNotFoundError:
+            checks.append(Check(name=name, level="fail", detail="not installed: its runs would train without it",
+                                hint=INSTALL_HINT))
+            continue
+        how = ("; offline here (no WANDB_API_KEY): zbpscale sync uploads later" if offline() else "; online") \
+            if name == "wandb" else ""
+        checks.append(Check(name=name, level="ok", detail=f"{found}{how}"))
+    return checks
+
+
 def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: float = TIMEOUT_S) -> list[Check]:
     """Every check, in the order of the table."""
     checks = [Check(name="python", level="ok" if sys.version_info >= (3, 10) else "fail",
@@ -287,6 +307,7 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
             data_dirs, root = [data_path(s)], Path(folder) if folder else s.jobs_root
             data_hint = (f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data --source "
                          f"{s.data.source} --data {s.data.dir}")
+            checks += check_trackers(s.trackers)
     checks.append(check_disk(root))
     checks += check_data(data_dirs, hint=data_hint)
     checks += check_slurm(timeout)

@@ -120,6 +120,20 @@ def budget_notes(runs: list[PlannedRun]) -> list[str]:
     return notes
 
 
+def tracker_lines(sweep: Sweep, path: str) -> list[str]:
+    """Where the sweep's trackers show its runs, as commands: TensorBoard over the sweep's folder; W&B online (a
+    WANDB_API_KEY here, which jobs inherit) in its project, else written offline and uploaded by `zbpscale sync`."""
+    from zbpscale.train.trackers import offline
+
+    lines = []
+    if "tensorboard" in sweep.trackers:
+        lines.append(f"tensorboard --logdir {shown_path(sweep.jobs_dir)}   # TensorBoard: every run of the sweep")
+    if "wandb" in sweep.trackers:
+        lines.append(f"zbpscale sync {path}   # W&B: runs written offline here, uploaded by this" if offline() else
+                     f"# W&B: online, project {sweep.name!r} (WANDB_API_KEY is set)")
+    return lines
+
+
 PLAN_COLUMNS = ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
                 "GPU-h", "action")
 PLAN_KEEP = ("run", "action", "params", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
@@ -257,6 +271,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run,
                               looks={r.name: decided[r.name].seen for r in runs})
         notes += unplanned_notes([decided[r.name] for r in dropped])
+        notes += [f"trackers: {line}" for line in tracker_lines(sweep, path)]
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
             print(f"note: {note}")
@@ -435,7 +450,8 @@ def results_table(sweep: Sweep, runs: list[PlannedRun], path: str) -> list[str]:
     commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}"]
     pad = max(map(len, commands)) + 3
     return lines + [f"next: {commands[0]:<{pad}}# results bundle in {shown_path(out)}",
-                    f"      {commands[1]:<{pad}}# its figures and table.md"]
+                    f"      {commands[1]:<{pad}}# its figures and table.md"] + \
+        [f"      {line}" for line in tracker_lines(sweep, path)]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

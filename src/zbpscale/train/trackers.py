@@ -44,6 +44,7 @@ from typing import Callable, ClassVar
 from zbpscale.errors import LeaseLost
 from zbpscale.files import atomic_write, read_json
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.history import History
 from zbpscale.train.metrics import STEP_KINDS
 
 INSTALL_HINT = "pip install 'zbpscale[trackers]'"
@@ -146,6 +147,21 @@ def notes_of(kind: str, record: dict) -> dict[str, str]:
     return {}
 
 
+def unwritten_end(earlier: list[dict], run_dir: Path) -> dict | None:
+    """The end record the attempt before this one could not write (killed: kill -9, the OOM killer, a lost node),
+    for the trackers: in the words the job layer recorded for it in attempts.jsonl (its `why` and reason), else
+    "crashed" with no record; None when the last attempt wrote its end (or there was none)."""
+    starts = [i for i, r in enumerate(earlier) if r.get("kind") == "start"]
+    if not starts or any(r.get("kind") == "end" for r in earlier[starts[-1]:]):
+        return None
+    began = earlier[starts[-1]].get("time", 0)
+    said = next((e for e in reversed(History.read(run_dir).events)
+                 if e.get("event") == "end" and e.get("time", 0) >= began), {})
+    return {"kind": "end", "why": said.get("why", "crashed"),
+            "reason": said.get("reason") or "killed before it wrote an end record (kill -9, the OOM killer, a lost "
+                                            "node); resumed from its last checkpoint"}
+
+
 # ---------------------------------------------------------------------------------------- the seam
 class Trackers:
     """The trackers of one attempt (rank 0): every record in, failures contained, each step once."""
@@ -177,6 +193,9 @@ class Trackers:
         for r in earlier:
             if r.get("kind") in STEP_KINDS:
                 self._send(r["kind"], r, only=[t for t in self.live if r["step"] > self.through[t.name]])
+        lost = unwritten_end(earlier, run.run_dir)
+        if lost is not None:  # the attempt before this one was killed before it could say how it ended: said now
+            self._send("end", {**lost, "step": start}, only=list(self.live))
 
     def record(self, kind: str, record: dict) -> None:
         """Hand one metrics.jsonl record to every live tracker (a step record to those that do not hold it)."""
