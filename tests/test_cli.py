@@ -483,3 +483,27 @@ def test_status_piped_fits_columns_and_gives_up_empty_columns_first(tmp_path):
     assert narrow[1].split() == ["size", "arm", "state", "progress", "tokens", "train", "val", "tok/s", "T/P/F",
                                  "beat"]
     assert max(map(len, narrow)) <= len(full) - 10
+
+
+def test_a_study_folder_outside_the_clone_starts_with_zbpscale_init(tmp_path):
+    """#45 item 7: outside the clone, `sweeps/smoke.py` is missing with a hint naming `zbpscale init`; init writes
+    the example sweeps, the clone's own files (its sweeps/ links to the package's), keeps a file already there
+    byte for byte, and the study's plan puts its runs in the study folder. (The wheel install's init is run by
+    test_local's main job.)"""
+    for name in ("smoke", "mini_ladder", "ladder"):
+        assert (REPO / "sweeps" / f"{name}.py").resolve() == REPO / "src" / "zbpscale" / "examples" / f"{name}.py"
+    missing = zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=tmp_path)
+    one_line_error(missing, "no sweep file or sweep folder at sweeps/smoke.py",
+                   "zbpscale init . writes the example sweeps")
+    out = zbpscale("init", "study", cwd=tmp_path)
+    study = tmp_path / "study"
+    assert out.returncode == 0 and "next: cd study && python -m zbpscale.submit sweeps/smoke.py" in out.stdout, out
+    for name in ("smoke", "mini_ladder", "ladder"):
+        assert (study / "sweeps" / f"{name}.py").read_bytes() == (REPO / "sweeps" / f"{name}.py").read_bytes()
+    edited = study / "sweeps" / "smoke.py"
+    edited.write_text(edited.read_text() + "# my study\n")
+    again = zbpscale("init", cwd=study)
+    assert again.returncode == 0 and "kept sweeps/smoke.py (already there: not overwritten)" in again.stdout, again
+    assert edited.read_text().endswith("# my study\n")
+    plan = zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=study, env={**os.environ, "COLUMNS": "300"})
+    assert plan.returncode == 0 and f"runs in {study / 'jobs' / 'smoke'};" in plan.stdout, plan.stdout + plan.stderr

@@ -60,7 +60,7 @@ RULES = {  # package: (may import at module level, may import inside a function 
     "zbpscale.train": ({"zbpscale.train.*", "zbpscale.zbp.*", "zbpscale.data.*", "zbpscale.run.*", *SHARED}, set()),
     "zbpscale.jobs": ({"zbpscale.jobs.*", "zbpscale.run.*", "zbpscale.data.*", "zbpscale.cli", "zbpscale.zbp.*",
                        "zbpscale.entry", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
-                                                                      "zbpscale.results.summary"}),
+                                                                      "zbpscale.results.summary", "zbpscale.examples"}),
     "zbpscale.results": ({"zbpscale.results.*", "zbpscale.run.*", "zbpscale.jobs.state", *TORCH_FREE_TRAIN,
                           *SHARED}, {"zbpscale.jobs.runs", "zbpscale.jobs.sweep", "zbpscale.cli"}),
 }

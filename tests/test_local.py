@@ -186,10 +186,13 @@ def wait_driver_gone(queue: LocalQueue, timeout: float = 60) -> None:
 def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_python):
     """The README's main job, sweeps/smoke.py as shipped, from a folder without data, on 2 cores, by a
     non-editable install (`pip install .`, its source deleted): the driver and every rank import the installed
-    package. The editable install runs the local queue in every other test here."""
-    (tmp_path / "sweeps").mkdir()
-    sweep = tmp_path / "sweeps" / "smoke.py"
-    sweep.write_text((REPO / "sweeps" / "smoke.py").read_text())
+    package. The editable install runs the local queue in every other test here. The folder is a study outside
+    the clone, made by `zbpscale init` from the installed package's examples: the clone's sweep files."""
+    init = subprocess.run([str(wheel_python), "-m", "zbpscale.cli", "init"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=wheel_env())
+    assert init.returncode == 0, init.stdout + init.stderr
+    for name in ("smoke", "mini_ladder", "ladder"):
+        assert (tmp_path / "sweeps" / f"{name}.py").read_bytes() == (REPO / "sweeps" / f"{name}.py").read_bytes()
     out = subprocess.run([str(wheel_python), "-m", "zbpscale.submit", "sweeps/smoke.py", "--executor", "local",
                           "--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=wheel_env())
     assert out.returncode == 0, out.stdout + out.stderr

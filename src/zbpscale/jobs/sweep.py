@@ -22,7 +22,7 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.folder import RunFolder, run_name
-from zbpscale.text import closest, did_you_mean
+from zbpscale.text import closest, did_you_mean, shown_path
 from zbpscale.train.schema import (
     SIZES,
     ModelConfig,
@@ -434,9 +434,16 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
 
 
 def not_found(path: str | Path) -> ConfigError:
-    """The one wording of every command (submit, status, cancel, collect) for a sweep that is not there."""
-    return ConfigError(f"no sweep file or sweep folder at {path}",
-                       hint="give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)")
+    """The one wording of every command (submit, status, cancel, collect) for a sweep that is not there; for one
+    of the example sweeps in a folder without them, how to get them."""
+    from zbpscale.examples import NAMES
+
+    path = Path(path)
+    if path.parent.name == "sweeps" and path.stem in NAMES and not path.parent.is_dir():
+        hint = f"zbpscale init {shown_path(path.parent.parent)} writes the example sweeps (they come with zbpscale)"
+    else:
+        hint = "give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)"
+    return ConfigError(f"no sweep file or sweep folder at {path}", hint=hint)
 
 
 def load_sweep(path: str | Path) -> Sweep:
