@@ -20,8 +20,9 @@ from zbpscale.text import HelpFormatter
 # name: (module, one line for `zbpscale --help`, what the command's own --help adds: examples, exit status)
 COMMANDS = {
     "init": ("zbpscale.examples", "a study folder of your own: the example sweeps in DIR/sweeps/",
-             """example:
-  zbpscale init ~/study    then: cd ~/study && python -m zbpscale.submit sweeps/smoke.py
+             """examples:
+  zbpscale init ~/study
+  cd ~/study && python -m zbpscale.submit sweeps/smoke.py --wait
 
 The example sweeps are smoke (CPU, about 40 s), mini_ladder (CPU) and ladder (8-GPU nodes). A sweep's runs,
 data and results go beside its sweeps/ folder; a file already there is kept."""),
