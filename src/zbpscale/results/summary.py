@@ -159,7 +159,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
         updated=records[-1].get("time") if records else None,
-        goodput=None if (g := goodput.of(look).fraction) is None else round(g, 4),
+        goodput=None if (g := goodput.read(look).fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
     )
 

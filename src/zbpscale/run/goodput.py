@@ -36,8 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from zbpscale.files import read_json, read_jsonl
-from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
 
 BUCKETS = ("training", "startup", "saves", "lost", "other")
@@ -98,20 +96,16 @@ class Goodput:
         return self.training / self.held if self.held > 0 else None
 
 
-def read(run_dir: Path) -> Goodput:
-    """The goodput of one run folder (or its copy in a results bundle)."""
-    return Goodput.of(read_attempts(run_dir))
+def read(run: Path | Snapshot) -> Goodput:
+    """The goodput of one run folder (or its copy in a results bundle), or of a look at one already taken."""
+    return Goodput.of(read_attempts(run))
 
 
-def of(run: Snapshot) -> Goodput:
-    """The goodput of one look at a run folder (its attempts, metrics and heartbeat, as read there)."""
-    return Goodput.of(account(list(run.history.events), run.records, run.heartbeat))
-
-
-def read_attempts(run_dir: Path) -> list[Attempt]:
-    """The accounted attempts of one run folder, oldest first."""
-    folder = RunFolder(run_dir)
-    return account(read_jsonl(folder.attempts), read_jsonl(folder.metrics), read_json(folder.heartbeat))
+def read_attempts(run: Path | Snapshot) -> list[Attempt]:
+    """The accounted attempts of one run folder (or a look at one: its attempts, metrics and heartbeat as read
+    there), oldest first."""
+    look = run if isinstance(run, Snapshot) else Snapshot(run)
+    return account(list(look.history.events), look.records, look.heartbeat)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal, TypedDict, Union
 
-from zbpscale.files import atomic_write, check_fields, open_append, read_jsonl
+from zbpscale.files import atomic_write, check_fields, open_append
 from zbpscale.proc import process_start_time, process_started_at
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
@@ -195,8 +195,11 @@ RECORDS: dict[str, type] = {"start": StartRecord, "resume": ResumeRecord, "train
 
 
 def read_records(run_dir: Path) -> list[Record]:
-    """Every record of the run's metrics.jsonl, in order, as today's types have them (`upgraded`)."""
-    return [upgraded(r) for r in read_jsonl(RunFolder(run_dir).metrics)]
+    """Every record of the run's metrics.jsonl, in order, as today's types have them (`records_of`)."""
+    try:
+        return records_of(RunFolder(run_dir).metrics.read_bytes())
+    except FileNotFoundError:
+        return []
 
 
 def records_of(data: bytes) -> list[Record]:
