@@ -7,7 +7,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")  # W&B never waits on a network here, whatever key a shell holds
+# The suite runs many torch processes at once on few cores (xdist workers, each with trainers of its own): OpenMP
+# threads that spin while they wait for work take the cores the others need. Three 2-thread trainers side by side
+# on 2 cores took 101 s with spinning, 33 s without. The wait policy changes no result, only how threads idle.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import struct  # noqa: E402
 import textwrap  # noqa: E402
@@ -15,6 +20,48 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the machine has cores, since many tests spend part of their time waiting
+    (on SLURM's scheduler, a timeout, a process they killed); PYTEST_XDIST_AUTO_NUM_WORKERS overrides it."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    return int(given) if given.isdigit() else len(os.sched_getaffinity(0)) + 1
+
+
+ONE_WORKER = ("test_data.py", "test_figures.py", "test_many_nodes.py", "test_plot.py")
+"""Test files whose tests share costly module-scoped fixtures (the many-node tests: a 2-node cluster and its
+reference runs): each goes whole to one xdist worker, which builds them once. Any other test goes on its own."""
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work an xdist worker is given that this test is part of: its file or itself."""
+    path = nodeid.split("::")[0]
+    return path if path.rsplit("/", 1)[-1] in ONE_WORKER else nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler over `unit_of`'s units, in the order of the collection (pyproject's addopts says
+    --no-loadscope-reorder). Its own --dist loadgroup marks are not used: with pytest 9.2 they group nothing."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return Units(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, the costliest units first (a test marked slow counted as a minute, any other as a second), so
+    that no worker begins a long one when the others are nearly done; a unit's tests stay in file order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cost = {}
+    for item in items:
+        unit = unit_of(item.nodeid)
+        cost[unit] = cost.get(unit, 0) + (60 if item.get_closest_marker("slow") else 1)
+    items.sort(key=lambda item: -cost[unit_of(item.nodeid)])
 
 
 @pytest.fixture(autouse=True)
@@ -94,8 +141,10 @@ def load_slurm_local():
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """(state folder, client env) of a running local SLURM: the one named by ZBPSCALE_SLURM_DIR (left
-    running), or a fresh one in /tmp that is stopped, by its recorded PIDs, after the session."""
+    """(state folder, client env) of a running local SLURM: the one named by ZBPSCALE_SLURM_DIR (left running;
+    under xdist, the first worker's), or a fresh one in /tmp that is stopped, by its recorded PIDs, after the
+    session. Each xdist worker has a cluster of its own: a test may preempt with a job that needs the whole node,
+    set a per-user submit limit or wait for the queue to empty, which another test's jobs would disturb."""
     import shutil
     import tempfile
     from pathlib import Path
@@ -104,10 +153,11 @@ def slurm_cluster():
     ok, reason = slurm_local.available()
     if not ok:
         pytest.skip(reason)
-    shared = os.environ.get("ZBPSCALE_SLURM_DIR")
+    shared = os.environ.get("ZBPSCALE_SLURM_DIR") if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0" else None
     folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="zbpscale-slurm-test-", dir="/tmp"))
     owned = not slurm_local.is_running(folder)
-    env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
+    with one_cluster_starting():
+        env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
     yield folder, env
     if owned:
         slurm_local.stop(folder)
@@ -115,6 +165,17 @@ def slurm_cluster():
         assert not left, f"daemons left running after stop: {left}"
         if not shared:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def one_cluster_starting():
+    """Held while a test cluster starts: two xdist workers starting theirs at once would both take the first free
+    ports."""
+    import fcntl
+
+    with open("/tmp/zbpscale-slurm-test-start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -130,7 +191,8 @@ def two_node_cluster():
     if not ok:
         pytest.skip(reason)
     folder = Path(tempfile.mkdtemp(prefix="zbpscale-slurm2-", dir="/tmp"))
-    env = {**os.environ, **slurm_local.start(folder, nodes=2), "OMP_NUM_THREADS": "1"}
+    with one_cluster_starting():
+        env = {**os.environ, **slurm_local.start(folder, nodes=2), "OMP_NUM_THREADS": "1"}
     yield folder, env
     slurm_local.stop(folder)
     left = [f"{r['name']} ({r['pid']})" for r in slurm_local.recorded(folder) if r["alive"]]

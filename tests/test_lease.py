@@ -438,7 +438,7 @@ def wait_until(predicate, proc: subprocess.Popen, what: str, timeout: float = 12
 
 
 def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
-    """node-a trains (hang watchdog at 4 s, lease bound 5 s, TensorBoard and W&B offline) and is SIGSTOPped past
+    """node-a trains (hang watchdog at 8 s, lease bound 9 s, TensorBoard and W&B offline) and is SIGSTOPped past
     its bound; node-b takes the run over, resumes from node-a's checkpoint and finishes it; then node-a gets
     SIGCONT. Its watchdog and its training thread both wake past every bound; neither may write: every byte under
     the run folder (records, stamps, checkpoints, heartbeat, lease, trackers' files) is as node-b left it, and
@@ -455,13 +455,13 @@ def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
            "WANDB_SILENT": "true"}
     records = lambda kind: [r for r in read_records(run) if r["kind"] == kind]  # noqa: E731
     first = trainer(run, "node-a", site, "--size", "nano", "--data", str(data_dir), "--steps", "60", "--set",
-                    "global_batch=8", "--set", "eval_every=0", "--set", "ckpt_every=10", "--set", "step_timeout_s=4",
+                    "global_batch=8", "--set", "eval_every=0", "--set", "ckpt_every=10", "--set", "step_timeout_s=8",
                     "--set", "trackers=tensorboard,wandb", env=env)
     second = None
     try:
         wait_until(lambda: len(records("train")) >= 25, first, "node-a's 25 steps")
         first.send_signal(signal.SIGSTOP)
-        time.sleep(6.0)  # past node-a's lease bound (4 s + 1 s) and its watchdog's 4 s
+        time.sleep(10.0)  # past node-a's lease bound (8 s + 1 s) and its watchdog's 8 s
         second = trainer(run, "node-b", site, env=env)
         out, err = second.communicate(timeout=300)
         assert second.returncode == 0, out + err

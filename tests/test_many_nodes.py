@@ -22,7 +22,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
 
-pytestmark = [pytest.mark.slurm]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 slurm_local = load_slurm_local()
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}

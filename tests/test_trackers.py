@@ -84,7 +84,10 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
 
     run = tmp_path / "jobs" / "study" / "nano-bp"
     run.mkdir(parents=True)
-    cfg = config(data_dir, steps=60, trackers=("tensorboard", "wandb"))
+    # 80 steps: the third attempt runs until W&B has written a 32 KiB block (to step ~50), and the fourth must
+    # still reach a checkpoint after its start (every 5 steps) before the run is done
+    steps_total = 80
+    cfg = config(data_dir, steps=steps_total, trackers=("tensorboard", "wandb"))
     RunFolder(run).config.write_text(json.dumps(cfg.to_dict()))
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
@@ -116,28 +119,29 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     through = lambda: json.loads(RunFolder(run).trackers.read_text())["wandb"]["through"]  # noqa: E731
     start = through()
     kill_when(lambda: through() > start, flush_s=0.0)
+    assert not RunFolder(run).complete.exists(), "the fourth attempt finished the run before its kill: make it longer"
     fifth = launch(run, env)  # 5: to the end
     out, _ = fifth.communicate(timeout=300)
     assert fifth.returncode == 0, out
     assert [r["kind"] for r in read_records(run)].count("start") == 5
 
     losses, vals = by_step(run, "train", "loss"), by_step(run, "eval", "val_loss")
-    assert [s for s, _ in losses] == list(range(60))
+    assert [s for s, _ in losses] == list(range(steps_total))
     float32 = lambda rows: [(s, float(torch.tensor(v, dtype=torch.float32))) for s, v in rows]  # noqa: E731
     # TensorBoard keeps float32: every step once, equal to the JSONL's value rounded to float32
     assert tensorboard_scalars(run, "train/loss") == float32(losses)
     assert tensorboard_scalars(run, "val/loss") == float32(vals)
-    assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == [9, 19, 29, 39, 49, 59]
+    assert [s for s, _ in tensorboard_scalars(run, "rho_fwd/L0.attn")] == list(range(9, steps_total, 10))
     # how each attempt ended, killed ones too (said by the attempt after, at its first step), as far as the later
     # attempts' restarts leave them shown: the three killed, then the last one's own end
     begins = {r["attempt"]: r["step"] for r in read_records(run) if r["kind"] == "start"}
     ends = tensorboard_texts(run, "attempt_end")
     killed = [step for step, text in ends if "killed before it wrote an end record" in text]
     assert killed == [begins[2], begins[4], begins[5]], (ends, begins)
-    assert ends[-1] == (59, "completed: all steps done"), ends
+    assert ends[-1] == (steps_total - 1, "completed: all steps done"), ends
     # W&B: every step once over the folders `zbpscale sync` uploads, with the JSONL's values; one run
     upload, _ = pending(run)
-    assert sorted(s for f in upload for s in wandb_steps(f)) == list(range(60))
+    assert sorted(s for f in upload for s in wandb_steps(f)) == list(range(steps_total))
     assert wandb_history(run, "train/loss") == losses
     assert wandb_history(run, "val/loss") == vals
     run_id = json.loads(RunFolder(run).trackers.read_text())["wandb"]["id"]
@@ -146,7 +150,7 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     assert {s.run_id for s in starts} == {run_id} and {s.display_name for s in starts} == {"nano-bp"}
     assert {s.project for s in starts} == {"study"} and {s.run_group for s in starts} == {"study"}
     config_seen = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in starts[-1].config.update}
-    assert config_seen["steps"] == 60 and config_seen["trackers"] == ["tensorboard", "wandb"]
+    assert config_seen["steps"] == steps_total and config_seen["trackers"] == ["tensorboard", "wandb"]
     assert set(config_seen["code"]) == {"zbpscale", "git"}
     # the key W&B was given in the environment is in no file of the run
     leaked = [p for p in run.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]

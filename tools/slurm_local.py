@@ -239,6 +239,9 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 JobRequeue=1
+# Job ids of their own for clusters side by side (the tests' xdist workers each run one): submitit seeds a job's
+# MASTER_PORT with its id, so two clusters' job 5 of two ranks each would take the same port on this host.
+FirstJobId={1 + 100000 * (port // 10000)}
 # Fast scheduling for tests.
 SchedulerParameters=bf_interval=2,sched_interval=5
 MinJobAge=600
