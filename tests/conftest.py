@@ -24,9 +24,11 @@ import torch  # noqa: E402
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the machine has cores, since many tests spend part of their time waiting
-    (on SLURM's scheduler, a timeout, a process they killed); PYTEST_XDIST_AUTO_NUM_WORKERS overrides it."""
+    (on SLURM's scheduler, a timeout, a process they killed), and at most 4: each worker may start a SLURM cluster
+    of its own, and tools/slurm_local.py has 6 port sets (one for a user's cluster, one for the 2-node cluster).
+    PYTEST_XDIST_AUTO_NUM_WORKERS overrides it."""
     given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
-    return int(given) if given.isdigit() else len(os.sched_getaffinity(0)) + 1
+    return int(given) if given.isdigit() else min(len(os.sched_getaffinity(0)) + 1, 4)
 
 
 ONE_WORKER = ("test_data.py", "test_figures.py", "test_many_nodes.py", "test_plot.py")

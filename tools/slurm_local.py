@@ -528,7 +528,7 @@ def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout
         dead = [r["name"] for r in old if not _alive(r)]
         _say(f"partly running in {d} (dead: {', '.join(dead)}): stopping the rest, then starting again")
         stop(d)
-    candidates = [port] if port is not None else [DEFAULT_PORT + 10000 * i for i in range(5)]
+    candidates = [port] if port is not None else [DEFAULT_PORT + 10000 * i for i in range(6)]
     used = [0, 1, 2, *range(11, 11 + nodes)] if nodes > 1 else [0, 1, 2]
     port = next((c for c in candidates if all(_port_free(c + i) for i in used)), None)
     if port is None:
