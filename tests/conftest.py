@@ -12,7 +12,6 @@ os.environ.setdefault("WANDB_MODE", "offline")  # W&B never waits on a network h
 # on 2 cores took 101 s with spinning, 33 s without. The wait policy changes no result, only how threads idle.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import contextlib  # noqa: E402
 import json  # noqa: E402
 import struct  # noqa: E402
 import textwrap  # noqa: E402
@@ -24,11 +23,11 @@ import torch  # noqa: E402
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the machine has cores, since many tests spend part of their time waiting
-    (on SLURM's scheduler, a timeout, a process they killed), and at most 4: each worker may start a SLURM cluster
-    of its own, and tools/slurm_local.py has 6 port sets (one for a user's cluster, one for the 2-node cluster).
+    (on SLURM's scheduler, a timeout, a process they killed), and no more than tools/slurm_local.py has port sets
+    for, since each worker may start a SLURM cluster of its own (two sets kept: a user's cluster, the 2-node one).
     PYTEST_XDIST_AUTO_NUM_WORKERS overrides it."""
     given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
-    return int(given) if given.isdigit() else min(len(os.sched_getaffinity(0)) + 1, 4)
+    return int(given) if given.isdigit() else min(len(os.sched_getaffinity(0)) + 1, load_slurm_local().PORT_SETS - 2)
 
 
 ONE_WORKER = ("test_data.py", "test_figures.py", "test_many_nodes.py", "test_plot.py")
@@ -59,11 +58,10 @@ def pytest_collection_modifyitems(config, items):
     that no worker begins a long one when the others are nearly done; a unit's tests stay in file order."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    cost = {}
+    unit, cost = {item: unit_of(item.nodeid) for item in items}, {}
     for item in items:
-        unit = unit_of(item.nodeid)
-        cost[unit] = cost.get(unit, 0) + (60 if item.get_closest_marker("slow") else 1)
-    items.sort(key=lambda item: -cost[unit_of(item.nodeid)])
+        cost[unit[item]] = cost.get(unit[item], 0) + (60 if item.get_closest_marker("slow") else 1)
+    items.sort(key=lambda item: -cost[unit[item]])
 
 
 @pytest.fixture(autouse=True)
@@ -158,8 +156,7 @@ def slurm_cluster():
     shared = os.environ.get("ZBPSCALE_SLURM_DIR") if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0" else None
     folder = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="zbpscale-slurm-test-", dir="/tmp"))
     owned = not slurm_local.is_running(folder)
-    with one_cluster_starting():
-        env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **slurm_local.start(folder), "OMP_NUM_THREADS": "1"}
     yield folder, env
     if owned:
         slurm_local.stop(folder)
@@ -167,17 +164,6 @@ def slurm_cluster():
         assert not left, f"daemons left running after stop: {left}"
         if not shared:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def one_cluster_starting():
-    """Held while a test cluster starts: two xdist workers starting theirs at once would both take the first free
-    ports."""
-    import fcntl
-
-    with open("/tmp/zbpscale-slurm-test-start.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 @pytest.fixture(scope="session")
@@ -193,8 +179,7 @@ def two_node_cluster():
     if not ok:
         pytest.skip(reason)
     folder = Path(tempfile.mkdtemp(prefix="zbpscale-slurm2-", dir="/tmp"))
-    with one_cluster_starting():
-        env = {**os.environ, **slurm_local.start(folder, nodes=2), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **slurm_local.start(folder, nodes=2), "OMP_NUM_THREADS": "1"}
     yield folder, env
     slurm_local.stop(folder)
     left = [f"{r['name']} ({r['pid']})" for r in slurm_local.recorded(folder) if r["alive"]]

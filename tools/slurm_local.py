@@ -24,6 +24,8 @@ before any Slurm command: without it the clients look the controller up in DNS.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -39,6 +41,7 @@ from pathlib import Path
 
 DEFAULT_DIR = "/tmp/zbpscale-slurm"
 DEFAULT_PORT = 6817  # slurmctld; slurmd takes +1 and slurmdbd +2, all on 127.0.0.1
+PORT_SETS = 6  # clusters side by side without --port: slurmctld on 6817, 16817, ..., 56817
 CLUSTER = "zbpscale"
 LOW_PARTITION, HIGH_PARTITION = "low", "high"
 NODE, CPUS, GPUS = "localhost", 8, 4  # the node of a one-node cluster; several are node1, node2, ...
@@ -528,31 +531,40 @@ def start(dir: str | os.PathLike = DEFAULT_DIR, port: int | None = None, timeout
         dead = [r["name"] for r in old if not _alive(r)]
         _say(f"partly running in {d} (dead: {', '.join(dead)}): stopping the rest, then starting again")
         stop(d)
-    candidates = [port] if port is not None else [DEFAULT_PORT + 10000 * i for i in range(6)]
-    used = [0, 1, 2, *range(11, 11 + nodes)] if nodes > 1 else [0, 1, 2]
-    port = next((c for c in candidates if all(_port_free(c + i) for i in used)), None)
-    if port is None:
-        raise SlurmLocalError(f"ports {', '.join(f'{c}-{c + 2}' for c in candidates)} on 127.0.0.1 are in use: "
-                              f"another SLURM? (`python tools/slurm_local.py status --dir ...`), or pass --port")
+    with _one_start_at_a_time():  # two starts at once would take the same free ports (and edit /etc/hosts)
+        candidates = [port] if port is not None else [DEFAULT_PORT + 10000 * i for i in range(PORT_SETS)]
+        used = [0, 1, 2, *range(11, 11 + nodes)] if nodes > 1 else [0, 1, 2]
+        port = next((c for c in candidates if all(_port_free(c + i) for i in used)), None)
+        if port is None:
+            raise SlurmLocalError(f"ports {', '.join(f'{c}-{c + 2}' for c in candidates)} on 127.0.0.1 are in use: "
+                                  f"another SLURM? (`python tools/slurm_local.py status --dir ...`), or pass --port")
 
-    t_start = time.monotonic()
-    _say(f"state folder {d}, ports {port}-{port + 2} on 127.0.0.1")
-    _prepare(d, p, port, nodes)
-    daemons: list[dict] = []
-    _write_pids(d, daemons)
-    try:
-        if nodes > 1:
-            _hosts(d, node_names(nodes))
-        for name, cmd, user, extra_env, check, what, logs in _daemons(d, p, port, nodes):
-            rec = _spawn(name, cmd, d, daemons, user, extra_env)
-            _wait_ready(name, rec, check, timeout, what, [*logs, Path(rec["out"])])
-    except BaseException:
-        _say("start failed: stopping the daemons it started")
-        stop(d, quiet=True)
-        raise
+        t_start = time.monotonic()
+        _say(f"state folder {d}, ports {port}-{port + 2} on 127.0.0.1")
+        _prepare(d, p, port, nodes)
+        daemons: list[dict] = []
+        _write_pids(d, daemons)
+        try:
+            if nodes > 1:
+                _hosts(d, node_names(nodes))
+            for name, cmd, user, extra_env, check, what, logs in _daemons(d, p, port, nodes):
+                rec = _spawn(name, cmd, d, daemons, user, extra_env)
+                _wait_ready(name, rec, check, timeout, what, [*logs, Path(rec["out"])])
+        except BaseException:
+            _say("start failed: stopping the daemons it started")
+            stop(d, quiet=True)
+            raise
     _say(f"cluster {CLUSTER!r} up in {time.monotonic() - t_start:.1f} s: partitions {LOW_PARTITION} (default, "
          f"preemptible) and {HIGH_PARTITION}, {CPUS} CPUs, gpu:{GPUS} on node(s) {','.join(node_names(nodes))}")
     return env(d)
+
+
+@contextlib.contextmanager
+def _one_start_at_a_time():
+    """Held while a cluster picks its ports and starts its daemons (the tests' xdist workers each start one)."""
+    with open(Path(DEFAULT_DIR + "-start.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 HOSTS = Path("/etc/hosts")
