@@ -20,6 +20,10 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from zbpscale.train.hostmem import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # as every CPU trainer does: the tests that train in this process run at a trainer's speed
+
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the machine has cores, since many tests spend part of their time waiting

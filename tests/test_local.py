@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from conftest import FAKE_WANDB_KEY, check_trackers, straight_losses, wheel_env,
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
-from zbpscale.jobs.executors.local_queue.slots import Held, Want, rank_env, schedule
+from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_driver_present, rank_env, schedule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -115,6 +116,24 @@ def test_rank_environment_names_exactly_its_own_gpu():
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["3", "5"]
     assert [(e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"]) for e in envs] == [("0", "0", "2"), ("1", "1", "2")]
     assert rank_env(rank=0, world_size=1, gpu=None, port=1)["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_a_node_without_a_gpu_driver_has_no_gpus_and_its_inventory_never_imports_torch(tmp_path):
+    """A CPU node (no nvidia-smi, no driver device files): the inventory is empty and torch stays unimported (~2 s of
+    every local submit and driver start); a node with a driver's device files but no nvidia-smi asks torch."""
+    assert not gpu_driver_present(str(tmp_path))
+    for fake in ("dev/nvidia0", "proc/driver/nvidia/gpus/0000:1b:00.0", "dev/kfd"):
+        root = tmp_path / fake.replace("/", "_")
+        (root / fake).parent.mkdir(parents=True)
+        (root / fake).touch()
+        assert gpu_driver_present(str(root)), fake
+    if gpu_driver_present() or shutil.which("nvidia-smi"):
+        pytest.skip("this node has a GPU driver")
+    code = ("import sys; from zbpscale.jobs.executors.local_queue.slots import gpu_inventory; "
+            "print(gpu_inventory(), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["[]", "False"], out.stdout + out.stderr
 
 
 def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):

@@ -31,7 +31,7 @@ from zbpscale.lease import Follower, Lock, Rule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 from zbpscale.tables import age
-from zbpscale.train import checkpoint, dist, numerics
+from zbpscale.train import checkpoint, dist, hostmem, numerics
 from zbpscale.train.formats import migrate
 from zbpscale.train.metrics import MetricsLog, SetupTimer, read_records, redone
 from zbpscale.train.model import Transformer
@@ -117,6 +117,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, on_hang: Callable[[str], None] 
     signals.install()  # from the start: a stop request during set-up is honoured at the first step
     try:
         env = dist.init(cfg.device)
+        if env.device.type == "cpu":
+            hostmem.keep_freed_memory()  # a CPU step's large buffers stay for the next step, not faulted in again
         try:
             with _one_writer(run_dir, env, lease_bound(cfg), holder_gone) as lease:
                 return _train(cfg, run_dir, env, on_hang, lease, called)

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,19 @@ class Held:
     """Start time plus its time limit (Unix seconds)."""
 
 
+def gpu_driver_present(root: str = "/") -> bool:
+    """Whether this node has a GPU driver's device files (NVIDIA's /dev/nvidiaN or /proc/driver/nvidia/gpus/*,
+    AMD's /dev/kfd): without them no GPU can be found, by nvidia-smi or by torch."""
+    top = Path(root)
+    return (any(top.glob("dev/nvidia[0-9]*")) or any(top.glob("proc/driver/nvidia/gpus/*"))
+            or (top / "dev" / "kfd").exists())
+
+
 def gpu_inventory(environ: dict | None = None, *, ask_torch: bool = True) -> list[str]:
     """The node's GPU ids: CUDA_VISIBLE_DEVICES when set (ids or UUIDs; '' or -1 = none), else nvidia-smi's
-    list, else torch's count (the driver stays light: torch is imported only as the last resort, and not at
-    all with ask_torch=False: no GPU then)."""
+    list, else none on a node without a GPU driver, else torch's count (the driver stays light: torch is imported
+    only as the last resort, on a node with a GPU driver but no nvidia-smi, and not at all with ask_torch=False:
+    no GPU then). A CPU node never imports torch here (~2 s a submit and a driver start)."""
     environ = os.environ if environ is None else environ
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -57,7 +67,7 @@ def gpu_inventory(environ: dict | None = None, *, ask_torch: bool = True) -> lis
                 return [line.strip() for line in out.stdout.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):
             pass
-    if not ask_torch:
+    if not ask_torch or not gpu_driver_present():
         return []
     try:
         import torch
