@@ -216,13 +216,14 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_pyth
                           "--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=wheel_env())
     assert out.returncode == 0, out.stdout + out.stderr
     assert "data not prepared" in out.stdout and "all 2 runs complete" in out.stdout
+    # --wait ends once every run is COMPLETE; the driver records each attempt's end as it reaps the rank, then exits
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     for name in ("tiny-bp", "tiny-zbp_n4"):
         run = tmp_path / "jobs" / "smoke" / name
         assert RunFolder(run).complete.exists()
         assert [s for s, _ in losses(run)] == list(range(20))
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     status = subprocess.run([str(wheel_python), "-m", "zbpscale.cli", "status", "sweeps/smoke.py", "--json"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=wheel_env())
     assert status.returncode == 0, status.stdout + status.stderr

@@ -28,7 +28,8 @@ RUN = ("import sys; import zbpscale.train.hostmem as h\n"
 
 
 def prepare(out: Path) -> Path:
-    from zbpscale.data.prepare import PrepConfig, prepare as run_prep
+    from zbpscale.data.prepare import PrepConfig
+    from zbpscale.data.prepare import prepare as run_prep
 
     data = out / "embedded"
     run_prep(PrepConfig(source="embedded", out=data, offline=True), log=lambda line: None)
