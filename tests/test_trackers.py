@@ -76,10 +76,12 @@ def wandb_steps(folder: Path) -> list[int]:
 
 def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_trackers(tmp_path, data_dir):
     """One run, five attempts: killed -9 at its first step (before W&B wrote a row), stopped by SIGUSR2 (a
-    preemption), killed -9 between W&B's flushes once its folder holds steps past the checkpoint the next attempt
-    resumes from (they must not be sent twice), killed -9 right after a W&B flush (finished and resumed at a
+    preemption), killed -9 between W&B's flushes once W&B's folder (in the node's temp dir until it is finished)
+    holds steps past the checkpoint the next attempt resumes from (they must never reach the run folder, and be
+    sent once by the next attempt), killed -9 right after a W&B flush (finished, moved into the run and resumed at a
     checkpoint), then run to the end. Compared with metrics.jsonl: every step once in TensorBoard and once over
-    all the offline W&B folders that `zbpscale sync` would upload, with the JSONL's values; one W&B run id."""
+    all the offline W&B folders that `zbpscale sync` would upload, with the JSONL's values; one W&B run id; no
+    killed attempt's W&B folder left in the node's temp dir."""
     from zbpscale.results.sync import pending
 
     run = tmp_path / "jobs" / "study" / "nano-bp"
@@ -91,12 +93,15 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     RunFolder(run).config.write_text(json.dumps(cfg.to_dict()))
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
-    env = trainer_env(1, WANDB_API_KEY=KEY, WANDB_MODE="offline", WANDB_SILENT="true",
+    node_tmp = tmp_path / "node-tmp"  # the node's temp dir, where W&B's folder of an open W&B run is
+    node_tmp.mkdir()
+    env = trainer_env(1, WANDB_API_KEY=KEY, WANDB_MODE="offline", WANDB_SILENT="true", TMPDIR=str(node_tmp),
                       PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "site"), os.environ.get("PYTHONPATH")])))
     steps = lambda: len(by_step(run, "train", "loss"))  # noqa: E731
     ckpts = lambda: [s for s, _ in RunFolder(run).list_checkpoints()]  # noqa: E731
     folders = lambda: sorted(RunFolder(run).wandb.glob("offline-run-*"))  # noqa: E731
-    killed_held = []  # what each killed attempt's W&B folder held when it was killed
+    staged = lambda: sorted(node_tmp.glob("zbpscale-wandb-*/wandb/offline-run-*"))  # noqa: E731
+    killed_held, killed_landed = [], []  # what each killed attempt's W&B folder held; what it moved into the run
 
     def kill_when(predicate, flush_s: float = 600.0) -> None:
         before = set(folders())
@@ -104,7 +109,8 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
         wait_for(predicate, proc)
         proc.kill()
         proc.communicate(timeout=60)
-        killed_held.append([wandb_steps(f) for f in folders() if f not in before])
+        killed_held.append([wandb_steps(f) for f in staged()])
+        killed_landed.append([f for f in folders() if f not in before])
 
     kill_when(lambda: steps() >= 1)  # 1: at its first step
     second = launch(run, env)  # 2: a preemption's signal
@@ -112,19 +118,22 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     second.send_signal(signal.SIGUSR2)
     out, _ = second.communicate(timeout=120)
     assert second.returncode == 75, out
-    # 3: between flushes, once W&B holds steps past the newest checkpoint
-    kill_when(lambda: ckpts() and any(s >= ckpts()[-1] for f in folders() for s in wandb_steps(f)))
+    # 3: between flushes, once W&B holds steps past the newest checkpoint: none of it reaches the run folder
+    kill_when(lambda: ckpts() and any(s >= ckpts()[-1] for f in staged() for s in wandb_steps(f)))
     assert any(s >= max(ckpts()) for f in killed_held[-1] for s in f), killed_held
+    assert killed_landed[-1] == [], killed_landed
     # 4: right after a W&B flush (finished and resumed at every checkpoint) at a checkpoint of its own: `through`
     # alone is no sign, since opening W&B raises it to what the third attempt's file already held
     through = lambda: json.loads(RunFolder(run).trackers.read_text())["wandb"]["through"]  # noqa: E731
     resumed_from = max(ckpts())
     kill_when(lambda: max(ckpts()) > resumed_from and through() >= max(ckpts()) - 1, flush_s=0.0)
     assert not RunFolder(run).complete.exists(), "the fourth attempt finished the run before its kill: make it longer"
+    assert killed_landed[-1], "the fourth attempt's flush moved no W&B folder into the run"
     fifth = launch(run, env)  # 5: to the end
     out, _ = fifth.communicate(timeout=300)
     assert fifth.returncode == 0, out
     assert [r["kind"] for r in read_records(run)].count("start") == 5
+    assert list(node_tmp.glob("zbpscale-wandb-*")) == []  # the killed attempts' W&B folders, removed
 
     losses, vals = by_step(run, "train", "loss"), by_step(run, "eval", "val_loss")
     assert [s for s, _ in losses] == list(range(steps_total))

@@ -15,11 +15,13 @@ tracker, what it keeps across attempts (W&B's run id) and `through`, the last st
 at the end of an attempt). An attempt hands each tracker the steps of metrics.jsonl after its `through` (what a
 kill lost in the tracker but the checkpoint kept), then its own. TensorBoard hides what an earlier attempt wrote
 past `through` (`purge_step`); W&B resumes its run (`resume="allow"`). A tracker whose own files can say more than
-`through` (W&B's offline folder of an attempt killed between flushes) says it when it opens (`holds_through`), and
-is sent only the steps after that.
+`through` (W&B's offline folders that killed attempts of earlier releases left in the run) says it when it opens
+(`holds_through`), and is sent only the steps after that.
 
 Nothing is written once the trainer has lost its run folder (its lease, train/loop.py): the training thread's calls
-come through MetricsLog, which asks the lease first; a tracker's own thread asks `TrackedRun.may_write`.
+come through MetricsLog, which asks the lease first; a tracker's own thread asks `TrackedRun.may_write`; a tracker
+whose writer is another process (W&B's wandb-core) writes outside the run folder and moves what it wrote in under
+the lease (`WandB._land`).
 
 Torch-free at import: each tracker imports its package when an attempt opens it.
 """
@@ -35,6 +37,7 @@ import secrets
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -86,7 +89,8 @@ class Tracker:
     def holds_through(cls, run: TrackedRun, kept: dict) -> int:
         """The last step this tracker holds from earlier attempts as far as its own files tell (-1: they tell
         nothing), asked when an attempt opens it: an attempt killed between flushes may have left more than
-        trackers.json's `through` says (W&B's offline folders). `kept`: what it kept (`self.keep`)."""
+        trackers.json's `through` says (W&B's offline folders, up to the release that moved them into the run only
+        once finished). `kept`: what it kept (`self.keep`)."""
         return -1
 
     def __init__(self, run: TrackedRun, first_step: int, kept: dict) -> None:
@@ -335,6 +339,9 @@ def offline() -> bool:
     return (wandb_mode() or os.environ["WANDB_MODE"]) in ("offline", "dryrun")
 
 
+STAGING = "zbpscale-wandb-"  # W&B's folders of an open run, in the node's temp dir: <STAGING><id>-<pid>-<random>
+
+
 class WandB(Tracker):
     """One W&B run per zbpscale run for its whole life: the id is made by the first attempt and kept in
     trackers.json; every attempt resumes it (`resume="allow"`). Project: WANDB_PROJECT, else the sweep's name;
@@ -345,10 +352,17 @@ class WandB(Tracker):
     calls, in order, while the training thread goes on (it waits on the GPU every step), each only while the run
     folder is still this trainer's (`TrackedRun.may_write`). W&B has no flush: `flush()` finishes the W&B run and
     resumes it (in offline mode a new offline-run folder; `wandb sync` uploads a run's folders in order), at most
-    every FLUSH_S. A kill loses what W&B had not written yet: in offline mode the next attempt reads back what the
-    killed attempt's folder holds (`holds_through`, train/wandb_log.py) and sends only the steps after it, so that
-    the folders `zbpscale sync` uploads hold each step once; online, the server keeps the run's steps and refuses
-    a step below its last one. trackers.json keeps the id and the folders already read (`sealed`)."""
+    every FLUSH_S.
+
+    W&B's files are written by a process of its own (wandb-core), which buffers and writes when it likes: after a
+    freeze of the trainer it may write what it was sent before, and a woken trainer's last call may still reach it.
+    So it never writes into the run folder: each W&B run opens in a folder of the node's temp dir (`staging`), and
+    a finished one is copied into `<run>/wandb/` and renamed into place while the lease is still this trainer's
+    (`_land`). An attempt killed between flushes leaves its W&B folder in the temp dir (removed by the next attempt
+    on that node): the next attempt sends the steps after trackers.json's `through` again, so the folders `zbpscale
+    sync` uploads hold each step once. Folders of older releases' killed attempts in the run folder are still read
+    back (`holds_through`, train/wandb_log.py). Online, the server keeps the run's steps and refuses a step below
+    its last one. trackers.json keeps the id and the folders already read (`sealed`)."""
 
     name = "wandb"
     FLUSH_S = 600.0
@@ -387,13 +401,15 @@ class WandB(Tracker):
         print(f"W&B: run {self.keep['id']} ({wandb_mode() or os.environ['WANDB_MODE']}){later}", flush=True)
 
     def _open(self):
-        """Start (or resume) the W&B run and the thread that calls it."""
+        """Start (or resume) the W&B run, in a staging folder of this node's temp dir, and the thread that calls it."""
         run = self.run
         self.opened = time.monotonic()
-        wb = self.wandb.init(id=self.keep["id"], resume="allow", mode=wandb_mode(), dir=str(run.run_dir),
+        self._remove_dead_staging()
+        self.staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{self.keep['id']}-{os.getpid()}-"))
+        wb = self.wandb.init(id=self.keep["id"], resume="allow", mode=wandb_mode(), dir=str(self.staging),
                              project=os.environ.get("WANDB_PROJECT") or run.sweep, group=run.sweep, name=run.name,
                              config=run.config, settings=self.settings)
-        self.folder, self.sent = Path(wb.dir).parent, -1  # <run>/wandb/offline-run-*/ (wb.dir is its files/)
+        self.folder, self.sent = Path(wb.dir).parent, -1  # <staging>/wandb/offline-run-*/ (wb.dir is its files/)
         self.thread = threading.Thread(target=self._calls, name="zbpscale-wandb", daemon=True)
         self.thread.start()
         return wb
@@ -418,22 +434,59 @@ class WandB(Tracker):
         self.calls.put(call)
 
     def _finish(self) -> None:
-        """Wait for the calls made so far, then finish the W&B run and check that its folder holds them."""
+        """Wait for the calls made so far, then finish the W&B run, check that its folder holds them and move it
+        into the run folder."""
         self._send_row()
         self.calls.put(None)
         self.thread.join()
-        if self.error is not None:
-            raise self.error
-        self.wb.finish()
-        self._check_written()
+        try:
+            if self.error is not None:
+                raise self.error
+            self.wb.finish()
+            self._check_written()
+            self._land()
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _land(self) -> None:
+        """Copy the finished W&B folder into `<run>/wandb/` and rename it into place, both while the run folder is
+        this trainer's: what wandb-core writes later (into the staging folder) never reaches the run."""
+        into = RunFolder(self.run.run_dir).wandb
+        name, landing = self.folder.name, into / f".landing-{self.folder.name}"
+        if not self.run.may_write():
+            raise LeaseLost(f"{self.run.run_dir} is another trainer's now: W&B's folder {name} is not moved into it")
+        into.mkdir(parents=True, exist_ok=True)
+        dest = next(into / f"{name}{suffix}" for suffix in itertools.chain([""], (f"-{i}" for i in itertools.count(1)))
+                    if not (into / f"{name}{suffix}").exists())  # W&B's own naming when a second's name is taken
+        shutil.rmtree(landing, ignore_errors=True)
+        try:
+            shutil.copytree(self.folder, landing, symlinks=True)
+            if not self.run.may_write():
+                raise LeaseLost(f"{self.run.run_dir} is another trainer's now: W&B's folder {name} is left out")
+            os.rename(landing, dest)
+        except OSError:  # a full disk: what this folder held is sent again by the next attempt (`through` stays)
+            shutil.rmtree(landing, ignore_errors=True)
+            raise
+
+    def _remove_dead_staging(self) -> None:
+        """The staging folders this node's temp dir still holds for this W&B run from attempts whose process is
+        gone (killed between flushes): never moved into the run, their steps are sent again."""
+        for folder in Path(tempfile.gettempdir()).glob(f"{STAGING}{self.keep['id']}-*-*"):
+            pid = folder.name[len(STAGING) + len(self.keep["id"]) + 1:].split("-")[0]
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(folder, ignore_errors=True)
+            except (ValueError, OSError):  # not a pid, or another user's process: left alone
+                pass
 
     def _check_written(self) -> None:
-        """Offline, the finished run's folder must hold the last step sent: W&B drops what it cannot write (a full
-        disk) without a word. Raising turns the tracker off and keeps trackers.json's `through` where it was; the
-        next attempt reads what the folder holds (`holds_through`) and sends the rest."""
+        """Offline, the finished run's folder must be whole (it is moved into the run next, `_land`) and hold the
+        last step sent: W&B drops what it cannot write (a full disk) without a word. Raising turns the tracker off
+        and keeps trackers.json's `through` where it was; the next attempt sends the rest."""
         from zbpscale.train import wandb_log
 
-        if not self.offline or self.sent < 0:
+        if not self.offline:
             return
         # W&B's writer (the wandb-core process) writes its file in 32 KiB blocks and the last, partial one when it
         # closes the file, which may be after `finish()` returned (seen on a loaded 2-core machine: steps up to 41
@@ -443,7 +496,7 @@ class WandB(Tracker):
         deadline = time.monotonic() + (self.WRITTEN_S if room else 0.0)
         while True:
             held, whole = wandb_log.written(self.folder)
-            if held >= self.sent or whole or time.monotonic() > deadline:
+            if whole or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         if held < self.sent:
