@@ -242,25 +242,63 @@ def trainer_env(threads: int | None, **extra: str) -> dict:
     return {**env, **extra}
 
 
-def straight_losses(run_dir: Path, dest: Path) -> list[tuple[int, float]]:
-    """The reference of every resume test: the per-step losses of the run's config trained once, without a stop,
-    in a fresh process at the thread count the run's first attempt recorded (a CPU's results may depend on its
-    thread count, never on whether the process resumed: zbpscale/train/numerics.py)."""
-    import json
+@pytest.fixture(scope="session")
+def straight_losses(tmp_path_factory):
+    """The reference of every resume test: `straight_losses(run_dir)` is the per-step losses of the run's config
+    trained once, without a stop, in a fresh process at the thread count the run's first attempt recorded (a CPU's
+    results may depend on its thread count, never on whether the process resumed: zbpscale/train/numerics.py).
+
+    The straight run drops what schema.RESUME_SAFE says never changes what a run computes (evals, checkpoints,
+    trackers: test_sweep_edits checks that claim on its own), so the tests whose runs compute the same steps share
+    one straight run, across xdist workers too: it is keyed by the config's other fields, the bytes of its data
+    (each worker prepares its own copy) and the first attempt's numerics, and trained by whichever test asks first
+    while the others wait on its lock."""
+    import fcntl
+    import hashlib
     import subprocess
     import sys
 
     from zbpscale.train.metrics import read_records
+    from zbpscale.train.schema import RESUME_SAFE
 
-    first = next(r for r in read_records(run_dir) if r["kind"] == "start")
-    dest.mkdir(parents=True)
-    (dest / "config.json").write_text((run_dir / "config.json").read_text())
-    done = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(dest)], capture_output=True,
-                          text=True, timeout=900, env=trainer_env(first["numerics"]["threads"]))
-    assert done.returncode == 0, done.stdout + done.stderr
-    records = read_records(dest)
-    assert json.dumps(records[0]["numerics"]) == json.dumps(first["numerics"])  # same threads, same machine
-    return [(r["step"], r["loss"]) for r in records if r["kind"] == "train"]
+    shared = tmp_path_factory.getbasetemp()
+    shared = (shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared) / "straight-runs"
+    shared.mkdir(exist_ok=True)
+
+    def data_digest(folder: Path) -> str:
+        digest = hashlib.sha256()
+        for path in sorted(p for p in folder.rglob("*.bin") if p.is_file()):
+            digest.update(f"{path.relative_to(folder)}\0".encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def losses_of(run_dir: Path) -> list[tuple[int, float]]:
+        first = next(r for r in read_records(run_dir) if r["kind"] == "start")
+        config = json.loads((run_dir / "config.json").read_text())
+        straight = {**config, "eval_every": 0, "ckpt_every": 0, "ckpt_every_s": 0, "diag_every": 0, "trackers": []}
+        assert set(straight) - set(config) == set(), "a RESUME_SAFE field the straight run sets has been renamed"
+        what = {k: v for k, v in config.items() if k not in RESUME_SAFE and k != "data_dir"}
+        what |= {"log_every": config["log_every"], "data": data_digest(Path(config["data_dir"])),
+                 "numerics": first["numerics"]}
+        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+        result = shared / f"{key}.json"
+        with open(shared / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker training this key: wait for its result
+            if not result.exists():
+                dest = shared / key
+                dest.mkdir()
+                (dest / "config.json").write_text(json.dumps(straight))
+                done = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(dest)],
+                                      capture_output=True, text=True, timeout=900,
+                                      env=trainer_env(first["numerics"]["threads"]))
+                assert done.returncode == 0, done.stdout + done.stderr
+                records = read_records(dest)
+                assert json.dumps(records[0]["numerics"]) == json.dumps(first["numerics"])  # same threads, machine
+                steps = [[r["step"], r["loss"]] for r in records if r["kind"] == "train"]
+                result.write_text(json.dumps(steps))
+        return [(step, loss) for step, loss in json.loads(result.read_text())]
+
+    return losses_of
 
 
 @pytest.fixture(scope="session")

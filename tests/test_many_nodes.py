@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 slurm_local = load_slurm_local()
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
-STEPS = 300  # ~30-60 s on 2 shared cores: longer than the 30 s a time-limit warning may come before
+STEPS = 600
+"""~40-50 s of a 2-node job on 2 shared cores. With --time=1, a time limit's USR2 comes at slurmctld's first
+periodic check after the start, up to ~30 s in: the run outlasts it (300 steps, ~20 s since CPU trainers keep their
+freed memory, finished first in a clean-clone run)."""
 
 
 def submit(sweep: Path, env: dict, *args: str, executor: str = "slurm") -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, straight_losses, write_sweep
+from conftest import load_slurm_local, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -164,7 +164,8 @@ def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_di
     assert code == 0 and [r["state"] for r in rows] == ["complete", "complete"]
 
 
-def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_resumes(tmp_path, slurm, data_dir):
+def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_resumes(tmp_path, slurm, data_dir,
+                                                                                       straight_losses):
     """Fault: `scancel <job>` on a running job whose accounting does not answer (inside the job too). SLURM sends
     SIGTERM, which is also what a preemption sends where preempt_send_user_signal is off; the controller calls the
     job CANCELLED at once, so the run checkpoints and ends cancelled, not requeued as a preemption. Status says
@@ -194,7 +195,7 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
     out = submit(sweep, env)
     assert "nano-bp: resume -> job" in out.stdout, out.stdout + out.stderr
     assert final_state(real_env, job_ids(run)[-1]) == "COMPLETED"
-    assert losses(run) == straight_losses(run, tmp_path / "reference")
+    assert losses(run) == straight_losses(run)
 
 
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
