@@ -243,27 +243,27 @@ def trainer_env(threads: int | None, **extra: str) -> dict:
 
 
 @pytest.fixture(scope="session")
-def straight_losses(tmp_path_factory):
-    """The reference of every resume test: `straight_losses(run_dir)` is the per-step losses of the run's config
-    trained once, without a stop, in a fresh process at the thread count the run's first attempt recorded (a CPU's
-    results may depend on its thread count, never on whether the process resumed: zbpscale/train/numerics.py).
+def straight_run(tmp_path_factory):
+    """The reference of every resume test: `straight_run(run_dir)` is the folder of the run's config trained once,
+    without a stop, in a fresh process at the thread count the run's first attempt recorded (a CPU's results may
+    depend on its thread count, never on whether the process resumed: zbpscale/train/numerics.py).
 
-    The straight run drops what schema.RESUME_SAFE says never changes what a run computes (evals, checkpoints,
-    trackers: test_sweep_edits checks that claim on its own), so the tests whose runs compute the same steps share
-    one straight run, across xdist workers too: it is keyed by the config's other fields, the bytes of its data
-    (each worker prepares its own copy) and the first attempt's numerics, and trained by whichever test asks first
-    while the others wait on its lock."""
+    The straight run leaves out the checkpoints and trackers, which schema.RESUME_SAFE says never change what a
+    run computes (test_sweep_edits checks that claim on its own), so the tests whose runs compute and log the same
+    steps share one straight run, across xdist workers too: it is keyed by the config's other fields, the bytes of
+    its data (each worker prepares its own copy) and the first attempt's numerics, and trained by whichever test
+    asks first while the others wait on its lock."""
     import fcntl
     import hashlib
     import subprocess
     import sys
 
     from zbpscale.train.metrics import read_records
-    from zbpscale.train.schema import RESUME_SAFE
 
     shared = tmp_path_factory.getbasetemp()
     shared = (shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared) / "straight-runs"
     shared.mkdir(exist_ok=True)
+    left_out = {"ckpt_every": 0, "ckpt_every_s": 0, "keep_ckpts": 2, "step_timeout_s": 1800.0, "trackers": []}
 
     def data_digest(folder: Path) -> str:
         digest = hashlib.sha256()
@@ -272,33 +272,27 @@ def straight_losses(tmp_path_factory):
             digest.update(path.read_bytes())
         return digest.hexdigest()
 
-    def losses_of(run_dir: Path) -> list[tuple[int, float]]:
+    def straight(run_dir: Path) -> Path:
         first = next(r for r in read_records(run_dir) if r["kind"] == "start")
         config = json.loads((run_dir / "config.json").read_text())
-        straight = {**config, "eval_every": 0, "ckpt_every": 0, "ckpt_every_s": 0, "diag_every": 0, "trackers": []}
-        assert set(straight) - set(config) == set(), "a RESUME_SAFE field the straight run sets has been renamed"
-        what = {k: v for k, v in config.items() if k not in RESUME_SAFE and k != "data_dir"}
-        what |= {"log_every": config["log_every"], "data": data_digest(Path(config["data_dir"])),
-                 "numerics": first["numerics"]}
-        key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
-        result = shared / f"{key}.json"
-        with open(shared / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker training this key: wait for its result
-            if not result.exists():
-                dest = shared / key
-                dest.mkdir()
-                (dest / "config.json").write_text(json.dumps(straight))
+        assert set(left_out) <= set(config), "a field the straight run leaves out has been renamed"
+        what = {k: v for k, v in config.items() if k not in left_out and k != "data_dir"}
+        what |= {"data": data_digest(Path(config["data_dir"])), "numerics": first["numerics"]}
+        dest = shared / hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+        with open(dest.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker training this key: wait for its run
+            if not (dest / "done").exists():
+                dest.mkdir(exist_ok=True)
+                (dest / "config.json").write_text(json.dumps({**config, **left_out}))
                 done = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(dest)],
                                       capture_output=True, text=True, timeout=900,
                                       env=trainer_env(first["numerics"]["threads"]))
                 assert done.returncode == 0, done.stdout + done.stderr
-                records = read_records(dest)
-                assert json.dumps(records[0]["numerics"]) == json.dumps(first["numerics"])  # same threads, machine
-                steps = [[r["step"], r["loss"]] for r in records if r["kind"] == "train"]
-                result.write_text(json.dumps(steps))
-        return [(step, loss) for step, loss in json.loads(result.read_text())]
+                assert json.dumps(read_records(dest)[0]["numerics"]) == json.dumps(first["numerics"])  # same machine
+                (dest / "done").touch()
+        return dest
 
-    return losses_of
+    return straight
 
 
 @pytest.fixture(scope="session")

@@ -257,18 +257,19 @@ def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir)
 
 
 @pytest.mark.slow
-def test_time_limit_checkpoints_requeues_and_matches_an_uninterrupted_run(tmp_path, data_dir, straight_losses):
+def test_time_limit_checkpoints_requeues_and_matches_an_uninterrupted_run(tmp_path, data_dir, straight_run):
     """time_min=1 with the warning 50 s before the limit: SIGUSR2 10 s into each attempt."""
     sweep = write_sweep(tmp_path, "limit", data_dir, steps=150, time_min=1, signal_delay_s=50,
                         max_timeouts=30)
     out = submit(sweep, "--wait", timeout=600)
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     assert ends(run)[-1] == "completed" and ends(run).count("timeout") >= 1, (ends(run), out.stdout)
-    assert losses(run) == straight_losses(run)  # every step once, bitwise equal to never stopping
+    assert losses(run) == losses(straight_run(run))  # every step once, bitwise equal to never stopping
 
 
 @pytest.mark.slow
-def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tmp_path, data_dir, straight_losses):
+def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tmp_path, data_dir, straight_run):
     sweep = write_sweep(tmp_path, "twice", data_dir, steps=60, arms=("bp", "zbp_n4"), ckpt_every=5)
     queue = LocalQueue(tmp_path / "jobs")
     submit(sweep, "--max-parallel", "2")
@@ -287,11 +288,12 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
     wait_until(lambda: all("checkpointed" in [r.get("why") for r in read_records(run) if r["kind"] == "end"]
                            for run in runs), 60, "the orphaned ranks to checkpoint")
     out = submit(sweep, "--wait", timeout=600)
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "driver was not running: started it again" in out.stdout
     assert len(queue.entries()) == 2  # the same two jobs, picked up again, not queued twice
     for run in runs:
         assert ends(run) == ["preempted", "completed"], ends(run)
-        assert losses(run) == straight_losses(run)
+        assert losses(run) == losses(straight_run(run))
 
 
 def last_step(run_dir: Path) -> int:
@@ -299,7 +301,7 @@ def last_step(run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes(tmp_path, data_dir, straight_losses):
+def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes(tmp_path, data_dir, straight_run):
     """Fault: kill -9 of the trainer rank. With max_crashes=1 the first kill is a crash, requeued from the last
     checkpoint; the second is over the bound and the run fails. A plain resubmit leaves it alone and says how to
     retry; `submit --retry` resumes it. Every step once, bitwise equal to a run never killed; and once in its
@@ -327,15 +329,16 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
     again = submit(sweep, env=env)
     assert "left alone: nano-bp (failed)" in again.stdout and "--retry" in again.stdout
     out = submit(sweep, "--retry", "--wait", timeout=600, env=env)
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "nano-bp: retry" in out.stdout
     assert "nano-bp: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F were 0/0/2" \
         in out.stdout
     assert ends(run) == ["crashed", "failed", "completed"]
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
     check_trackers(run, tmp_path / "jobs")
 
 
-def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_losses):
+def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_run):
     sweep = write_sweep(tmp_path, "cancel", data_dir, steps=60)
     run = tmp_path / "jobs" / "cancel" / "nano-bp"
     submit(sweep)
@@ -348,9 +351,11 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 3 and json.loads(status.stdout)["cancel"][0]["state"] == "cancelled"
     assert 0 < len(losses(run)) < 60
-    assert "resume" in submit(sweep, "--wait", timeout=300).stdout
+    out = submit(sweep, "--wait", timeout=300)
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
+    assert "resume" in out.stdout
     assert ends(run) == ["cancelled", "completed"]
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
 
 
 def test_local_refuses_runs_this_node_cannot_hold(tmp_path, data_dir):
@@ -391,7 +396,7 @@ def step_records(run_dir: Path) -> list[tuple[str, int]]:
     return [(r["kind"], r["step"]) for r in read_records(run_dir) if r["kind"] in ("train", "eval", "diag")]
 
 
-def test_kill_9_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir, straight_losses):
+def test_kill_9_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir, straight_run):
     """#33 item 1 on the local queue: the rank killed (-9) at step >= 5 with no checkpoint yet; the requeued
     attempt starts again at step 0 and drops what the dead one logged: every step once, equal to a straight run."""
     sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
@@ -403,14 +408,14 @@ def test_kill_9_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data
     wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert ends(run) == ["crashed", "completed"]
-    assert losses(run) == straight_losses(run)
-    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+    assert losses(run) == losses(straight_run(run))
+    assert step_records(run) == step_records(straight_run(run))  # each step once, as a straight run
     (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
     assert resume["from_step"] == 0 and resume["dropped"] >= 5
 
 
 @pytest.mark.slow
-def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(tmp_path, data_dir, straight_losses):
+def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(tmp_path, data_dir, straight_run):
     """#33 item 3 on the local queue: the trainer stopped with SIGSTOP (its own watchdog is frozen with it) and
     nobody sends SIGCONT. The driver sees no step for step_timeout_s (+ the sentinel's grace), writes what it saw
     (a stopped process) into the log and the records, kills the ranks and requeues the run as a hang: it finishes
@@ -434,8 +439,8 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     assert hung["reason"].count("no step for") == 1 and hung["reason"].endswith("; requeue 1/3")
     (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["why"] == "hung"]
     assert "seen from outside the trainer" in end["reason"]
-    assert losses(run) == straight_losses(run)
-    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+    assert losses(run) == losses(straight_run(run))
+    assert step_records(run) == step_records(straight_run(run))  # each step once, as a straight run
 
 
 def heartbeat_step(run_dir: Path) -> int:
@@ -467,7 +472,7 @@ def test_a_hang_names_the_last_step_of_the_records_not_the_lagging_heartbeats(tm
 
 
 @pytest.mark.slow
-def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tmp_path, data_dir, straight_losses):
+def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tmp_path, data_dir, straight_run):
     """The driver and its rank killed together (kill -9 of the driver's process group) a few steps past
     a checkpoint: nothing was checkpointed on the way out. The next driver records the attempt as crashed (counted
     against max_crashes), naming the steps dropped (from the last step in metrics.jsonl to the newest checkpoint on
@@ -491,6 +496,7 @@ def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tm
     redone = [r for r in read_records(run) if r["kind"] in ("train", "eval", "diag") and r["step"] >= resume_at]
     assert last >= resume_at, f"killed right after checkpoint {resume_at}: nothing to drop"
     out = submit(sweep, "--wait", timeout=600)
+    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "driver was not running: started it again" in out.stdout
     assert ends(run) == ["crashed", "completed"], ends(run)
     crashed = next(a for a in read_attempts(run) if a["event"] == "end")
@@ -498,8 +504,8 @@ def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tm
         in crashed["reason"] and crashed["reason"].endswith("; requeue 1/3"), crashed
     (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
     assert resume["from_step"] == resume_at and resume["dropped"] == len(redone)
-    assert losses(run) == straight_losses(run)
-    assert step_records(run) == step_records(tmp_path / "reference-nano-bp")  # each step once, as a straight run
+    assert losses(run) == losses(straight_run(run))
+    assert step_records(run) == step_records(straight_run(run))  # each step once, as a straight run
 
 
 OLD_DRIVER = """

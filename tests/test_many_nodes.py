@@ -27,9 +27,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 slurm_local = load_slurm_local()
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
 STEPS = 600
-"""~40-50 s of a 2-node job on 2 shared cores. With --time=1, a time limit's USR2 comes at slurmctld's first
-periodic check after the start, up to ~30 s in: the run outlasts it (300 steps, ~20 s since CPU trainers keep their
-freed memory, finished first in a clean-clone run)."""
+"""~45-50 s of a 2-node job on 2 shared cores: longer than the time-limit test's first attempt (300 steps, ~20 s
+since CPU trainers keep their freed memory, finished before SLURM's warning in a clean-clone run)."""
 
 
 def submit(sweep: Path, env: dict, *args: str, executor: str = "slurm") -> subprocess.CompletedProcess:
@@ -114,7 +113,10 @@ def test_two_nodes_equal_one_node_with_two_ranks_and_every_rank_ends_with_the_jo
 def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cluster, straight, tmp_path,
                                                                      data_dir):
     _, env = two_node_cluster
-    sweep = write_sweep(tmp_path, "limit", data_dir, steps=STEPS, nodes=2, time_min=1)
+    # With --time=1 slurmctld sends the warning at its first periodic check (every 30 s) once the job is within
+    # signal_delay_s + 30 s of its end: at 30 s or more, the check right after the start (in a clean-clone run
+    # ~9 s in, every attempt: still starting, no step made, 14 requeues in a row); at 15, the check ~30 s later.
+    sweep = write_sweep(tmp_path, "limit", data_dir, steps=STEPS, nodes=2, time_min=1, signal_delay_s=15)
     submit(sweep, env)
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     (job,) = job_ids(run)

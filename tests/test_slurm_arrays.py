@@ -122,7 +122,7 @@ def squeue_reason(env: dict, job: str) -> str:
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_a_size_s_runs_go_as_one_throttled_array_and_a_requeued_element_restarts_alone(tmp_path, slurm_cluster,
-                                                                                       data_dir, straight_losses):
+                                                                                       data_dir, straight_run):
     """Two sizes x two arms: two sbatch calls (one array per size, `%1`), job ids `A_i`. The running element of
     nano is interrupted (USR2: checkpoint, `scontrol requeue A_i`): it alone restarts, under the same id, and ends
     with the losses of an uninterrupted run; every other run has one attempt. The throttle holds: no two runs of a
@@ -151,7 +151,7 @@ def test_a_size_s_runs_go_as_one_throttled_array_and_a_requeued_element_restarts
                     "tiny-bp": ["completed"], "tiny-zbp_n4": ["completed"]}, ends
     assert ends["nano-bp"][0] in ("preempted", "timeout")
     assert all(len(job_ids(r)) == 1 for r in runs.values())  # requeued in place: no new submission
-    assert losses(victim) == straight_losses(victim)
+    assert losses(victim) == losses(straight_run(victim))
     for size in ("nano", "tiny"):  # the throttle: attempts of one size never overlap
         spans = sorted(s for n, r in runs.items() if n.startswith(size) for s in attempts(r))
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans

@@ -165,7 +165,7 @@ def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_di
 
 
 def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_resumes(tmp_path, slurm, data_dir,
-                                                                                       straight_losses):
+                                                                                       straight_run):
     """Fault: `scancel <job>` on a running job whose accounting does not answer (inside the job too). SLURM sends
     SIGTERM, which is also what a preemption sends where preempt_send_user_signal is off; the controller calls the
     job CANCELLED at once, so the run checkpoints and ends cancelled, not requeued as a preemption. Status says
@@ -195,7 +195,7 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
     out = submit(sweep, env)
     assert "nano-bp: resume -> job" in out.stdout, out.stdout + out.stderr
     assert final_state(real_env, job_ids(run)[-1]) == "COMPLETED"
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
 
 
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm

@@ -114,7 +114,7 @@ def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
 
 
 def test_a_job_submitted_from_a_wheel_install_runs_the_installed_package(tmp_path, slurm_env, data_dir,
-                                                                       wheel_python, straight_losses):
+                                                                       wheel_python, straight_run):
     """`pip install .` (non-editable, its source deleted), submit from another folder: the job's interpreter is
     the venv's and imports the installed copy; its losses equal the source tree's trainer on the same config."""
     sweep = write_sweep(tmp_path, "wheel", data_dir, steps=6)
@@ -125,7 +125,7 @@ def test_a_job_submitted_from_a_wheel_install_runs_the_installed_package(tmp_pat
     run = tmp_path / "jobs" / "wheel" / "nano-bp"
     (job,) = job_ids(run)
     assert wait_final(slurm_env, job) == "COMPLETED", [p.read_text()[-2000:] for p in (run / "logs").glob("*.out")]
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
     start = next(r for r in read_records(run) if r["kind"] == "start")
     assert start["versions"]["zbpscale"] == importlib.metadata.version("zbpscale")  # the installed package's
 
@@ -146,7 +146,7 @@ def test_timeouts_past_the_bound_mark_the_run_failed(tmp_path, slurm_env, data_d
     check_trackers(run, tmp_path / "jobs")
 
 
-def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env, data_dir, straight_losses):
+def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env, data_dir, straight_run):
     """A job on the high partition that needs the whole node preempts the run (USR2 at the grace time)."""
     sweep = write_sweep(tmp_path, "preempt", data_dir, steps=150)
     submit(sweep, slurm_env)
@@ -160,7 +160,7 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
     ends = [a["why"] for a in read_attempts(run) if a["event"] == "end"]
     assert ends[-1] == "completed" and "preempted" in ends and "timeout" not in ends, ends
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
 
 
 def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: float = 300) -> int:
@@ -175,7 +175,7 @@ def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: f
         time.sleep(0.3)
 
 
-def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_dir, straight_losses):
+def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_dir, straight_run):
     sweep = write_sweep(tmp_path, "requeue", data_dir, steps=150, ckpt_every=10)
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "requeue" / "nano-bp"
@@ -184,7 +184,7 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     subprocess.run(["scontrol", "requeue", job], env=slurm_env, check=True, timeout=30)
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
     assert sum(a["event"] == "start" for a in read_attempts(run)) >= 2
-    assert losses(run) == straight_losses(run)
+    assert losses(run) == losses(straight_run(run))
 
 
 def kill_every_process(job: str, env: dict) -> None:
@@ -201,7 +201,7 @@ def kill_every_process(job: str, env: dict) -> None:
 
 
 def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_resumes_only_that_run(
-        tmp_path, slurm_env, data_dir, straight_losses):
+        tmp_path, slurm_env, data_dir, straight_run):
     """Fault: kill -9 of every process of a requeued job, its batch script too (the OOM killer of a node, a node
     reboot: nothing of the job is left to restart the attempt in its allocation). The killed attempt writes no
     end record, and the one before it says 'preempted': status must join attempts.jsonl with sacct (failed,
@@ -235,7 +235,7 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     assert wait_final(slurm_env, job_ids(victim)[-1], timeout=600) == "COMPLETED"
     resume = [r for r in read_records(victim) if r["kind"] == "resume"][-1]  # after the kill (one came before)
     assert resume["from_step"] >= saved
-    assert losses(victim) == straight_losses(victim)
+    assert losses(victim) == losses(straight_run(victim))
 
 
 def step_records(run_dir: Path) -> list[tuple[str, int]]:
@@ -247,7 +247,7 @@ def train_times(run_dir: Path) -> list[tuple[int, float]]:
 
 
 def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_leaves_each_step_once(
-        tmp_path, slurm_env, data_dir, straight_losses):
+        tmp_path, slurm_env, data_dir, straight_run):
     """#33 item 1 and #42 item 3 on SLURM: the trainer killed (-9) at step >= 5 with no checkpoint yet. The job
     step dies without a word; the batch script records the crash (source "step") and starts the attempt again as
     a new step of the same job, not through the queue: the new attempt starts at step 0 and drops what the dead
@@ -267,8 +267,8 @@ def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_l
     assert ends[0]["reason"].endswith("restart 1/3")
     assert [(a["job_id"], a["restarts"], a["step"]) for a in starts] == [(job, 0, "0"), (job, 0, "2")]  # no requeue
     # (step 1: the batch script's check that every node answers)
-    assert losses(run) == straight_losses(run)
-    assert step_records(run) == step_records(tmp_path / "reference")
+    assert losses(run) == losses(straight_run(run))
+    assert step_records(run) == step_records(straight_run(run))
     resume = [r for r in read_records(run) if r["kind"] == "resume"][-1]
     assert resume["from_step"] == 0 and resume["dropped"] >= 6
     first_new = min(t for step, t in train_times(run) if t > killed)
@@ -276,7 +276,7 @@ def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_l
 
 
 def test_a_frozen_trainer_is_caught_by_its_sentinel_restarted_in_its_allocation_and_finishes_bitwise(
-        tmp_path, slurm_env, data_dir, straight_losses):
+        tmp_path, slurm_env, data_dir, straight_run):
     """#33 item 3 and #42 item 3 on SLURM: the trainer stopped with SIGSTOP (its own watchdog is frozen with it),
     nobody sends SIGCONT. The job's sentinel sees no step for step_timeout_s (+ its grace), records the hang with
     what it saw (a stopped process) and kills it; the attempt starts again as a new step of the same job (no
@@ -296,8 +296,8 @@ def test_a_frozen_trainer_is_caught_by_its_sentinel_restarted_in_its_allocation_
     starts = [a for a in read_attempts(run) if a["event"] == "start"]
     assert [(a["restarts"], a["step"]) for a in starts] == [(0, "0"), (0, "2")]  # a new step, not a requeue
     assert [r["why"] for r in read_records(run) if r["kind"] == "end"] == ["hung", "completed"]
-    assert losses(run) == straight_losses(run)
-    assert step_records(run) == step_records(tmp_path / "reference")
+    assert losses(run) == losses(straight_run(run))
+    assert step_records(run) == step_records(straight_run(run))
     first_new = min(t for step, t in train_times(run) if t > ends[0]["time"])
     print(f"hang recorded -> first step of the new job step: {first_new - ends[0]['time']:.1f} s")
 
