@@ -254,6 +254,7 @@ def straight_run(tmp_path_factory):
     its data (each worker prepares its own copy) and the first attempt's numerics, and trained by whichever test
     asks first while the others wait on its lock."""
     import fcntl
+    import functools
     import hashlib
     import subprocess
     import sys
@@ -265,6 +266,7 @@ def straight_run(tmp_path_factory):
     shared.mkdir(exist_ok=True)
     left_out = {"ckpt_every": 0, "ckpt_every_s": 0, "keep_ckpts": 2, "step_timeout_s": 1800.0, "trackers": []}
 
+    @functools.cache
     def data_digest(folder: Path) -> str:
         digest = hashlib.sha256()
         for path in sorted(p for p in folder.rglob("*.bin") if p.is_file()):

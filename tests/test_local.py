@@ -175,6 +175,8 @@ def submit(sweep: Path, *args: str, check: bool = True, timeout: float = 60, env
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep), "--executor", "local", *args],
                          cwd=sweep.parent, capture_output=True, text=True, timeout=timeout, env=env)
     assert not check or out.returncode == 0, out.stdout + out.stderr
+    if "--wait" in args:  # --wait ends once every run is COMPLETE; the driver records each end as it reaps the rank
+        wait_driver_gone(LocalQueue(sweep.parent / "jobs"))
     return out
 
 
@@ -262,7 +264,6 @@ def test_time_limit_checkpoints_requeues_and_matches_an_uninterrupted_run(tmp_pa
     sweep = write_sweep(tmp_path, "limit", data_dir, steps=150, time_min=1, signal_delay_s=50,
                         max_timeouts=30)
     out = submit(sweep, "--wait", timeout=600)
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     assert ends(run)[-1] == "completed" and ends(run).count("timeout") >= 1, (ends(run), out.stdout)
     assert losses(run) == losses(straight_run(run))  # every step once, bitwise equal to never stopping
@@ -288,7 +289,6 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
     wait_until(lambda: all("checkpointed" in [r.get("why") for r in read_records(run) if r["kind"] == "end"]
                            for run in runs), 60, "the orphaned ranks to checkpoint")
     out = submit(sweep, "--wait", timeout=600)
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "driver was not running: started it again" in out.stdout
     assert len(queue.entries()) == 2  # the same two jobs, picked up again, not queued twice
     for run in runs:
@@ -329,7 +329,6 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
     again = submit(sweep, env=env)
     assert "left alone: nano-bp (failed)" in again.stdout and "--retry" in again.stdout
     out = submit(sweep, "--retry", "--wait", timeout=600, env=env)
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "nano-bp: retry" in out.stdout
     assert "nano-bp: --retry counts its timeouts, preemptions and failures from 0 again (status's T/P/F were 0/0/2" \
         in out.stdout
@@ -351,9 +350,7 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 3 and json.loads(status.stdout)["cancel"][0]["state"] == "cancelled"
     assert 0 < len(losses(run)) < 60
-    out = submit(sweep, "--wait", timeout=300)
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
-    assert "resume" in out.stdout
+    assert "resume" in submit(sweep, "--wait", timeout=300).stdout
     assert ends(run) == ["cancelled", "completed"]
     assert losses(run) == losses(straight_run(run))
 
@@ -496,7 +493,6 @@ def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tm
     redone = [r for r in read_records(run) if r["kind"] in ("train", "eval", "diag") and r["step"] >= resume_at]
     assert last >= resume_at, f"killed right after checkpoint {resume_at}: nothing to drop"
     out = submit(sweep, "--wait", timeout=600)
-    wait_driver_gone(LocalQueue(tmp_path / "jobs"))  # it records each end as it reaps
     assert "driver was not running: started it again" in out.stdout
     assert ends(run) == ["crashed", "completed"], ends(run)
     crashed = next(a for a in read_attempts(run) if a["event"] == "end")
