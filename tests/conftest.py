@@ -25,6 +25,93 @@ from zbpscale.train.hostmem import keep_freed_memory  # noqa: E402
 keep_freed_memory()  # as every CPU trainer does: the tests that train in this process run at a trainer's speed
 
 
+# ---------------------------------------------------------------- time limits
+TIME_LIMITS_LOG = os.environ.get("ZBPSCALE_TIME_LIMITS")
+"""A JSONL file where every wait with a time limit (a subprocess's timeout, a `wait_until`) is written down with
+the time it took, when the variable is set: tools/time_limits.py reads it into each limit's margin on the machine
+that ran the suite. A fixed limit must hold on a loaded 2-core machine of either kind with 3x to spare."""
+
+
+def note_limit(limit: float, took: float, expired: bool) -> None:
+    """Write one wait down in TIME_LIMITS_LOG (if set): where in tests/ its limit is written, the test, the limit
+    and the seconds it took. One short line appended at a time, so xdist workers can share the file. A subprocess
+    wait that the code under test makes (zbpscale's own timeouts, run in the test's process) is not the suite's
+    limit: left out."""
+    if not TIME_LIMITS_LOG:
+        return
+    import subprocess
+    import sys
+
+    here, frame = Path(__file__).parent, sys._getframe(1)
+    while frame and (frame.f_code.co_filename == subprocess.__file__ or frame.f_code.co_name in _NOT_CALLERS):
+        frame = frame.f_back
+    if frame is None or Path(frame.f_code.co_filename).parent != here:
+        return
+    line = {"where": f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}",
+            "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0],
+            "limit": limit, "took": round(took, 3), "expired": expired}
+    with open(TIME_LIMITS_LOG, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
+_NOT_CALLERS = ("note_limit", "wait_until", "_timed")
+
+
+def _time_subprocess_waits() -> None:
+    """Popen.communicate and Popen.wait (so subprocess.run too) note each call given a timeout; a call inside
+    another (communicate waits) is the outer call's."""
+    import functools
+    import inspect
+    import subprocess
+    import threading
+    import time
+
+    inside = threading.local()
+
+    def timed(method):
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def _timed(self, *args, **kwargs):
+            timeout = signature.bind(self, *args, **kwargs).arguments.get("timeout")
+            if timeout is None or getattr(inside, "busy", False):
+                return method(self, *args, **kwargs)
+            inside.busy, t0, expired = True, time.monotonic(), False
+            try:
+                return method(self, *args, **kwargs)
+            except subprocess.TimeoutExpired:
+                expired = True
+                raise
+            finally:
+                inside.busy = False
+                note_limit(timeout, time.monotonic() - t0, expired)
+
+        return _timed
+
+    subprocess.Popen.communicate = timed(subprocess.Popen.communicate)
+    subprocess.Popen.wait = timed(subprocess.Popen.wait)
+
+
+if TIME_LIMITS_LOG:
+    _time_subprocess_waits()
+
+
+def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: float = 0.2) -> None:
+    """Poll `predicate` every `every` seconds until it holds; fail saying `what` was not seen within `timeout`
+    seconds, or (given `proc`, a Popen) that the process exited first, with its output."""
+    import time
+
+    t0 = time.monotonic()
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited first ({proc.returncode}): {proc.communicate()}")
+        if time.monotonic() - t0 > timeout:
+            note_limit(timeout, time.monotonic() - t0, True)
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+    note_limit(timeout, time.monotonic() - t0, False)
+
+
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the machine has cores, since many tests spend part of their time waiting
     (on SLURM's scheduler, a timeout, a process they killed), and no more than tools/slurm_local.py has port sets

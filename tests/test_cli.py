@@ -4,7 +4,7 @@ mistake compared with the one-line contract (no traceback, non-zero exit)."""
 import subprocess
 import sys
 
-from conftest import config_json, venv_seeing_this_python
+from conftest import config_json, venv_seeing_this_python, wait_until
 from zbpscale.train.schema import SIZES, n_params
 
 
@@ -245,10 +245,7 @@ def test_status_piped_or_watched_into_a_file_writes_plain_lines(tmp_path):
     with open(log, "w") as fh:
         proc = subprocess.Popen(["zbpscale", "status", str(folder), "--watch", "0.3"], stdout=fh,
                                 stderr=subprocess.PIPE, text=True, env=wide, preexec_fn=ctrl_c_reaches_it)
-        deadline = time.time() + 60
-        while log.read_text().count("sweep wide") < 2:
-            assert time.time() < deadline and proc.poll() is None, log.read_text() + proc.stderr.read()
-            time.sleep(0.2)
+        wait_until(lambda: log.read_text().count("sweep wide") >= 2, "two frames of the watch", 60, proc=proc)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 3
     text = log.read_text()
@@ -364,10 +361,9 @@ def test_ctrl_c_while_a_command_imports_is_one_line_not_a_traceback(tmp_path):
     """`python -m zbpscale.train` spends its first seconds importing torch; a Ctrl-C then was an import traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "run")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_reaches_it)
-    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.time() + 60
-    while "libtorch" not in maps.read_text():  # torch's import has begun: its Python half takes a second more
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()
-        time.sleep(0.005)
+    maps = Path(f"/proc/{proc.pid}/maps")
+    # libtorch mapped: torch's import has begun; its Python half takes a second more
+    wait_until(lambda: "libtorch" in maps.read_text(), "torch's import to begin", 60, proc=proc, every=0.005)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode in (-signal.SIGINT, 130), (proc.returncode, err)

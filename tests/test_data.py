@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from conftest import wait_until
 from zbpscale.data import loader, packing, prepare, shards, sources, tokenizer
 from zbpscale.data.prepare_cli import parse_count
 from zbpscale.errors import DataError
@@ -272,10 +273,8 @@ def test_killed_prep_resumes_to_identical_shards(tmp_path, resume_source, uninte
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not (out / prepare.PROGRESS).exists():  # at least one finished shard is recorded
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.01)
+        # at least one finished shard is recorded
+        wait_until(lambda: (out / prepare.PROGRESS).exists(), "a finished shard's record", 60, proc=proc, every=0.01)
         os.kill(proc.pid, sig)
         _, stderr = proc.communicate(timeout=30)
         if sig == signal.SIGTERM:

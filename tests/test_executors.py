@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import config_json, write_sweep
+from conftest import config_json, wait_until, write_sweep
 from zbpscale.jobs import executors
 from zbpscale.jobs.executors import Executor, JobView, View
 from zbpscale.jobs.status import collect_rows
@@ -192,10 +192,7 @@ def test_one_trainer_per_run_folder_and_a_killed_direct_run_is_failed_at_once(tm
     run = tmp_path / "jobs" / "direct" / "nano-bp"
     first = trainer(run, data_dir)
     try:
-        deadline = time.time() + 120
-        while not (run / "heartbeat.json").exists():
-            assert first.poll() is None and time.time() < deadline, first.communicate()
-            time.sleep(0.2)
+        wait_until(lambda: (run / "heartbeat.json").exists(), "the first trainer's heartbeat", 120, proc=first)
         assert state_of(run.parent)["state"] == "running"
         second = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run)], capture_output=True,
                                 text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
 from zbpscale import lease
 from zbpscale.run.folder import RunFolder
 
@@ -359,10 +360,7 @@ def test_two_trainers_on_two_nodes_with_a_node_local_flock(tmp_path, data_dir):
     first = trainer(run, "node-a", site, "--size", "nano", "--data", str(data_dir), "--steps", "100000",
                     "--set", "eval_every=0")
     try:
-        deadline = time.time() + 120
-        while not (run / "heartbeat.json").exists():
-            assert first.poll() is None and time.time() < deadline, first.communicate()
-            time.sleep(0.2)
+        wait_until(lambda: (run / "heartbeat.json").exists(), "node-a's first heartbeat", 120, proc=first)
         for _ in range(2):
             second = trainer(run, "node-b", site)
             out, err = second.communicate(timeout=120)
@@ -376,10 +374,8 @@ def test_two_trainers_on_two_nodes_with_a_node_local_flock(tmp_path, data_dir):
             kill(first)
     third = trainer(run, "node-a", site)
     try:
-        deadline = time.time() + 120
-        while lease.read_holder(RunFolder(run).trainer_lease).pid != third.pid:
-            assert third.poll() is None and time.time() < deadline, third.communicate()
-            time.sleep(0.2)
+        wait_until(lambda: lease.read_holder(RunFolder(run).trainer_lease).pid == third.pid,
+                   "the third trainer's lease", 120, proc=third)
     finally:
         kill(third)
 
@@ -429,14 +425,6 @@ def snapshot(folder: Path) -> dict[str, str]:
     return found
 
 
-def wait_until(predicate, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"{what}: the trainer exited: {proc.communicate()}"
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
     """node-a trains (hang watchdog at 8 s, lease bound 9 s, TensorBoard and W&B offline) and is SIGSTOPped past
     its bound; node-b takes the run over, resumes from node-a's checkpoint and finishes it; then node-a gets
@@ -459,7 +447,7 @@ def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
                     "--set", "trackers=tensorboard,wandb", env=env)
     second = None
     try:
-        wait_until(lambda: len(records("train")) >= 25, first, "node-a's 25 steps")
+        wait_until(lambda: len(records("train")) >= 25, "node-a's 25 steps", 120, proc=first, every=0.1)
         first.send_signal(signal.SIGSTOP)
         time.sleep(10.0)  # past node-a's lease bound (8 s + 1 s) and its watchdog's 8 s
         second = trainer(run, "node-b", site, env=env)

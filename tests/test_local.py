@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_WANDB_KEY, check_trackers, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, wait_until, wheel_env, write_sweep
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
@@ -147,11 +147,14 @@ def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):
     added = queue.add(specs)
     driver = Driver(queue)
     driver.inventory = [str(i) for i in range(8)]
-    deadline = time.time() + 120
-    while any(e.state in ("queued", "running") for e in queue.entries()):
-        driver.tick()
-        assert time.time() < deadline
-        time.sleep(0.05)
+
+    def drained() -> bool:  # the driver ticks between looks, as its own loop does
+        if any(e.state in ("queued", "running") for e in queue.entries()):
+            driver.tick()
+            return False
+        return True
+
+    wait_until(drained, "every job to end", 120, every=0.05)
     assert [e.state for e in queue.entries()] == ["completed"] * 5
     spans = []  # (gpu, start, end) of every rank
     for e in added:
@@ -188,15 +191,8 @@ def ends(run_dir: Path) -> list[str]:
     return [a["why"] for a in read_attempts(run_dir) if a["event"] == "end"]
 
 
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def wait_driver_gone(queue: LocalQueue, timeout: float = 60) -> None:
-    wait_until(lambda: not queue.driver_alive(), timeout, "the driver to exit")
+    wait_until(lambda: not queue.driver_alive(), "the driver to exit", timeout)
 
 
 @pytest.mark.slow
@@ -249,11 +245,11 @@ def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir)
     run = tmp_path / "jobs" / "orphan" / "nano-bp"
     shell = subprocess.Popen(["bash", "-c", f"{sys.executable} -m zbpscale.submit {sweep} --executor local --wait"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_until(lambda: "start" in [a["event"] for a in read_attempts(run)], 60, "the run to start")
+    wait_until(lambda: "start" in [a["event"] for a in read_attempts(run)], "the run to start", 60)
     os.killpg(shell.pid, signal.SIGHUP)  # the terminal closes...
     os.killpg(shell.pid, signal.SIGKILL)  # ...and whatever ignored that is killed
     shell.wait(timeout=10)
-    wait_until(lambda: "completed" in ends(run), 180, "the run to finish without its terminal")
+    wait_until(lambda: "completed" in ends(run), "the run to finish without its terminal", 180)
     assert ends(run) == ["completed"] and [s for s, _ in losses(run)] == list(range(30))
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
 
@@ -280,14 +276,14 @@ def test_second_submit_queues_nothing_and_a_killed_driver_resumes_on_resubmit(tm
     assert len(queue.entries()) == 2
     runs = [tmp_path / "jobs" / "twice" / n for n in ("nano-bp", "nano-zbp_n4")]
     wait_until(lambda: all((r / "checkpoints").is_dir() and any((r / "checkpoints").iterdir()) for r in runs),
-               120, "a checkpoint of each run")
+               "a checkpoint of each run", 120)
     driver_pid = queue.driver_info()["pid"]
     os.kill(driver_pid, signal.SIGKILL)
     assert not any(RunFolder(run).complete.exists() for run in runs), "a run finished before the kill: make it longer"
-    wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
+    wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
     # Its ranks got SIGUSR2 from the kernel (PDEATHSIG): they checkpoint and stop rather than train on.
     wait_until(lambda: all("checkpointed" in [r.get("why") for r in read_records(run) if r["kind"] == "end"]
-                           for run in runs), 60, "the orphaned ranks to checkpoint")
+                           for run in runs), "the orphaned ranks to checkpoint", 60)
     out = submit(sweep, "--wait", timeout=600)
     assert "driver was not running: started it again" in out.stdout
     assert len(queue.entries()) == 2  # the same two jobs, picked up again, not queued twice
@@ -313,10 +309,10 @@ def test_kill_9_of_a_rank_is_retried_then_fails_over_its_bound_and_retry_resumes
     submit(sweep, env=env)
     for attempt, step in ((1, 12), (2, 40)):
         wait_until(lambda: len([a for a in read_attempts(run) if a["event"] == "start"]) == attempt
-                   and last_step(run) >= step, 120, f"step {step} of attempt {attempt}")
+                   and last_step(run) >= step, f"step {step} of attempt {attempt}", 120)
         pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: len(ends(run)) == attempt, 60, f"the end of attempt {attempt}")
+        wait_until(lambda: len(ends(run)) == attempt, f"the end of attempt {attempt}", 60)
     assert not RunFolder(run).complete.exists(), "the run finished before the second kill: make it longer"
     assert ends(run) == ["crashed", "failed"]
     reasons = [a["reason"] for a in read_attempts(run) if a["event"] == "end"]
@@ -341,7 +337,7 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
     sweep = write_sweep(tmp_path, "cancel", data_dir, steps=60)
     run = tmp_path / "jobs" / "cancel" / "nano-bp"
     submit(sweep)
-    wait_until(lambda: any(r["kind"] == "train" for r in read_records(run)), 60, "the first step")
+    wait_until(lambda: any(r["kind"] == "train" for r in read_records(run)), "the first step", 60)
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr
@@ -399,10 +395,10 @@ def test_kill_9_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data
     sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
     run = tmp_path / "jobs" / "early" / "nano-bp"
     submit(sweep)
-    wait_until(lambda: last_step(run) >= 5, 120, "step 5")
+    wait_until(lambda: last_step(run) >= 5, "step 5", 120)
     assert not RunFolder(run).list_checkpoints()
     os.kill([a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"], signal.SIGKILL)
-    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_until(lambda: RunFolder(run).complete.exists(), "the requeued attempt to finish", 180)
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert ends(run) == ["crashed", "completed"]
     assert losses(run) == losses(straight_run(run))
@@ -422,13 +418,13 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
     run = tmp_path / "jobs" / "frozen" / "nano-bp"
     submit(sweep)
-    wait_until(lambda: RunFolder(run).list_checkpoints() and last_step(run) >= 12, 120, "step 12")
+    wait_until(lambda: RunFolder(run).list_checkpoints() and last_step(run) >= 12, "step 12", 120)
     pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
     os.kill(pid, signal.SIGSTOP)
     stopped = time.time()
-    wait_until(lambda: ends(run), 5 + GRACE_S + 60, "the hang to be caught")
+    wait_until(lambda: ends(run), "the hang to be caught", 5 + GRACE_S + 60)
     assert time.time() - stopped >= 5 + GRACE_S - 1  # the trainer's own watchdog had its chance first
-    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_until(lambda: RunFolder(run).complete.exists(), "the requeued attempt to finish", 180)
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert ends(run) == ["hung", "completed"]
     hung = next(a for a in read_attempts(run) if a["event"] == "end")
@@ -452,18 +448,18 @@ def test_a_hang_names_the_last_step_of_the_records_not_the_lagging_heartbeats(tm
     sweep = write_sweep(tmp_path, "lagging", data_dir, steps=100, step_timeout_s=5)
     run = tmp_path / "jobs" / "lagging" / "nano-bp"
     submit(sweep)
-    wait_until(lambda: heartbeat_step(run) >= 1 and last_step(run) + 1 >= heartbeat_step(run) + 3, 120,
-               "three steps past a heartbeat")
+    wait_until(lambda: heartbeat_step(run) >= 1 and last_step(run) + 1 >= heartbeat_step(run) + 3,
+               "three steps past a heartbeat", 120)
     pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
     os.kill(pid, signal.SIGSTOP)
     done, beat = last_step(run) + 1, heartbeat_step(run)  # the records and the heartbeat of the stopped trainer
     assert beat < done, f"a heartbeat was written just before the stop ({beat} of {done} steps): stop again"
-    wait_until(lambda: ends(run), 5 + 15 + 60, "the hang to be caught")
+    wait_until(lambda: ends(run), "the hang to be caught", 5 + 15 + 60)
     hung = next(a for a in read_attempts(run) if a["event"] == "end")
     assert hung["why"] == "hung" and f"after step {done}, seen from outside the trainer" in hung["reason"], (hung, beat)
     (end,) = [r for r in read_records(run) if r["kind"] == "end" and r["why"] == "hung"]
     assert end["step"] == done - 1  # the last step taken, 0-based as every step record
-    wait_until(lambda: RunFolder(run).complete.exists(), 180, "the requeued attempt to finish")
+    wait_until(lambda: RunFolder(run).complete.exists(), "the requeued attempt to finish", 180)
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert [s for s, _ in losses(run)] == list(range(100))
 
@@ -483,11 +479,11 @@ def test_a_rank_killed_with_its_driver_is_a_crash_naming_the_steps_it_dropped(tm
         found = RunFolder(run).list_checkpoints()
         return bool(found) and last_step(run) >= found[-1][0] + 2
 
-    wait_until(past_a_checkpoint, 120, "two steps past a checkpoint")
+    wait_until(past_a_checkpoint, "two steps past a checkpoint", 120)
     group = os.getpgid(queue.driver_info()["pid"])  # the driver's own session: it and the ranks it started
     assert group != os.getpgrp()
     os.killpg(group, signal.SIGKILL)
-    wait_until(lambda: not queue.driver_alive(), 10, "the killed driver's lock to go")
+    wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
     assert not RunFolder(run).complete.exists(), "the run finished before the kill: make it longer"
     last, resume_at = last_step(run), RunFolder(run).list_checkpoints()[-1][0]
     redone = [r for r in read_records(run) if r["kind"] in ("train", "eval", "diag") and r["step"] >= resume_at]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, write_sweep
+from conftest import load_slurm_local, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -49,24 +49,18 @@ def sacct(env: dict, job: str, field: str) -> str:
 
 
 def final_state(env: dict, job: str, timeout: float = 900) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        state = sacct(env, job, "State").split(" ")[0]
-        if state in FINAL:
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job} not finished after {timeout:.0f} s")
+    seen = {}
+
+    def final() -> bool:
+        seen["state"] = sacct(env, job, "State").split(" ")[0]
+        return seen["state"] in FINAL
+
+    wait_until(final, f"job {job} to finish", timeout, every=1)
+    return seen["state"]
 
 
 def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
-
-
-def wait_until(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def rank_pid(run: Path, rank: int) -> int:

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import config_json, load_tool
+from conftest import config_json, load_tool, wait_until
 from zbpscale.jobs import executors, submit
 from zbpscale.jobs.executors import UNKNOWN, Executor, JobView, View
 from zbpscale.jobs.poller import MAX_BACKOFF_S, Poller, backoff_s
@@ -468,11 +468,9 @@ def test_real_slurm_status_and_cancel_counted_by_the_shims(tmp_path, slurm_clust
             write_run(folder, name, ids[name], submitted_at=time.time() - 5, started=i >= 6,
                       ends=("completed",) if i == 7 else ())
         (folder / "s7-bp" / "COMPLETE").write_text("")
-        deadline = time.time() + 120
-        while subprocess.run(["squeue", "-h", "-t", "all", "-j", ids["s6-bp"], "-o", "%T"], env=env,
-                             capture_output=True, text=True).stdout.strip() != "COMPLETED":
-            assert time.time() < deadline, "the job running `true` did not complete"
-            time.sleep(1)
+        wait_until(lambda: subprocess.run(["squeue", "-h", "-t", "all", "-j", ids["s6-bp"], "-o", "%T"], env=env,
+                                          capture_output=True, text=True).stdout.strip() == "COMPLETED",
+                   "the job running `true` to complete", 120, every=1)
         log.write_text("")
         out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), "--json"], env=env,
                              capture_output=True, text=True, timeout=120)

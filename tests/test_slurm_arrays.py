@@ -14,12 +14,11 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import load_tool
+from conftest import load_tool, wait_until
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -87,18 +86,14 @@ def sacct_state(env: dict, job: str) -> str:
 
 
 def wait_final(env: dict, job: str, timeout: float = 600) -> str:
-    deadline = time.time() + timeout
-    while (state := sacct_state(env, job)) not in FINAL:
-        assert time.time() < deadline, f"job {job} still {state or 'unknown'} after {timeout:.0f} s"
-        time.sleep(1)
-    return state
+    seen = {}
 
+    def final() -> bool:
+        seen["state"] = sacct_state(env, job)
+        return seen["state"] in FINAL
 
-def wait_until(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
+    wait_until(final, f"job {job} to finish", timeout, every=1)
+    return seen["state"]
 
 
 def losses(run_dir: Path) -> list[tuple[int, float]]:
@@ -139,10 +134,11 @@ def test_a_size_s_runs_go_as_one_throttled_array_and_a_requeued_element_restarts
     assert arrays["nano-bp"] == arrays["nano-zbp_n4"] and arrays["tiny-bp"] == arrays["tiny-zbp_n4"]
     assert {j[0].split("_")[1] for j in ids.values()} == {"0", "1"}
     victim, job = runs["nano-bp"], ids["nano-bp"][0]
-    wait_until(lambda: RunFolder(victim).list_checkpoints() and len(losses(victim)) >= 15, "nano-bp to checkpoint")
+    wait_until(lambda: RunFolder(victim).list_checkpoints() and len(losses(victim)) >= 15, "nano-bp to checkpoint",
+               every=0.3)
     assert squeue_reason(env, ids["nano-zbp_n4"][0]) == "PENDING|JobArrayTaskLimit"  # %1: the other waits
     subprocess.run(["scancel", "--signal=USR2", job], env=env, check=True, timeout=30)
-    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "nano-bp to restart")
+    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "nano-bp to restart", every=0.3)
     for name, run in runs.items():
         assert wait_final(env, ids[name][0]) == "COMPLETED", name
         assert RunFolder(run).complete.exists()
@@ -171,7 +167,7 @@ def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, da
     submit(sweep, env)
     runs = {n: tmp_path / "jobs" / "arrc" / n for n in ("nano-bp", "nano-zbp_n4")}
     (first,), (second,) = (job_ids(r) for r in runs.values())
-    wait_until(lambda: len(losses(runs["nano-bp"])) >= 3, "nano-bp to train")
+    wait_until(lambda: len(losses(runs["nano-bp"])) >= 3, "nano-bp to train", every=0.3)
     rows = status_rows(tmp_path / "jobs" / "arrc", env)
     assert (rows["nano-bp"]["state"], rows["nano-zbp_n4"]["state"]) == ("running", "queued"), rows
     cancel = [sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)]
@@ -179,7 +175,7 @@ def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, da
     assert out.returncode == 0, out.stdout + out.stderr
     # the controller's word, not sacct's: a waiting element cancelled before its array's record reached slurmdbd is
     # never in accounting (seen in CI: sacct knew nothing of it 600 s on)
-    wait_until(lambda: not squeue_reason(env, second), f"{second} to leave the queue", timeout=120)
+    wait_until(lambda: not squeue_reason(env, second), f"{second} to leave the queue", timeout=120, every=0.3)
     assert squeue_reason(env, first).startswith("RUNNING|"), squeue_reason(env, first)
     assert [a["why"] for a in read_attempts(runs["nano-zbp_n4"]) if a["event"] == "end"] == ["cancelled"]
     out = subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)
@@ -210,7 +206,7 @@ def set_max_submit(env: dict, n: int) -> None:
                                capture_output=True, text=True, timeout=30).stdout
         return re.findall(r"MaxSubmitJobs=(\d*)", shown)[-1:] == [str(n) if n >= 0 else ""]
 
-    wait_until(applied, f"the controller to apply MaxSubmitJobs={n}", timeout=60)
+    wait_until(applied, f"the controller to apply MaxSubmitJobs={n}", timeout=60, every=0.3)
 
 
 @pytest.mark.slurm
@@ -227,7 +223,7 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-u", user], env=env, capture_output=True,
                                           text=True).stdout.strip(),
-               "the jobs of earlier tests to leave the queue (they count against the limit)", timeout=300)
+               "the jobs of earlier tests to leave the queue (they count against the limit)", timeout=300, every=0.3)
     set_max_submit(env, 4)
     try:
         first = submit(sweep, env)

@@ -15,12 +15,11 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, write_sweep
+from conftest import load_slurm_local, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -77,15 +76,16 @@ def job_ids(run_dir: Path) -> list[str]:
 
 
 def final_state(env: dict, job: str, timeout: float = 600) -> str:
-    deadline, state = time.time() + timeout, ""
-    while time.time() < deadline:
+    seen = {}
+
+    def final() -> bool:
         out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], env=env, capture_output=True,
                              text=True, timeout=30)
-        state = out.stdout.strip().split(" ")[0]
-        if state in FINAL:
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job} still {state or 'unknown'} after {timeout:.0f} s")
+        seen["state"] = out.stdout.strip().split(" ")[0]
+        return seen["state"] in FINAL
+
+    wait_until(final, f"job {job} to finish", timeout, every=1)
+    return seen["state"]
 
 
 def status(folder: Path, env: dict) -> tuple[int, list[dict]]:
@@ -145,13 +145,16 @@ def test_accounting_stopped_mid_sweep_and_started_again(tmp_path, slurm, data_di
     slurm_local.stop_daemon(folder, "slurmdbd")
     try:
         seen = set()
-        deadline = time.time() + 600
-        while not all(RunFolder(r).complete.exists() for r in runs):
-            assert time.time() < deadline, "the runs did not finish with accounting down"
+
+        def finished() -> bool:  # status, between looks, never calls a live run failed
+            if all(RunFolder(r).complete.exists() for r in runs):
+                return True
             code, rows = status(runs[0].parent, env)
-            seen |= {r["state"] for r in rows}
+            seen.update(r["state"] for r in rows)
             assert {r["state"] for r in rows} <= {"queued", "running", "complete"}, rows
-            time.sleep(1)
+            return False
+
+        wait_until(finished, "the runs to finish with accounting down", 600, every=1)
         again = submit(sweep, env)  # accounting down: nothing is submitted again
         assert again.returncode == 0 and "-> job" not in again.stdout, again.stdout + again.stderr
         assert "running" in seen
@@ -176,17 +179,13 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
     assert submit(sweep, env).returncode == 0
     run = tmp_path / "jobs" / "cancelled" / "nano-bp"
     (job,) = job_ids(run)
-    deadline = time.time() + 300
-    while sum(r["kind"] == "train" for r in read_records(run)) < 5:
-        assert time.time() < deadline, "the run did not train 5 steps"
-        time.sleep(0.3)
+    wait_until(lambda: sum(r["kind"] == "train" for r in read_records(run)) >= 5, "the run to train 5 steps", 300,
+               every=0.3)
     subprocess.run(["scancel", job], env=real_env, check=True, timeout=30)
     assert final_state(real_env, job) == "CANCELLED"
-    deadline = time.time() + 120
-    while subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=real_env, capture_output=True, text=True,
-                         timeout=30).stdout.strip():
-        assert time.time() < deadline, "the cancelled job never left the queue"
-        time.sleep(0.5)
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=real_env,
+                                          capture_output=True, text=True, timeout=30).stdout.strip(),
+               "the cancelled job to leave the queue", 120, every=0.5)
     assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
         ("cancelled", "scancel; checkpointed")]
     assert sum(a["event"] == "start" for a in read_attempts(run)) == 1 and not RunFolder(run).complete.exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, wait_until, wheel_env, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -50,16 +50,16 @@ def job_ids(run_dir: Path) -> list[str]:
 
 
 def wait_final(env: dict, job_id: str, timeout: float = 600) -> str:
-    deadline = time.time() + timeout
-    state = ""
-    while time.time() < deadline:
+    seen = {}
+
+    def final() -> bool:
         out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], env=env,
                              capture_output=True, text=True, timeout=30)
-        state = out.stdout.strip().split(" ")[0]
-        if state in FINAL:
-            return state
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} still {state or 'unknown'} after {timeout:.0f} s")
+        seen["state"] = out.stdout.strip().split(" ")[0]
+        return seen["state"] in FINAL
+
+    wait_until(final, f"job {job_id} to finish", timeout, every=1)
+    return seen["state"]
 
 
 def status(folder: Path, env: dict, code: int | None) -> list[dict]:
@@ -67,13 +67,6 @@ def status(folder: Path, env: dict, code: int | None) -> list[dict]:
                          capture_output=True, text=True, timeout=120)
     assert code is None or out.returncode == code, out.stdout + out.stderr
     return json.loads(out.stdout)[folder.name]
-
-
-def wait_until(predicate, what: str, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def losses(run_dir: Path) -> list[tuple[int, float]]:
@@ -152,7 +145,7 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "preempt" / "nano-bp"
     (job,) = job_ids(run)
-    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps")
+    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps", every=0.3)
     high = subprocess.run(["sbatch", "--parsable", "-p", slurm_local.HIGH_PARTITION, "-c", str(slurm_local.CPUS),
                            "-o", str(tmp_path / "high.out"), "--wrap", "sleep 5"], env=slurm_env,
                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
@@ -166,13 +159,15 @@ def test_preemption_checkpoints_requeues_and_says_preempted(tmp_path, slurm_env,
 def wait_for_checkpoint_and_progress(run: Path, extra_steps: int = 3, timeout: float = 300) -> int:
     from zbpscale.run.folder import RunFolder
 
-    deadline = time.time() + timeout
-    while True:
+    seen = {}
+
+    def progressed() -> bool:
         found = RunFolder(run).list_checkpoints()
-        if found and len(losses(run)) >= found[-1][0] + extra_steps:
-            return found[-1][0]
-        assert time.time() < deadline, "no checkpoint followed by progress in time"
-        time.sleep(0.3)
+        seen["step"] = found[-1][0] if found else None
+        return bool(found) and len(losses(run)) >= found[-1][0] + extra_steps
+
+    wait_until(progressed, "a checkpoint followed by progress", timeout, every=0.3)
+    return seen["step"]
 
 
 def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_dir, straight_run):
@@ -213,14 +208,15 @@ def test_fault_kill_9_of_a_requeued_attempt_is_recorded_from_sacct_and_resubmit_
     victim = runs["nano-bp"]
     wait_for_checkpoint_and_progress(victim)
     subprocess.run(["scancel", "--signal=USR2", job_ids(victim)[0]], env=slurm_env, check=True, timeout=30)
-    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "the run to be requeued")
+    wait_until(lambda: sum(a["event"] == "start" for a in read_attempts(victim)) >= 2, "the run to be requeued",
+               every=0.3)
     saved = wait_for_checkpoint_and_progress(victim)
     assert not RunFolder(victim).complete.exists(), "the run finished before the kill: make it longer"
     kill_every_process(job_ids(victim)[0], slurm_env)
     assert wait_final(slurm_env, job_ids(victim)[0]) == "FAILED"
     wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-j", job_ids(victim)[0], "-t", "PD,R,CG"],
                                           env=slurm_env, capture_output=True, text=True).stdout.strip(),
-               "the killed job to leave the controller's live states (COMPLETING: its processes reaped)")
+               "the killed job to leave the controller's live states (COMPLETING: its processes reaped)", every=0.3)
     assert [a["why"] for a in read_attempts(victim) if a["event"] == "end"] == ["preempted"]
     row = next(r for r in status(victim.parent, slurm_env, code=None) if r["run"] == "nano-bp")
     # sacct's word (FAILED 9:0, a step killed by signal 9), the log to read, and what a submit does next
@@ -255,7 +251,7 @@ def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_l
     sweep = write_sweep(tmp_path, "early", data_dir, steps=40)  # no periodic checkpoint
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "early" / "nano-bp"
-    wait_until(lambda: len(losses(run)) >= 6, "step 5")
+    wait_until(lambda: len(losses(run)) >= 6, "step 5", every=0.3)
     assert not RunFolder(run).list_checkpoints()
     os.kill([a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1], 9)
     killed = time.time()
@@ -284,7 +280,7 @@ def test_a_frozen_trainer_is_caught_by_its_sentinel_restarted_in_its_allocation_
     sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "frozen" / "nano-bp"
-    wait_until(lambda: RunFolder(run).list_checkpoints() and len(losses(run)) >= 12, "step 12")
+    wait_until(lambda: RunFolder(run).list_checkpoints() and len(losses(run)) >= 12, "step 12", every=0.3)
     pid = [a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1]
     os.kill(pid, signal.SIGSTOP)
     (job,) = job_ids(run)
@@ -307,7 +303,7 @@ def test_cancel_checkpoints_the_running_job_and_leaves_the_run_to_resume(tmp_pat
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "cancel" / "nano-bp"
     (job,) = job_ids(run)
-    wait_until(lambda: len(losses(run)) >= 3, "the run to train 3 steps")
+    wait_until(lambda: len(losses(run)) >= 3, "the run to train 3 steps", every=0.3)
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=slurm_env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "stopped: nano-bp" in out.stdout, out.stdout + out.stderr

@@ -17,10 +17,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import trainer_env
+from conftest import trainer_env, wait_until
 from zbpscale.run.folder import RunFolder
 from zbpscale.train.metrics import read_records
 
@@ -71,10 +70,7 @@ def half_done(tmp_path: Path, data_dir: Path) -> tuple[Path, Path, Path]:
     trained, fresh = tmp_path / "jobs" / "edited" / "nano-bp", tmp_path / "jobs" / "edited" / "nano-bp-s1"
     proc = subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(trained)], env=trainer_env(1),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 240
-    while not RunFolder(trained).list_checkpoints():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
-        time.sleep(0.02)
+    wait_until(lambda: RunFolder(trained).list_checkpoints(), "a first checkpoint", 240, proc=proc, every=0.02)
     proc.send_signal(signal.SIGUSR2)
     proc.communicate(timeout=120)
     assert proc.returncode == 75 and not read_records(fresh)  # checkpointed and stopped (EXIT_REQUEUE)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_tool, trainer_env
+from conftest import load_tool, trainer_env, wait_until
 from zbpscale.errors import ConfigError
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
@@ -177,14 +177,6 @@ def test_a_zbp_run_is_the_same_run_on_one_rank_or_two(tmp_path, data_dir, seedin
 
 # ---------------------------------------------------------------- exact resume
 
-def wait_for(predicate, proc: subprocess.Popen, timeout: float = 240):
-    deadline = time.time() + timeout
-    while not predicate():
-        assert proc.poll() is None, f"trainer exited early: {proc.communicate()[0]}"
-        assert time.time() < deadline, "timed out waiting for the trainer"
-        time.sleep(0.05)
-
-
 def finished(proc: subprocess.Popen) -> str:
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
@@ -212,7 +204,7 @@ def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, 
 
     run = write_config(tmp_path / "interrupted", cfg)
     proc = launch(run, threads=threads)
-    wait_for(lambda: len(train_losses(run)) >= 3, proc)
+    wait_until(lambda: len(train_losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
@@ -240,8 +232,9 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     run = write_config(tmp_path / "killed", cfg)
     proc = launch(run)
     # Kill once a checkpoint exists and the run has logged steps past it (work to be redone).
-    wait_for(lambda: RunFolder(run).list_checkpoints()
-             and len(train_losses(run)) >= RunFolder(run).list_checkpoints()[-1][0] + 2, proc)
+    wait_until(lambda: RunFolder(run).list_checkpoints()
+               and len(train_losses(run)) >= RunFolder(run).list_checkpoints()[-1][0] + 2,
+               "two steps past a checkpoint", 240, proc=proc, every=0.05)
     proc.kill()
     proc.wait()
     logged_before = len(train_losses(run))
@@ -264,7 +257,7 @@ def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, dat
     straight = launch(reference)
     run = write_config(tmp_path / "killed", cfg)
     proc = launch(run)
-    wait_for(lambda: len(train_losses(run)) >= 6, proc)
+    wait_until(lambda: len(train_losses(run)) >= 6, "6 steps", 240, proc=proc, every=0.05)
     proc.kill()
     proc.wait()
     assert not RunFolder(run).list_checkpoints()
@@ -286,7 +279,7 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
                     global_batch=16)  # steps of ~0.3 s: both signals land inside one step
     run = write_config(tmp_path / "run", cfg)
     proc = launch(run)
-    wait_for(lambda: len(train_losses(run)) >= 1, proc)
+    wait_until(lambda: len(train_losses(run)) >= 1, "the first step", 240, proc=proc, every=0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
     proc.send_signal(signal.SIGINT)

@@ -567,7 +567,7 @@ def test_a_slurm_job_requeued_after_an_upgrade_resumes_bitwise(tmp_path, slurm_c
     replaced by release B's (make_release_b), as `pip install -U` would; a USR2 (as a preemption sends) makes the
     attempt checkpoint and requeue; the requeued job unpickles zbpscale.entry.TrainJob from B, which migrates the
     run's config and finishes it: attempts by A then B, and the losses of a straight run bit for bit."""
-    from conftest import write_sweep
+    from conftest import wait_until, write_sweep
 
     _, slurm_env = slurm_cluster
     release = tmp_path / "release" / "src"
@@ -580,13 +580,15 @@ def test_a_slurm_job_requeued_after_an_upgrade_resumes_bitwise(tmp_path, slurm_c
     assert out.returncode == 0, out.stdout + out.stderr
     run = tmp_path / "jobs" / "upgrade" / "nano-bp"
     (job,) = [a["job_id"] for a in read_attempts(run) if a["event"] == "submitted"]
-    wait_for(lambda: len(train_losses(run)[0]) >= 10, "release A's attempt to train 10 steps", timeout=120)
+    wait_until(lambda: len(train_losses(run)[0]) >= 10, "release A's attempt to train 10 steps", timeout=120,
+               every=0.3)
     config_a = RunFolder(run).config.read_text()
     shutil.rmtree(release / "zbpscale")  # the upgrade: A's files go, B's come, under the same path
     shutil.copytree(tmp_path / "release_b" / "src" / "zbpscale", release / "zbpscale")
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True, timeout=30)
-    wait_for(lambda: RunFolder(run).complete.exists() and read_attempts(run)[-1]["event"] == "end",
-             "the requeued job (release B) to finish and record its end", timeout=240)  # the end follows COMPLETE
+    # the end follows COMPLETE
+    wait_until(lambda: RunFolder(run).complete.exists() and read_attempts(run)[-1]["event"] == "end",
+               "the requeued job (release B) to finish and record its end", timeout=240, every=0.3)
 
     attempts = read_attempts(run)
     assert [(a["event"], a.get("why")) for a in attempts if a["event"] != "submitted"] == [
@@ -602,10 +604,3 @@ def test_a_slurm_job_requeued_after_an_upgrade_resumes_bitwise(tmp_path, slurm_c
                           text=True, timeout=300, env=one_thread_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert train_losses(run)[:2] == train_losses(straight)[:2]
-
-
-def wait_for(predicate, what: str, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while not predicate():
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)

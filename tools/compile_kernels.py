@@ -2,6 +2,7 @@
 the launches the model makes: a table of registers, spills and shared memory, and a verdict.
 
     python tools/compile_kernels.py              # sm_90 and sm_80; exit 1: an error, a spill, > 200 registers
+    python tools/compile_kernels.py --cover      # a third of it: every variant's factors, not their product
     python tools/compile_kernels.py --arch 90 --only closed.swiglu --json k.json
     python tools/compile_kernels.py --arch 90 --device cuda   # on a GPU: also Triton's launcher, compared
 
@@ -15,6 +16,11 @@ pointers divisible by 16, constexprs, num_warps) and compiled with
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))`: TTIR to PTX to a cubin with the ptxas the
 triton wheel ships, no driver needed. Registers and spills (stack and local memory in 4-byte words, as the driver
 counts them) are read from the cubin (cuobjdump -res-usage), shared memory from the compile metadata.
+
+With --cover, each kernel is compiled at every dtype x scheme x probe for each architecture, once, at one n that
+rotates through NS, so every kernel meets every n on each architecture and the heaviest variant (the direct-query
+SwiGLU kernel, gaussian, n = 64: ~190 registers) is among them: 56 of the 168 variants, what the default test
+suite compiles (the full product: `pytest -m kernels`, and tools/gpu_check.sh on a GPU).
 
 With --device cuda the same launches are also compiled the way a training run compiles them (`warmup` on CUDA
 tensors, the driver loading the cubin) and the two tables must agree: that is what makes the offline table a
@@ -163,6 +169,16 @@ def record_launches(only: tuple[str, ...] = KERNELS) -> list[tuple[Launch, str]]
     return out
 
 
+def covers(kernel: str, variant: str, arch: int) -> bool:
+    """Whether --cover compiles this launch on this architecture: each dtype x scheme x probe of a kernel once, at
+    the n that the combination's index and the architecture's pick in turn from NS."""
+    dtype, n, scheme, probe = variant.split()
+    probes = ("rademacher", "gaussian") if kernel.startswith("fused") else ("rademacher",)
+    combos = [(d, s, p) for d in ("bf16", "float32") for s in ("central", "forward") for p in probes]
+    turn = combos.index((dtype, scheme, probe)) + ARCHS.index(arch)
+    return n == f"n{NS[turn % len(NS)]}"
+
+
 # ---------------------------------------------------------------------------------------------- compiling
 def _specialise(launch: Launch, arch: int):
     """(options, signature, constexprs, attrs) as Triton's launcher derives them for this target."""
@@ -235,11 +251,14 @@ def compile_on_gpu(launch: Launch, row: Row) -> Row:
 
 
 def compile_all(launches: list[tuple[Launch, str]], archs: tuple[int, ...], *, gpu: bool = False,
-                workers: int = 2, progress=None) -> list[Row]:
-    """One row per distinct (kernel, specialisation, arch), with the sizes that launch it."""
+                workers: int = 2, progress=None, cover: bool = False) -> list[Row]:
+    """One row per distinct (kernel, specialisation, arch), with the sizes that launch it; with `cover`, only the
+    launches `covers` picks."""
     distinct: dict[str, tuple[Launch, list[str]]] = {}
     for arch in archs:
         for launch, size in launches:
+            if cover and not covers(launch.kernel, launch.variant, arch):
+                continue
             key = f"{arch}:{_key(launch, arch)}"
             entry = distinct.setdefault(key, (launch, []))
             if size not in entry[1]:
@@ -298,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="cuda: also compile through Triton's launcher on the visible GPU and compare")
     p.add_argument("--json", help="write the summary and every row here")
     p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1))
+    p.add_argument("--cover", action="store_true",
+                   help="each kernel's dtypes, schemes and probes once per architecture, n in turn (not the product)")
     args = p.parse_args(argv)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # triton 3.9 warns about the default (enabled) otherwise
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -309,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown kernel {unknown[0]!r} (hint: one of {', '.join(KERNELS)})", file=sys.stderr)
         return 2
     archs = tuple(int(a) for a in args.arch.split(","))
+    if args.cover and not set(archs) <= set(ARCHS):
+        print(f"error: --cover takes its turns over sm_{', sm_'.join(map(str, ARCHS))} (hint: leave out --arch)",
+              file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     launches = record_launches(only)
 
@@ -316,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         if i == 1 or i == total or i % 16 == 0:
             print(f"compiled {i}/{total} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
 
-    rows = compile_all(launches, archs, gpu=args.device == "cuda", workers=args.workers, progress=progress)
+    rows = compile_all(launches, archs, gpu=args.device == "cuda", workers=args.workers, progress=progress,
+                       cover=args.cover)
     result = summary(rows)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     print(table(rows))
