@@ -24,7 +24,7 @@ from zbpscale.errors import ConfigError
 from zbpscale.jobs.executors.slurm import sbatch_parameters
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.submit import plan_rows
-from zbpscale.jobs.sweep import Data, Size, Sweep, arm, expand, load_sweep
+from zbpscale.jobs.sweep import Arm, Data, Size, Sweep, arm, expand, load_sweep
 from zbpscale.text import select
 from zbpscale.train.schema import SIZES, n_params
 
@@ -173,6 +173,13 @@ BAD_SWEEPS = [
         ("repeated_seeds.py", "max_timeouts=3,", "max_timeouts=3,\n    seeds=(0, 1, 1, 3),",
          "repeated_seeds.py:13: Sweep.seeds names seed 1 more than once: (0, 1, 1, 3) (hint: each seed once: "
          "seeds=(0, 1, 2, 3))"),
+        # #59: a name becomes a folder under the jobs root and a job's name: one segment, checked at load
+        *[(f"bad_name_{i}.py", 'name="t"', f"name={bad!r}",
+           f"bad_name_{i}.py:5: Sweep.name must be one folder name of letters, digits, '.', '_' and '-', not "
+           f"starting with '.' or '-', got {bad!r} (hint: e.g. {fixed!r}") for i, (bad, fixed) in enumerate((
+               ("../esc", "_esc"), ("b/slash", "b_slash"), ("b space", "b_space"), (".hidden", "hidden"),
+               ("-x", "x")))],
+        ("empty_name.py", 'name="t"', 'name=""', "empty_name.py:5: Sweep.name must be a non-empty name, got ''"),
         ("repeated_arm.py", 'arm("zbp_n4")', 'arm("bp")',
          "repeated_arm.py:8: Sweep 't' has duplicate run names: tiny-bp (hint: each size and arm may appear once; "
          "use seeds for repeats)"),
@@ -191,6 +198,21 @@ def test_bad_sweep_files_are_one_line_errors(tmp_path, name, text, message):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert message.split(":")[0] in out.stderr
+
+
+def test_a_name_that_would_leave_its_folder_writes_nothing(tmp_path):
+    """#59: Sweep(name='../esc') trained in <study>/esc/, outside the jobs root. Refused at load, by submit itself
+    (not a dry run) too, before anything is written; an Arm built by hand is held to the same rule."""
+    (tmp_path / "study" / "sweeps").mkdir(parents=True)
+    path = tmp_path / "study" / "sweeps" / "esc.py"
+    path.write_text(MULTILINE.replace('name="t"', 'name="../esc"'))
+    before = sorted(tmp_path.rglob("*"))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "local"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path / "study")
+    assert out.returncode == 2 and "Sweep.name must be one folder name" in out.stderr, out.stderr
+    assert sorted(tmp_path.rglob("*")) == before
+    with pytest.raises(ConfigError, match=r"Arm.name must be one folder name .* got 'a/b'"):
+        Sweep(name="x", sizes=(Size(name="tiny", global_batch=8),), arms=(Arm(name="a/b"),), data=Data(dir="d"))
 
 
 def test_missing_sweep_file(tmp_path):

@@ -21,7 +21,7 @@ from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
-from zbpscale.run.folder import RunFolder, run_name
+from zbpscale.run.folder import RunFolder, run_name, segment_problem
 from zbpscale.text import closest, did_you_mean, shown_path
 from zbpscale.train.schema import (
     SIZES,
@@ -275,6 +275,12 @@ class Sweep:
         return self.jobs_root / self.name
 
     def __post_init__(self) -> None:
+        for owner, name in (("Sweep", self.name), *(("Arm", a.name) for a in self.arms)):
+            bad = segment_problem(name)
+            if bad:  # it becomes a folder under root and a job's name: '../x' would leave the jobs root
+                fixed = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".-") or "ladder"
+                raise field_error(owner, "name", f"{owner}.name {bad}", value=name,
+                                  hint=f"e.g. {fixed!r}: it names a folder under the jobs root")
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s",
                      "array_parallelism"):
             value = getattr(self, name)

@@ -34,6 +34,21 @@ _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
 
 
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def segment_problem(name) -> str | None:
+    """Why `name` cannot be a name that becomes a folder under the jobs root and a scheduler's job name (a sweep,
+    an arm, a size), or None: it must be one path segment of letters, digits, '.', '_' and '-' that starts with a
+    letter, a digit or '_' (no '/', no '..', no space, nothing a shell or scancel would read as an option)."""
+    if not isinstance(name, str) or not name:
+        return f"must be a non-empty name, got {name!r}"
+    if not _SEGMENT.fullmatch(name):
+        return (f"must be one folder name of letters, digits, '.', '_' and '-', not starting with '.' or '-', "
+                f"got {name!r}")
+    return None
+
+
 def job_log(logs: Path, job: str, rank: int = 0, *, submitit: bool = False) -> Path:
     """A job's log in an executor's log folder: the local queue's `<job>_<rank>.log`, submitit's
     `<job>_<rank>_log.out` (its stderr beside it, `_log.err`)."""
