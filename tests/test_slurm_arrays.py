@@ -188,6 +188,42 @@ def test_cancel_and_status_understand_array_elements(tmp_path, slurm_cluster, da
     subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)  # stopped: no job left queued
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_cancel_stops_a_running_element_while_its_array_has_waiting_ones(tmp_path, slurm_cluster, data_dir,
+                                                                         straight_run):
+    """#59 item 1: an array of three runs with `%1`. Cancelling the running element while the two others wait
+    (`scancel --signal=USR2 A_0` then signals it again and again for ~50 s and exits 229: the cancel failed and the
+    waiting elements ran to the end) stops it, checkpointed, and leaves them waiting; the next one starts, and a
+    cancel of the whole sweep stops it and drops the last: exit 0 each time, every run's end recorded as cancelled,
+    nothing of the array left in the queue to start later. A submit resumes the first; it ends as a straight run,
+    step for step."""
+    env = slurm_cluster[1]
+    sweep = array_sweep(tmp_path, "arrw", data_dir, steps={"nano": 300}, arms=("bp",), seeds=(0, 1, 2),
+                        array_parallelism=1, ckpt_every=10)
+    submit(sweep, env)
+    runs = {n: tmp_path / "jobs" / "arrw" / n for n in ("nano-bp", "nano-bp-s1", "nano-bp-s2")}
+    jobs = {n: job_ids(r)[0] for n, r in runs.items()}
+    assert len({j.split("_")[0] for j in jobs.values()}) == 1, jobs  # one array
+    first = next(n for n, j in jobs.items() if j.endswith("_0"))
+    wait_until(lambda: len(losses(runs[first])) >= 3, f"{first} to train", every=0.3)
+    cancel = [sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)]
+    out = subprocess.run([*cancel, "--only", first], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and f"stopped: {first}" in out.stdout, out.stdout + out.stderr
+    assert [a["why"] for a in read_attempts(runs[first]) if a["event"] == "end"] == ["cancelled"]
+    others = [n for n in runs if n != first]
+    assert all(squeue_reason(env, jobs[n]) for n in others), {n: squeue_reason(env, jobs[n]) for n in others}
+    wait_until(lambda: any(losses(runs[n]) for n in others), "the next element to train", every=0.3)
+    out = subprocess.run(cancel, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "could not be stopped" not in out.stderr, out.stdout + out.stderr
+    assert not any(squeue_reason(env, j) for j in jobs.values()), {j: squeue_reason(env, j) for j in jobs.values()}
+    ends = {n: [a["why"] for a in read_attempts(r) if a["event"] == "end"] for n, r in runs.items()}
+    assert all(e == ["cancelled"] for e in ends.values()), ends
+    again = submit(sweep, env, "--only", first, "--wait", timeout=900)
+    assert f"{first}: resume -> job" in again.stdout, again.stdout + again.stderr
+    assert losses(runs[first]) == losses(straight_run(runs[first]))
+
+
 def status_rows(folder: Path, env: dict) -> dict[str, dict]:
     import json
 

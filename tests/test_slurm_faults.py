@@ -197,6 +197,40 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
     assert losses(run) == losses(straight_run(run))
 
 
+def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_path, slurm, data_dir, straight_run):
+    """#59 item 2: slurmctld stopped (by its recorded PID) while a run trains. `zbpscale cancel` said `nothing to
+    cancel` and exited 0, and the run trained on. Now it asks through the run folder's CANCEL stamp, which the
+    trainer honours at its next step: the attempt checkpoints and ends cancelled, the command says so and exits 0,
+    and no step follows. With the controller back, a submit resumes the run, bit for bit."""
+    folder, env = slurm
+    sweep = write_sweep(tmp_path, "ctlddown", data_dir, steps=600, ckpt_every=10)
+    assert submit(sweep, env).returncode == 0
+    run = tmp_path / "jobs" / "ctlddown" / "nano-bp"
+    wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps", 300, every=0.3)
+    slurm_local.stop_daemon(folder, "slurmctld")
+    try:
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--timeout", "300"],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "asked through its run folder (CANCEL)" in out.stdout and "stopped: nano-bp" in out.stdout, out.stdout
+        assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
+            ("cancelled", "zbpscale cancel; checkpointed")]
+        trained = len(losses(run))
+        assert trained < 600 and read_records(run)[-1]["kind"] == "end", read_records(run)[-1]
+        assert "CANCEL stamp" in read_records(run)[-1]["reason"]
+    finally:
+        slurm_local.restart_daemon(folder, "slurmctld")
+    (job,) = job_ids(run)
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=env,
+                                          capture_output=True, text=True, timeout=30).stdout.strip(),
+               "the job's end to reach the controller once it is back", 300, every=0.5)
+    assert len(losses(run)) == trained  # nothing trained after the stop
+    out = submit(sweep, env)
+    assert "nano-bp: resume -> job" in out.stdout, out.stdout + out.stderr
+    assert final_state(env, job_ids(run)[-1]) == "COMPLETED"
+    assert losses(run) == losses(straight_run(run))
+
+
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
 SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * 3,

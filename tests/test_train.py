@@ -225,6 +225,28 @@ def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, 
     assert [r["why"] for r in records if r["kind"] == "end"] == ["checkpointed", "completed"]
 
 
+def test_the_cancel_stamp_stops_the_trainer_as_its_signal_does(tmp_path, data_dir):
+    """`zbpscale cancel` where the scheduler does not answer (#59): the run folder's CANCEL stamp, seen by rank 0
+    (at most a second late), stops the trainer at a step boundary with a checkpoint, as SIGUSR2 does, and says so in
+    its end record; with the stamp lifted (a new submission lifts it) the run resumes bitwise."""
+    cfg = small_cfg(data_dir, steps=150, micro_batch=4)
+    reference = write_config(tmp_path / "reference", cfg)
+    straight = launch(reference, threads=1)
+    run = write_config(tmp_path / "cancelled", cfg)
+    proc = launch(run, threads=1)
+    wait_until(lambda: len(train_losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
+    RunFolder(run).cancel.write_text("cancel\n")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_REQUEUE and "on the run folder's CANCEL stamp" in out, out
+    stopped = len(train_losses(run))
+    assert 3 <= stopped < 150 and RunFolder(run).list_checkpoints()[-1][0] == stopped
+    assert read_records(run)[-1]["reason"] == "the run folder's CANCEL stamp: requeue me"
+    RunFolder(run).cancel.unlink()
+    finished(launch(run, threads=1))
+    finished(straight)
+    assert train_losses(run) == train_losses(reference)
+
+
 def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     cfg = small_cfg(data_dir, steps=40, ckpt_every=4)
     reference = write_config(tmp_path / "reference", cfg)

@@ -4,7 +4,11 @@ SWEEP is what `zbpscale status` takes: a sweep file or a sweep folder (jobs/<swe
 
 A running job is asked to checkpoint first (SIGUSR2, as at a time limit) and then ends without requeueing; a
 job still waiting is dropped. Either way the run keeps its folder, and submitting the sweep again resumes it.
-The command waits (`--no-wait` does not) until the cancelled jobs have stopped, showing which are left.
+A running SLURM job's run folder also gets a CANCEL stamp, which its trainer honours at its next step like the
+signal: where the scheduler does not answer (a controller down), that stamp is how a run not known to have ended
+is stopped, and it counts as stopped once its folder records the end of its job's attempt. The command waits
+(`--no-wait` does not) until the cancelled jobs have stopped, showing which are left; it exits non-zero if any
+run could not be stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from pathlib import Path
 from zbpscale.errors import ZbpError
 from zbpscale.jobs.runs import Run
 from zbpscale.jobs.settings import POLL_S
+from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
+
+DECIDED = ("completed", "failed", "cancelled")
+"""Ends after which a run's job never trains again, whatever the executor: nothing to stop."""
 
 
 def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
@@ -34,25 +42,40 @@ def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
     return (runs[0].run_dir.parent.parent if runs else Path("jobs")), select(runs, only)
 
 
-def request(root: Path, runs: list[Run]) -> list[Run]:
+def request(root: Path, runs: list[Run]) -> tuple[list[Run], list[Run]]:
     """Ask every live job of the runs to stop, through the executor that holds it, all of an executor's jobs in
-    one go (SLURM: one scancel per signal); returns those runs."""
+    one go (SLURM: one scancel per signal), or through its run folder's CANCEL stamp where the scheduler does not
+    answer; a line for each. Returns (the runs asked, those that could not be)."""
     from zbpscale.jobs import executors
 
     looks = {r.run_dir: Snapshot(r.run_dir) for r in runs}
     view = executors.view_all(root, {d: look.history for d, look in looks.items()})
     by_kind: dict[str, list[tuple[Run, str, executors.JobView]]] = {}
+    asked, failed = [], []
     for run in runs:
         history = looks[run.run_dir].history
         seen = view.of(history.job_id)
-        if seen.live and seen.state != executors.UNKNOWN:
+        if seen.state == executors.UNKNOWN and history.last_end().get("why") not in DECIDED:
+            # the scheduler is silent: the job may be running, and its trainer reads the stamp all the same
+            RunFolder(run.run_dir).cancel.write_text("cancel\n")
+            print(f"{run.name}: job {history.job_id}: the scheduler does not answer ({view.failed or seen.reason}); "
+                  "asked through its run folder (CANCEL): its trainer checkpoints and stops at its next step",
+                  flush=True)
+            asked.append(run)
+        elif seen.live and seen.state != executors.UNKNOWN:
             by_kind.setdefault(history.executor, []).append((run, history.job_id, seen))
     for kind, jobs in by_kind.items():
         back = executors.get(kind, root)
-        back.cancel_all([(run.run_dir, job, seen) for run, job, seen in jobs])
+        why = back.cancel_all([(run.run_dir, job, seen) for run, job, seen in jobs])
         for run, job, seen in jobs:
-            print(f"{run.name}: job {job} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
-    return [run for jobs in by_kind.values() for run, _, _ in jobs]
+            if job in why:
+                print(f"{run.name}: job {job} ({back.name}, {seen.state.lower()}) could not be stopped: {why[job]}",
+                      file=sys.stderr, flush=True)
+                failed.append(run)
+            else:
+                print(f"{run.name}: job {job} ({back.name}, {seen.state.lower()}) asked to stop", flush=True)
+                asked.append(run)
+    return asked, failed
 
 
 def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float = POLL_S, tick_s: float = 1.0,
@@ -67,13 +90,23 @@ def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float
     while True:
         looks = {r.run_dir: Snapshot(r.run_dir) for r in runs}
         view = poller.look(looks)
-        left = [r.name for r in runs if view.of(looks[r.run_dir].history.job_id).live]
+        left = [r.name for r in runs if stopping(view.of(looks[r.run_dir].history.job_id), looks[r.run_dir])]
         if not left or time.time() > deadline:
             return left
         if left != shown:
             print(f"waiting for {', '.join(left)} to checkpoint and stop", flush=True)
             shown = left
         time.sleep(tick_s)
+
+
+def stopping(seen, look: Snapshot) -> bool:
+    """Whether a run asked to stop may still be running: its job is live, or (the scheduler silent) its folder has
+    recorded no end of the job's latest attempt."""
+    from zbpscale.jobs import executors
+
+    if seen.state == executors.UNKNOWN:
+        return not look.history.last_end()
+    return seen.live
 
 
 def add_arguments(p) -> None:
@@ -86,18 +119,24 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     root, runs = one_sweep(args.sweep, args.only)
-    asked = request(root, runs)
-    if not asked:
+    asked, failed = request(root, runs)
+    if not asked and not failed:
         print("nothing to cancel: no run of the selection has a queued or running job")
         return 0
-    if args.no_wait:
-        return 0
+    unstopped = (f"could not stop {', '.join(r.name for r in failed)} (the lines above say why; run zbpscale cancel "
+                 "again)") if failed else ""
+    if args.no_wait or not asked:
+        if unstopped:
+            print(unstopped, file=sys.stderr)
+        return 1 if failed else 0
     from zbpscale.jobs.poller import poll_s_of
 
     left = wait_stopped(root, asked, timeout_s=args.timeout, poll_s=poll_s_of(args.sweep))
     if left:
         print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
-        return 1
-    print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume "
-          f"{'it' if len(asked) == 1 else 'them'})")
-    return 0
+    else:
+        print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume "
+              f"{'it' if len(asked) == 1 else 'them'})")
+    if unstopped:
+        print(unstopped, file=sys.stderr)
+    return 1 if left or failed else 0

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from zbpscale.data import manifest_path
-from zbpscale.errors import ConfigError
+from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import read_json, unwritable
 from zbpscale.jobs import executors
 from zbpscale.jobs import runs as found
@@ -325,7 +325,10 @@ def replace_stuck(sweep: Sweep, todo: list[PlannedRun], decided: dict[str, found
     for run in todo:
         history, seen = decided[run.name].history, decided[run.name].job
         if seen.live:
-            executors.get(history.executor, sweep.jobs_root).cancel(run.run_dir, history.job_id, seen)
+            why = executors.get(history.executor, sweep.jobs_root).cancel(run.run_dir, history.job_id, seen)
+            if why:
+                raise ZbpError(f"{run.name}: job {history.job_id} ({seen.reason or seen.state.lower()}) is to be "
+                               f"replaced but could not be cancelled: {why}")
             print(f"{run.name}: job {history.job_id} cancelled ({seen.reason or seen.state.lower()}): it is replaced")
 
 

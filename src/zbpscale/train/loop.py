@@ -4,7 +4,8 @@ Works alone, under torchrun and inside a submitit job (the distributed environme
 WORLD_SIZE / LOCAL_RANK / MASTER_*; see dist.py). Resume is automatic: a run folder with a checkpoint
 continues from it, a finished one is recognised and not retrained. On SIGUSR2 or SIGTERM the handler only
 sets a flag; at the next step boundary all ranks agree (one small all-reduce), write one checkpoint and
-exit with EXIT_REQUEUE ("checkpointed, please requeue"). A non-finite loss or gradient norm stops the run
+exit with EXIT_REQUEUE ("checkpointed, please requeue"); the run folder's CANCEL stamp (`zbpscale cancel`, which
+needs no scheduler to write it) stops them the same way. A non-finite loss or gradient norm stops the run
 before the optimizer update. The trainer knows nothing of SLURM or submitit.
 """
 
@@ -42,6 +43,7 @@ from zbpscale.version import git_revision, version
 SETUP_S = 600.0  # no phase of a trainer's set-up (restoring a checkpoint, compiling the estimator) runs this long
 LEASE_SLACK_S = 120.0  # renewal period, the watchdog's own period and last words (scontrol requeue), clock skew
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
+CANCEL_LOOK_S = 1.0  # rank 0 looks for the run folder's CANCEL stamp at most this often
 
 
 class TrainingDiverged(ZbpError):
@@ -188,6 +190,7 @@ class _Run:
     done: int = 0  # steps done so far (the loop keeps it): where an attempt stopped by an exception ended
     lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes and asked before each write
     saves: dict = field(default_factory=dict)  # this attempt's checkpoint saves (metrics.CheckpointTally)
+    cancel_looked: float = 0.0  # when rank 0 last looked for the run folder's CANCEL stamp (monotonic)
 
     def guard(self) -> None:
         """Raise LeaseLost if the run folder is no longer this trainer's (`_renew`): asked before every write."""
@@ -197,6 +200,15 @@ class _Run:
         """Count a checkpoint save of `step` that blocked the trainer for `blocked_s` seconds."""
         self.saves = {"step": step, "time": time.time(), "s": self.saves.get("s", 0.0) + blocked_s,
                       "n": self.saves.get("n", 0) + 1}
+
+    def cancel_stamped(self) -> bool:
+        """Whether `zbpscale cancel` has left its stamp in the run folder: a stop request that needs no scheduler
+        (it writes one where the scheduler does not answer, and beside its signal). Rank 0 looks, at most every
+        CANCEL_LOOK_S (a stat on a shared filesystem); the ranks agree on it with the signals' vote."""
+        if not self.env.is_main or time.monotonic() - self.cancel_looked < CANCEL_LOOK_S:
+            return False
+        self.cancel_looked = time.monotonic()
+        return RunFolder(self.run_dir).cancel.exists()
 
     def end_fields(self) -> dict:
         """What an end record says of the attempt's checkpoint saves (goodput's accounting, run/goodput.py)."""
@@ -301,8 +313,8 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
             _save(r, done)
             last_ckpt = time.monotonic()
         dog.beat(done)
-        if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0)
-            stop = signals.received()
+        if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0), or rank 0 saw CANCEL
+            stop = f"signal {signals.received()}" if signals.received() else "the run folder's CANCEL stamp"
             break
     return _finish(r, done, stop)
 
@@ -485,7 +497,8 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
         loss_sum += loss.detach()
     # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
     loss_g, stop_votes, time_votes = dist.all_reduce_sum(
-        [loss_sum.item() / r.accum, float(signals.received() != 0), float(time_due and env.is_main)], env)
+        [loss_sum.item() / r.accum, float(signals.received() != 0 or r.cancel_stamped()),
+         float(time_due and env.is_main)], env)
     loss_g /= env.world_size
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), max_norm).item()
@@ -531,12 +544,12 @@ def _print_progress(r: _Run, done: int, loss: float, val_loss: float | None, ste
           f"{eta}", flush=True)
 
 
-def _finish(r: _Run, done: int, stop_signal: int | None) -> Why:
-    """The end of an attempt: the final checkpoint and COMPLETE marker, or (stop_signal not None: the ranks
-    voted to stop) the record of a stop on a signal."""
+def _finish(r: _Run, done: int, stop: str | None) -> Why:
+    """The end of an attempt: the final checkpoint and COMPLETE marker, or (`stop`, what the ranks voted to stop
+    on: "signal 12", the CANCEL stamp) the record of a stop."""
     cfg, env = r.cfg, r.env
     _renew(r.lock, r.run_dir, force=True)  # still ours? before the last checkpoint, COMPLETE and the end record
-    if stop_signal is None:
+    if stop is None:
         if env.is_main:
             t0 = time.perf_counter()
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts, guard=r.guard)
@@ -546,11 +559,10 @@ def _finish(r: _Run, done: int, stop_signal: int | None) -> Why:
             print(f"done: {cfg.steps} steps in {r.run_dir}", flush=True)
         r.log.write("end", step=cfg.steps - 1, why="completed", reason="all steps done", **r.end_fields())
     else:
-        r.log.write("end", step=done - 1, why="checkpointed", reason=f"signal {stop_signal}: requeue me",
-                    **r.end_fields())
+        r.log.write("end", step=done - 1, why="checkpointed", reason=f"{stop}: requeue me", **r.end_fields())
         if env.is_main:
-            print(f"checkpointed at step {done} on signal {stop_signal}; run again to continue", flush=True)
+            print(f"checkpointed at step {done} on {stop}; run again to continue", flush=True)
     r.beat(done, force=True)
     r.log.close()
     dist.barrier(env)
-    return "completed" if stop_signal is None else "checkpointed"
+    return "completed" if stop is None else "checkpointed"

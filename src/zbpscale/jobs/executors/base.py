@@ -101,13 +101,15 @@ class Executor(abc.ABC):
         scheduler held back (nothing recorded of them; a line said so), to be submitted when jobs end."""
 
     @abc.abstractmethod
-    def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
-        """Ask a live job to stop: a running one checkpoints first, a waiting one is dropped."""
+    def cancel(self, run_dir: Path, job: str, seen: JobView) -> str:
+        """Ask a live job to stop: a running one checkpoints first, a waiting one is dropped; why it could not be
+        asked, in one line, or ''."""
 
-    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> None:
-        """`cancel` each (run folder, job, its view); a back end that can ask for many at once overrides it."""
-        for run_dir, job, seen in jobs:
-            self.cancel(run_dir, job, seen)
+    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> dict[str, str]:
+        """`cancel` each (run folder, job, its view), every one whatever happened to the others: {job: why} of
+        those that could not be asked; a back end that can ask for many at once overrides it."""
+        failed = {job: self.cancel(run_dir, job, seen) for run_dir, job, seen in jobs}
+        return {job: why for job, why in failed.items() if why}
 
     def check(self, runs: list[PlannedRun], *, quick: bool = False) -> None:
         """Refuse, with a ConfigError, runs this back end could never start (the dry run refuses them too; `quick`:

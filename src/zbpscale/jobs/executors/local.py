@@ -106,9 +106,10 @@ class LocalExecutor(Executor):
             print(f"local queue: {queue.dir} (driver log: {queue.dir / 'driver.log'})")
         return []
 
-    def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
+    def cancel(self, run_dir: Path, job: str, seen: JobView) -> str:
         self.queue.request_cancel(job)
         self.queue.ensure_driver()  # the driver applies the request (a dead one's jobs are picked up again)
+        return ""
 
     def keep_going(self, submitted: list[dict]) -> str:
         """Two looks in a row without a driver (not one still starting) while jobs wait: start one."""

@@ -136,39 +136,65 @@ class SlurmExecutor(Executor):
             self.held_before = True
         return held
 
-    def cancel(self, run_dir: Path, job: str, seen: JobView) -> None:
-        self.cancel_all([(run_dir, job, seen)])
+    def cancel(self, run_dir: Path, job: str, seen: JobView) -> str:
+        return self.cancel_all([(run_dir, job, seen)]).get(job, "")
 
-    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> None:
-        """One scancel for the running jobs (USR2 to their tasks: the trainer checkpoints, TrainJob stops) and one
-        for the waiting ones (dropped, their end recorded here)."""
+    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> dict[str, str]:
+        """Waiting jobs are dropped (scancel; their end recorded here), then running ones are sent USR2 (the
+        trainer checkpoints, TrainJob stops), an array element through its steps: `scancel --signal=USR2 A_i` (or
+        the element's own job id) signals A_i again and again for ~50 s and then fails, exit 229, while array A
+        still has a waiting element (SLURM 22.05: ../shared/SLURM.md); `A_i.0` is signalled once, at once. One call
+        for each kind, one per job if that call fails, so one failure stops nothing else. A running job's run folder
+        gets the CANCEL stamp first, which its trainer honours at its next step too: a signal that fails is said
+        in a line, not a failure. Returns {job: why} of the waiting jobs that could not be dropped."""
         running = [(run_dir, job) for run_dir, job, seen in jobs if seen.state == "RUNNING"]
         waiting = [(run_dir, job, seen) for run_dir, job, seen in jobs if seen.state != "RUNNING"]
+        failed = _scancel([job for _, job, _ in waiting])
+        for run_dir, job, seen in waiting:
+            if job not in failed:
+                record(run_dir, "end", job_id=job, executor=self.name, why="cancelled",
+                       reason=f"cancelled while {seen.state.lower()}" + (f" ({seen.reason})" if seen.reason else ""))
         for run_dir, _ in running:
             RunFolder(run_dir).cancel.write_text("cancel\n")
-        if running:
-            _scancel("--signal=USR2", *(job for _, job in running))
-        if waiting:
-            _scancel(*(job for _, job, _ in waiting))
-        for run_dir, job, seen in waiting:
-            record(run_dir, "end", job_id=job, executor=self.name, why="cancelled",
-                   reason=f"cancelled while {seen.state.lower()}" + (f" ({seen.reason})" if seen.reason else ""))
+        steps = slurm.job_steps([job for _, job in running if "_" in job])
+        targets = {job: steps.get(job) or [job] for _, job in running}  # no step yet: the job itself
+        signalled = _scancel([t for each in targets.values() for t in each], "--signal=USR2")
+        for job, why in {job: signalled[t] for job, each in targets.items() for t in each if t in signalled}.items():
+            print(f"job {job}: {why}; its trainer stops at its next step on the run folder's CANCEL stamp",
+                  file=sys.stderr, flush=True)
+        return failed
 
 
 GONE = ("already completing or completed", "Invalid job id")
 """What scancel says of a job that ended meanwhile: nothing left to cancel, not an error."""
 
 
-def _scancel(*args: str) -> None:
-    """One scancel for every job id in `args` (after its options); a job that ended meanwhile is no error."""
+def _scancel(job_ids: list[str], *options: str) -> dict[str, str]:
+    """scancel with `options` of every job in `job_ids`: one call, or one per job when that one fails (a job that
+    ended meanwhile is no failure); {job: why} of those that failed, in one line each."""
+    if not job_ids:
+        return {}
+    why = _scancel_once(options, job_ids)
+    if not why:
+        return {}
+    if len(job_ids) == 1:
+        return {job_ids[0]: why}
+    alone = {job: _scancel_once(options, [job]) for job in job_ids}
+    return {job: said for job, said in alone.items() if said}
+
+
+def _scancel_once(options: tuple[str, ...], job_ids: list[str]) -> str:
+    """Why `scancel OPTIONS JOBS` failed, or '' (also when every line it said is a job already gone)."""
+    command = ["scancel", *options, *job_ids]
     try:
-        out = subprocess.run(["scancel", *args], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=90)
     except (OSError, subprocess.SubprocessError) as err:
-        raise ZbpError(f"scancel {' '.join(args)} failed: {err}", hint="is SLURM reachable here (squeue)?") from None
+        return f"{' '.join(command)} failed: {err} (hint: is SLURM reachable here (squeue)?)"
     said = [ln for ln in out.stderr.splitlines() if ln.strip()]
-    if out.returncode != 0 and not (said and all(any(g in ln for g in GONE) for ln in said)):
-        raise ZbpError(f"scancel {' '.join(args)} failed: {said[0] if said else f'exit status {out.returncode}'}",
-                       hint="is SLURM reachable here (squeue)?")
+    if out.returncode == 0 or (said and all(any(g in ln for g in GONE) for ln in said)):
+        return ""
+    return (f"{' '.join(command)} failed: {said[0] if said else f'exit status {out.returncode}'} "
+            "(hint: is SLURM reachable here (squeue)?)")
 
 
 # ------------------------------------------------------------------------------------------------ submitit

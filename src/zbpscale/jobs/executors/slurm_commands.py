@@ -67,6 +67,20 @@ def squeue_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str
     return rows
 
 
+def job_steps(job_ids: list[str]) -> dict[str, list[str]]:
+    """{job id: its running steps (`1234_5.0`, `1234_5.1`: srun's, not the batch script's)} of the jobs that have
+    one; {} when squeue does not answer."""
+    if not job_ids:
+        return {}
+    out = _run(["squeue", "-h", "-s", "-j", ",".join(job_ids), "-o", "%i"], timeout=30)
+    steps: dict[str, list[str]] = {}
+    for step in (out.stdout.split() if out is not None and out.returncode == 0 else []):
+        job, _, number = step.rpartition(".")
+        if number.isdigit():
+            steps.setdefault(job, []).append(step)
+    return steps
+
+
 def sacct_rows(job_ids: list[str], errors: list[str] | None = None) -> dict[str, list[dict]] | None:
     """{job id: [{state, how, submit, name}, ...]} from accounting, every job that ever had the id (a cluster
     whose ids restarted reuses them); None when sacct does not answer (why, appended to `errors` when given).
