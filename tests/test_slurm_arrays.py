@@ -224,6 +224,29 @@ def test_cancel_stops_a_running_element_while_its_array_has_waiting_ones(tmp_pat
     assert losses(runs[first]) == losses(straight_run(runs[first]))
 
 
+
+@pytest.mark.slurm
+def test_an_element_cancelled_by_hand_while_waiting_is_cancelled_at_once(tmp_path, slurm_cluster, data_dir):
+    """#59 item 6: `scancel A_2` of a waiting element (SLURM keeps no accounting record of it). Status said `queued:
+    submitted, not yet visible to the scheduler` for 180 s, then `failed ... (log: .../A_2_submitted.pkl)`; with
+    its array listed, the element is gone at once: cancelled before it started, no log pointer."""
+    env = slurm_cluster[1]
+    sweep = array_sweep(tmp_path, "byhand", data_dir, steps={"nano": 300}, arms=("bp",), seeds=(0, 1, 2),
+                        array_parallelism=1)
+    submit(sweep, env)
+    runs = {n: tmp_path / "jobs" / "byhand" / n for n in ("nano-bp", "nano-bp-s1", "nano-bp-s2")}
+    jobs = {n: job_ids(r)[0] for n, r in runs.items()}
+    last = next(n for n, j in jobs.items() if j.endswith("_2"))
+    wait_until(lambda: squeue_reason(env, jobs[last]).startswith("PENDING"), f"{jobs[last]} to be listed", 60)
+    subprocess.run(["scancel", jobs[last]], env=env, check=True, timeout=30)
+    wait_until(lambda: not squeue_reason(env, jobs[last]), f"{jobs[last]} to leave the queue", 60)
+    rows = status_rows(tmp_path / "jobs" / "byhand", env)
+    assert rows[last]["state"] == "cancelled" and "cancelled before it started" in rows[last]["reason"], rows[last]
+    assert not rows[last].get("log"), rows[last]
+    assert {rows[n]["state"] for n in runs if n != last} <= {"running", "queued"}, rows
+    subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=env, capture_output=True,
+                   text=True, timeout=300)
+
 def status_rows(folder: Path, env: dict) -> dict[str, dict]:
     import json
 
@@ -268,6 +291,9 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
         assert "Traceback" not in first.stderr and "sbatch: error" not in first.stderr, first.stderr
         runs = sorted(p for p in (tmp_path / "jobs" / "capped").iterdir() if p.name.startswith("nano-"))
         assert len(runs) == 8 and sum(bool(job_ids(r)) for r in runs) == 4
+        # #59 item 10: a refused sbatch leaves none of submitit's pickles (<uuid hex>.pkl) behind, only the jobs'
+        left = [p.name for p in (tmp_path / "jobs" / "capped").rglob("*.pkl") if not re.match(r"\d+_", p.name)]
+        assert left == [], left
         waited = submit(sweep, env, "--wait", timeout=900)
         assert "all 8 runs complete" in waited.stdout, waited.stdout + waited.stderr
     finally:

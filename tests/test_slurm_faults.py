@@ -12,6 +12,7 @@ tools/slurm_local.py recorded, then started again.
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -229,6 +230,60 @@ def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_pa
     assert "nano-bp: resume -> job" in out.stdout, out.stdout + out.stderr
     assert final_state(env, job_ids(run)[-1]) == "COMPLETED"
     assert losses(run) == losses(straight_run(run))
+
+
+def test_auto_with_a_silent_controller_waits_then_refuses_rather_than_train_here(tmp_path, slurm, data_dir):
+    """#59 item 3: SLURM configured (SLURM_CONF), slurmctld stopped. `--executor auto` took the local queue and
+    trained the sweep on the submitting machine, without a word; now it waits (ZBPSCALE_SLURM_WAIT_S, 60 s by
+    default) and refuses in one line naming `--executor local`: nothing submitted, no local queue started. With the
+    controller back, the same command submits to SLURM."""
+    folder, env = slurm
+    sweep = write_sweep(tmp_path, "silent", data_dir, steps=5)
+    slurm_local.stop_daemon(folder, "slurmctld")
+    try:
+        out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep)], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120, env={**env, "ZBPSCALE_SLURM_WAIT_S": "3"})
+    finally:
+        slurm_local.restart_daemon(folder, "slurmctld")
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "SLURM is configured here (SLURM_CONF=" in line and "within 3 s; nothing submitted" in line, line
+    assert "--executor local" in line and "Traceback" not in out.stderr
+    run = tmp_path / "jobs" / "silent" / "nano-bp"
+    assert not read_attempts(run) and not (tmp_path / "jobs" / ".localq").exists()  # no local queue either
+    again = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert again.returncode == 0 and "nano-bp: new -> job" in again.stdout, again.stdout + again.stderr
+    assert read_attempts(run)[0]["executor"] == "slurm"
+    assert final_state(env, job_ids(run)[0]) == "COMPLETED"
+
+
+def test_with_the_controller_down_a_failed_run_stays_failed_and_the_outage_is_one_line(tmp_path, slurm, data_dir):
+    """#59 item 9: a run failed (its trainer killed -9, no crash restart allowed) beside one that trains; slurmctld
+    stopped. The failed run read `unknown` and status's exit status went 1 -> 3, with a line per run for the
+    outage; a decided run keeps its state and the exit status, and the outage is one line."""
+    folder, env = slurm
+    sweep = write_sweep(tmp_path, "outage", data_dir, steps=600, arms=("bp", "zbp_n4"), max_crashes=0)
+    assert submit(sweep, env).returncode == 0
+    victim, other = (tmp_path / "jobs" / "outage" / n for n in ("nano-bp", "nano-zbp_n4"))
+    wait_until(lambda: len(losses(victim)) >= 3 and len(losses(other)) >= 1, "both runs to train", 300, every=0.3)
+    os.kill(json.loads((victim / ".ranks" / "0.json").read_text())["pid"], signal.SIGKILL)
+    wait_until(lambda: ends(victim) == ["failed"], "the killed run's end", 120, every=0.3)
+    code, rows = status(victim.parent, env)
+    assert code == 1 and {r["run"]: r["state"] for r in rows} == {"nano-bp": "failed", "nano-zbp_n4": "running"}
+    slurm_local.stop_daemon(folder, "slurmctld")
+    try:
+        code, rows = status(victim.parent, env)
+        plain = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(victim.parent)], env=env,
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        slurm_local.restart_daemon(folder, "slurmctld")
+    assert code == 1 and {r["run"]: r["state"] for r in rows} == {"nano-bp": "failed", "nano-zbp_n4": "unknown"}
+    lines = (plain.stdout + plain.stderr).splitlines()
+    assert plain.returncode == 1 and sum("not answering" in ln for ln in lines) == 1, lines
+    assert not [ln for ln in lines if ln.startswith("nano-zbp_n4: unknown")], lines
+    subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=env, capture_output=True,
+                   text=True, timeout=300)
 
 
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm

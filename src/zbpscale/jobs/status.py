@@ -251,6 +251,8 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
     for r in rows:
         if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
             found.append((unplanned_note(r["run"], r["job"], r["state"], Path(r["dir"]).parent), "stalled"))
+        if r["state"] == "unknown" and r.get("scheduler_notes"):  # the outage, said once above
+            continue
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
             where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
                 f"  (log: {r['log']})" if r["log"] else "")

@@ -1,7 +1,7 @@
 """`python -m zbpscale.submit SWEEP`: plan every size x arm run of a sweep and submit what is missing.
 
     python -m zbpscale.submit sweeps/ladder.py --dry-run        # the plan, touching nothing
-    python -m zbpscale.submit sweeps/ladder.py                  # submit: SLURM when it answers, else the local queue
+    python -m zbpscale.submit sweeps/ladder.py                  # submit: SLURM where it is set up, else the local queue
     python -m zbpscale.submit sweeps/ladder.py --only 's60-*,*-bp'
     python -m zbpscale.submit sweeps/smoke.py --wait            # stay until every run has finished (exit 1: one failed)
 
@@ -256,7 +256,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     runs = select(planned, only)
     dropped = [r for r in found.unplanned(sweep, {r.name for r in planned})  # their jobs go on: say so
                if not patterns(only) or matches(r.name, patterns(only))]
-    back = executors.choose(executor, sweep.jobs_root)
+    back = executors.choose(executor, sweep.jobs_root, wait=not dry_run)
     with contextlib.nullcontext() if dry_run else sweep_lock(sweep) as lock:
         decided, view = look(sweep, runs, unplanned=dropped)
         if not dry_run:  # what the scheduler said of attempts that died without a word, recorded under the lock
@@ -462,7 +462,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--executor", default="auto", choices=("auto", *executors.KINDS),
-                   help="auto: SLURM when it answers, else the local queue")
+                   help="auto: SLURM when it answers (waited for where SLURM is set up), else the local queue")
     p.add_argument("--wait", action="store_true",
                    help="stay until every run has finished, showing progress; exit 1 if one did not complete")
     p.add_argument("--max-parallel", type=int, default=0, metavar="N",

@@ -125,7 +125,8 @@ class RunFolder:
         for path in (job_log(logs, job), out, out.with_name(out.name[:-4] + ".err")):
             if path.exists():
                 return path
-        found = sorted(logs.glob(f"{job}_*"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
+        found = sorted((p for p in logs.glob(f"{job}_*") if p.suffix in (".log", ".out", ".err")),
+                       key=lambda p: p.stat().st_mtime) if logs.is_dir() else []  # a log, never submitit's pickle
         return found[-1] if found else logs
 
     def lock(self, *, stale_after_s: float | None = None, gone: Rule | None = None):

@@ -561,7 +561,9 @@ def _finish(r: _Run, done: int, stop: str | None) -> Why:
     else:
         r.log.write("end", step=done - 1, why="checkpointed", reason=f"{stop}: requeue me", **r.end_fields())
         if env.is_main:
-            print(f"checkpointed at step {done} on {stop}; run again to continue", flush=True)
+            again = ("run again to continue" if stop.startswith("signal") else
+                     f"submitting the sweep again lifts it (or remove {RunFolder(r.run_dir).cancel}) to continue")
+            print(f"checkpointed at step {done} on {stop}; {again}", flush=True)
     r.beat(done, force=True)
     r.log.close()
     dist.barrier(env)

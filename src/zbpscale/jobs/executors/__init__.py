@@ -10,6 +10,7 @@ viewed through each (`view_all`).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -31,8 +32,16 @@ def get(kind: str, root: Path) -> Executor:
         raise ConfigError(f"unknown executor {kind!r}", hint=f"one of: {', '.join(KINDS)}") from None
 
 
-def choose(requested: str, root: Path) -> Executor:
-    """The executor for a submit: the one asked for, or (`auto`) SLURM when a controller answers, else local."""
+AUTO_WAIT_S = 60.0
+"""How long `--executor auto` waits for the controller of a machine with SLURM configured (a controller restarts in
+seconds to a minute); ZBPSCALE_SLURM_WAIT_S overrides it."""
+
+
+def choose(requested: str, root: Path, *, wait: bool = True) -> Executor:
+    """The executor for a submit: the one asked for, or (`auto`) SLURM when a controller answers, else local. A
+    machine with SLURM configured (slurm_commands.configured) is SLURM's however long its controller is silent: auto
+    waits AUTO_WAIT_S for it, then refuses, rather than train a sweep on a login node (`wait` False, a dry run:
+    SLURM's at once, its view saying that the controller does not answer)."""
     from zbpscale.jobs.executors import slurm_commands as slurm
 
     if requested not in ("auto", "slurm"):
@@ -42,7 +51,22 @@ def choose(requested: str, root: Path) -> Executor:
     if requested == "slurm":
         raise ConfigError("--executor slurm, but no SLURM controller answers here (sinfo failed)",
                           hint="check SLURM_CONF and that the controller is up (sinfo), or use --executor local")
-    return get("local", root)
+    where = slurm.configured()
+    if not where:
+        return get("local", root)
+    if not wait:
+        return get("slurm", root)
+    wait_s = float(os.environ.get("ZBPSCALE_SLURM_WAIT_S") or AUTO_WAIT_S)
+    print(f"SLURM is configured here ({where}) but its controller does not answer (sinfo): waiting up to "
+          f"{wait_s:g} s for it", flush=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        if slurm.answers():
+            return get("slurm", root)
+    raise ConfigError(f"SLURM is configured here ({where}) but its controller did not answer (sinfo) within "
+                      f"{wait_s:g} s; nothing submitted",
+                      hint="submit again once sinfo answers, or --executor local to train on this machine")
 
 
 def view_all(root: Path, histories: dict, *, now: float | None = None) -> View:

@@ -8,7 +8,9 @@ switched off, or hold an older job under a reused id. So:
   - an ended job's state comes from sacct, and only from a record submitted no earlier than our own `submitted`
     event (minus SUBMIT_SLACK_S for clocks): an id reused by another job is not ours; else from squeue's;
   - a job that neither lists within its grace window (`submitted.grace_s`) is queued, "submitted, not yet visible
-    to the scheduler"; past it, it has ended without an account;
+    to the scheduler"; past it, it has ended without an account; an array element that neither lists while
+    squeue lists its array (and accounting answers) is gone at once: cancelled before it started (`scancel A_i`
+    of a waiting element leaves no accounting record at all);
   - squeue not answering makes every job UNKNOWN (left alone); accounting not answering is one note;
   - one squeue asks about every job, one sacct about the jobs squeue no longer lists, and never about a job whose
     run folder recorded its end (ENDED): a recorded end is final, and accounting is the costlier question.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 import subprocess
 import sys
@@ -63,7 +66,8 @@ class SlurmExecutor(Executor):
     # ------------------------------------------------------------------------------------------------ view
     def view(self, submitted: list[dict], *, now: float) -> View:
         ids, errors = [s["job_id"] for s in submitted], []
-        queued = slurm.squeue_rows(ids, errors)
+        arrays = sorted({job.split("_")[0] for job in ids if "_" in job})  # every element of each array, listed
+        queued = slurm.squeue_rows(ids + arrays, errors)
         view = View()
         if queued is None:
             view.notes.append("squeue not answering: runs with a job are left alone until it does")
@@ -87,8 +91,11 @@ class SlurmExecutor(Executor):
                                          source="sacct")
             elif row:
                 view.jobs[job] = JobView(row["state"], words=REASONS.get(row["state"], ""), source="squeue")
-            elif queued is None:
+            elif queued is None and sub.get("ended") not in ENDED:  # a recorded final end needs no scheduler
                 view.jobs[job] = JobView(UNKNOWN, reason="squeue is not answering")
+            elif not sub.get("ended") and accounted is not None and _array_listed(job, queued):
+                view.jobs[job] = JobView("CANCELLED", words="cancelled before it started (squeue lists its array, "
+                                         "not it, and accounting has no record of it)", source="squeue")
             elif not sub.get("ended") and now - sub.get("time", 0) < sub.get("grace_s", GRACE_S):
                 view.jobs[job] = JobView("PENDING", source="submit",
                                          reason="submitted, not yet visible to the scheduler")
@@ -163,6 +170,12 @@ class SlurmExecutor(Executor):
             print(f"job {job}: {why}; its trainer stops at its next step on the run folder's CANCEL stamp",
                   file=sys.stderr, flush=True)
         return failed
+
+
+def _array_listed(job: str, queued: dict | None) -> bool:
+    """Whether squeue lists another element of the array `job` (`1234_5`) is an element of."""
+    array, _, index = job.partition("_")
+    return bool(index) and any(other.partition("_")[0] == array and other != job for other in queued or {})
 
 
 GONE = ("already completing or completed", "Invalid job id")
@@ -263,8 +276,8 @@ def _sbatch(folder: Path):
         with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr; Refused says it once
             yield
     except FailedJobError as err:
-        for path in set(folder.iterdir()) - before:
-            if path.suffix in (".pkl", ".sh") and not path.name[0].isdigit():  # not a job's: <job id>_...
+        for path in set(folder.iterdir()) - before:  # a job's files are <job id>_...; submitit's own, <uuid hex>.pkl
+            if path.suffix in (".pkl", ".sh") and not re.match(r"\d+_", path.name):
                 path.unlink(missing_ok=True)
         said = [ln.split("error:", 1)[-1].strip() for ln in str(err).splitlines() if "error:" in ln]
         raise Refused("sbatch: " + ("; ".join(said) if said else str(err).strip() or "refused")) from None

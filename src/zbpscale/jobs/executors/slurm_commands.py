@@ -5,6 +5,7 @@ Light on purpose (no torch): `zbpscale status` and the job layer both use it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,24 @@ def answers() -> bool:
     """Whether a SLURM controller answers here (sinfo within a few seconds)."""
     out = _run(["sinfo", "-h", "-o", "%P"], timeout=10)
     return out is not None and out.returncode == 0
+
+
+CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
+           "/run/slurm/conf/slurm.conf")
+"""Where SLURM's clients find their config when SLURM_CONF is unset: the packages' and a source build's default,
+and the copy slurmd keeps on a configless cluster."""
+
+
+def configured() -> str:
+    """Where this machine is set up to use SLURM ("SLURM_CONF=<file>", or sbatch with <file>), or "" when it is not:
+    a machine with SLURM configured is a login or compute node, where a sweep belongs to SLURM even while its
+    controller does not answer."""
+    if os.environ.get("SLURM_CONF"):
+        return f"SLURM_CONF={os.environ['SLURM_CONF']}"
+    if shutil.which("sbatch"):
+        found = next((path for path in CONFIGS if os.path.isfile(path)), "")
+        return f"sbatch with {found}" if found else ""
+    return ""
 
 
 def parse_time(text: str) -> float | None:
