@@ -8,23 +8,74 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
+QUICK_S = 1.0
+"""A controller's client that has not answered in this long may be retrying a controller that is down: ask
+`refused` then (never before: a connection that sends nothing is an error line in slurmctld's log)."""
+
 
 def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess | None:
+    """`cmd` run to its end within `timeout`, or None (not installed, or no answer in time). A controller's client
+    (sinfo, squeue) still silent after QUICK_S is given up at once, with `refused`'s reason on its stderr, when
+    every controller refuses connections: it would retry for ~9 s before saying so itself."""
     if shutil.which(cmd[0]) is None:
         return None
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError:
         return None
+    try:
+        try:
+            out, err = proc.communicate(timeout=min(QUICK_S, timeout))
+        except subprocess.TimeoutExpired:
+            down = refused() if cmd[0] in ("sinfo", "squeue") else ""
+            if down:
+                proc.kill()
+                proc.communicate()
+                return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]}: {down}\n")
+            out, err = proc.communicate(timeout=max(0.0, timeout - QUICK_S))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def answers() -> bool:
     """Whether a SLURM controller answers here (sinfo within a few seconds)."""
     out = _run(["sinfo", "-h", "-o", "%P"], timeout=10)
     return out is not None and out.returncode == 0
+
+
+def refused(timeout: float = 2.0) -> str:
+    """Why no controller can answer, when every controller that slurm.conf names refuses a connection (its host up,
+    no slurmctld on its port: `Connection refused` comes at once, where squeue and sinfo retry for ~9 s before
+    they give up); "" when one accepts, when one does not answer within `timeout`, or when the config cannot be
+    read here (a configless cluster): then only the clients can tell."""
+    path = os.environ.get("SLURM_CONF") or next((p for p in CONFIGS if os.path.isfile(p)), "")
+    try:
+        text = open(path).read() if path else ""
+    except OSError:
+        return ""
+    keys = [line.split("#")[0].strip().split("=", 1) for line in text.splitlines()]
+    conf = [(k.strip().lower(), v.strip()) for k, v in (pair for pair in keys if len(pair) == 2)]
+    hosts = [v for k, v in conf if k in ("slurmctldhost", "controlmachine", "backupcontroller")]
+    port = int(next((v for k, v in conf if k == "slurmctldport"), "6817").split("-")[0] or 6817)
+    if not hosts:
+        return ""
+    for host in hosts:  # name(address) or name
+        address = host.split("(", 1)[1].rstrip(")") if "(" in host else host
+        try:
+            socket.create_connection((address, port), timeout=timeout).close()
+            return ""
+        except ConnectionRefusedError:
+            continue
+        except OSError:  # a host that does not answer, or a name that does not resolve here: the clients decide
+            return ""
+    return f"slurmctld refuses connections ({', '.join(hosts)}, port {port})"
 
 
 CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
