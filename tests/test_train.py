@@ -412,7 +412,15 @@ def test_extending_a_finished_run_says_what_can_change(tmp_path, data_dir):
         assert f"continue it as it is with --run-dir {run} alone" in out.stderr and "missing" not in out.stderr
     for flags in ([], ["--steps", "2"], ["--set", "lr=0.003", "--data", str(data_dir)]):  # what it has: go on
         out = cli(*flags)
-        assert out.returncode == 0 and "already complete" in out.stdout, out.stderr
+        assert out.returncode == 0 and "already complete" in out.stdout and "edited" not in out.stdout, out.stderr
+    # #59 item 10: its config.json edited by hand after it finished: said, with the fields, and nothing trains
+    config = json.loads(RunFolder(run).config.read_text())
+    RunFolder(run).config.write_text(json.dumps({**config, "lr": 0.001, "steps": 5}))
+    records = RunFolder(run).metrics.read_bytes()
+    out = cli()
+    assert out.returncode == 0 and "already complete" in out.stdout, out.stderr
+    assert "its config.json was edited after it trained (steps 2 -> 5, lr 0.003 -> 0.001)" in out.stdout, out.stdout
+    assert RunFolder(run).metrics.read_bytes() == records
 
 
 def test_changed_config_is_refused_on_resume(tmp_path, data_dir):

@@ -99,3 +99,16 @@ def migrate(config: dict) -> dict:
     for step in range(version, FORMAT):
         MIGRATIONS[step](config)
     return {"format": FORMAT, **config}
+
+
+def changed_fields(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """`field before -> after` for every field two configs (both in format FORMAT) give differently, nested ones
+    dotted (model.zbp.n), in field order."""
+    lines = []
+    for key in dict.fromkeys([*before, *after]):
+        a, b = before.get(key), after.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            lines += changed_fields(a, b, f"{prefix}{key}.")
+        elif a != b:
+            lines.append(f"{prefix}{key} {a!r} -> {b!r}")
+    return lines

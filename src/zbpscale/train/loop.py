@@ -33,7 +33,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, hostmem, numerics
-from zbpscale.train.formats import migrate
+from zbpscale.train.formats import changed_fields, migrate
 from zbpscale.train.metrics import MetricsLog, SetupTimer, read_records, redone
 from zbpscale.train.model import Transformer
 from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
@@ -84,6 +84,19 @@ def evaluate(model: torch.nn.Module, batches: list, env: dist.DistEnv, bf16: boo
             total += model(x.to(env.device), y.to(env.device))[1].item()
     model.train()
     return dist.all_reduce_sum([total / len(batches)], env)[0] / env.world_size
+
+
+def _edited_since(run_dir: Path, cfg: TrainConfig) -> str:
+    """What a finished run's config.json says differently from the config its last attempt trained with (its start
+    record), in words; "" when nothing was edited."""
+    trained = next((r["config"] for r in reversed(read_records(run_dir)) if r["kind"] == "start" and "config" in r),
+                   None)
+    try:
+        changed = changed_fields(migrate(trained), migrate(json.loads(json.dumps(cfg.to_dict())))) if trained else []
+    except ConfigError:  # a start record this release cannot read: nothing to compare
+        return ""
+    return (f"; its {RunFolder(run_dir).config.name} was edited after it trained ({', '.join(changed)}): the run "
+            "trained with the first values, and nothing trains again (train in a new run folder)") if changed else ""
 
 
 def _autocast(env: dist.DistEnv, bf16: bool):
@@ -228,7 +241,8 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
     _check_config(run_dir, cfg)
     if RunFolder(run_dir).complete.exists():
         if env.is_main:
-            print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do")
+            print(f"{run_dir}: already complete ({RunFolder(run_dir).complete.name} marker present); nothing to do"
+                  + _edited_since(run_dir, cfg))
         return "completed"
     try:
         r = _setup(cfg, run_dir, env, lease if env.is_main else None, called)
