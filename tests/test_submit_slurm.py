@@ -271,17 +271,34 @@ def test_kill_9_before_the_first_checkpoint_restarts_inside_the_allocation_and_l
     print(f"kill -9 -> first step of the new job step: {first_new - killed:.1f} s")
 
 
+def sentinels(pid: int) -> list[int]:
+    """The sentinel processes a job's rank 0 (`pid`) has started: its children running slurm_sentinel."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):  # one that ended meanwhile
+                if b"slurm_sentinel" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+    return found
+
+
+@pytest.mark.parametrize("sentinel_killed", [False, True], ids=["sentinel", "sentinel-killed-first"])
 def test_a_frozen_trainer_is_caught_by_its_sentinel_restarted_in_its_allocation_and_finishes_bitwise(
-        tmp_path, slurm_env, data_dir, straight_run):
+        tmp_path, slurm_env, data_dir, straight_run, sentinel_killed):
     """#33 item 3 and #42 item 3 on SLURM: the trainer stopped with SIGSTOP (its own watchdog is frozen with it),
     nobody sends SIGCONT. The job's sentinel sees no step for step_timeout_s (+ its grace), records the hang with
     what it saw (a stopped process) and kills it; the attempt starts again as a new step of the same job (no
-    requeue) and finishes from its last checkpoint, bitwise equal to a run never stopped."""
+    requeue) and finishes from its last checkpoint, bitwise equal to a run never stopped. #59 item 7: the same when
+    the sentinel was killed -9 first (nothing acted while the trainer stayed frozen): it is started again."""
     sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
     submit(sweep, slurm_env)
     run = tmp_path / "jobs" / "frozen" / "nano-bp"
     wait_until(lambda: RunFolder(run).list_checkpoints() and len(losses(run)) >= 12, "step 12", every=0.3)
     pid = [a["pid"] for a in read_attempts(run) if a["event"] == "start"][-1]
+    if sentinel_killed:
+        (first,) = sentinels(pid)
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: sentinels(pid) and sentinels(pid) != [first], "a new sentinel", 60, every=0.1)
     os.kill(pid, signal.SIGSTOP)
     (job,) = job_ids(run)
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"

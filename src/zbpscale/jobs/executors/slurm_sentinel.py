@@ -3,7 +3,8 @@ trainer too frozen for its own watchdog (jobs/sentinel.py says what it watches a
 
     python -m zbpscale.jobs.executors.slurm_sentinel RUN_DIR JOB_ID PARENT_PID SINCE TIMEOUT_S MAX_CRASHES
 
-It lives as long as the trainer's process (PARENT_PID) and is killed when the trainer returns. It ignores the
+It lives as long as the trainer's process (PARENT_PID) and is killed when the trainer returns; rank 0 starts it
+again if it dies before (`Supervised`). It ignores the
 stop signals SLURM sends to every process of a job (the time-limit warning, a cancel, the SIGTERM of a requeue):
 it must outlive them to watch the last checkpoint and, after it has requeued a frozen job, to kill the frozen
 ranks before the scheduler's SIGCONT wakes them. Started by the same release as the job's code, so its module
@@ -21,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,12 +33,61 @@ from zbpscale.run.history import History, record
 
 
 def start_sentinel(run_dir: Path, job_id: str, *, since: float, timeout_s: float, max_crashes: int):
-    """Start the sentinel of this attempt (rank 0): a child process; None when there is no bound to watch."""
+    """Start the sentinel of this attempt (rank 0), supervised; None when there is no bound to watch."""
     if timeout_s <= 0:
         return None
     argv = [sys.executable, "-m", __spec__.name if __spec__ else "zbpscale.jobs.executors.slurm_sentinel",
             str(run_dir), job_id, str(os.getpid()), str(since), str(timeout_s), str(max_crashes)]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # its output goes to the job's log
+    return Supervised(argv)
+
+
+class Supervised:
+    """The sentinel's process, started again when it dies (kill -9, the OOM killer): a thread of rank 0 looks every
+    SUPERVISE_S, so a trainer that freezes after its sentinel died is still caught, unless it froze within that
+    second. A sentinel that exits 0 has done its work (the trainer gone, or a hang recorded and acted on); one
+    that keeps dying is given up after MAX_STARTS, in a line of the job's log."""
+
+    SUPERVISE_S = 1.0
+    MAX_STARTS = 10
+
+    def __init__(self, argv: list[str]):
+        self.argv, self.starts, self.lock = argv, 0, threading.Lock()
+        self.stopped = threading.Event()
+        self.proc = self._start()
+        self.thread = threading.Thread(target=self._watch, name="sentinel-supervisor", daemon=True)
+        self.thread.start()
+
+    def _start(self) -> subprocess.Popen:
+        self.starts += 1
+        return subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)  # its output goes to the job's log
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(self.SUPERVISE_S):
+            with self.lock:
+                code = self.proc.poll()
+                if code is None or self.stopped.is_set():
+                    continue
+                if code == 0:
+                    return
+                how = f"signal {-code}" if code < 0 else f"exit status {code}"
+                if self.starts >= self.MAX_STARTS:
+                    print(f"sentinel: pid {self.proc.pid} ended ({how}), started {self.starts} times: no sentinel "
+                          "now (the trainer's own watchdog still watches)", file=sys.stderr, flush=True)
+                    return
+                old = self.proc.pid
+                self.proc = self._start()
+                print(f"sentinel: pid {old} ended ({how}); started again (pid {self.proc.pid})", file=sys.stderr,
+                      flush=True)
+
+    def kill(self) -> None:
+        """Stop watching and kill the sentinel (the trainer returned)."""
+        with self.lock:
+            self.stopped.set()
+            self.proc.kill()
+
+    def wait(self) -> None:
+        self.thread.join()
+        self.proc.wait()
 
 
 def step_restarts() -> bool:
