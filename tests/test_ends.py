@@ -38,6 +38,11 @@ TABLE = [  # (what the executor saw, how the attempt ended)
     (Seen(codes=(None,), stop="cancel"), Ending("cancelled", "zbpscale cancel; checkpointed")),  # adopted, unseen
     (Seen(codes=(75,), stop="scancel"), Ending("cancelled", "scancel; checkpointed")),    # SLURM: CANCELLED
     (Seen(codes=(75, 1), stop="cancel"), Ending("crashed", retry=True)),  # a rank crashed while checkpointing
+    # -- the scheduler's own word (#59): an admin's requeue, a killed batch script; neither is a cancel
+    (Seen(codes=(75,), stop="requeued"), Ending("preempted", "requeued by SLURM (scontrol requeue); checkpointed",
+                                                retry=True, by_scheduler=True)),          # SLURM: REQUEUED
+    (Seen(codes=(75,), stop="batch"), Ending("crashed", "the job's batch script was killed (SLURM: FAILED, "
+                                                        "JobLaunchFailure); checkpointed")),  # FAILED 0:9
     # -- found frozen and killed by its executor: hung, whatever the statuses
     (Seen(codes=(-9, -9), stop="hung"), Ending("hung", retry=True)),     # the local driver's catch_hang
     (Seen(codes=(None,), stop="hung"), Ending("hung", retry=True)),      # SLURM's sentinel (the process is alive)
@@ -91,7 +96,7 @@ def test_every_rule_has_a_row():
         sys.settrace(before)
     lines, first = inspect.getsourcelines(code)
     returns = {first + i for i, line in enumerate(lines) if line.strip().startswith("return")}
-    assert len(returns) == 10 and returns <= hit
+    assert len(returns) == 12 and returns <= hit
     assert {e.why for s, e in TABLE if not s.restarts_crashes} == {"crashed", "failed"}  # the last line, both ways
 
 

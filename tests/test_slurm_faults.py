@@ -286,6 +286,32 @@ def test_with_the_controller_down_a_failed_run_stays_failed_and_the_outage_is_on
                    text=True, timeout=300)
 
 
+def test_a_run_waiting_for_a_drained_node_says_so(tmp_path, slurm, data_dir):
+    """#59 item 5: a job waiting for a node that is down or drained showed `queued` and nothing more; now status
+    carries squeue's reason (a turn in line, Priority or Resources, is still not news)."""
+    folder, env = slurm
+    sweep = write_sweep(tmp_path, "drained", data_dir, steps=5)
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True,
+                          timeout=30).stdout.split()[0]
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=zbpscale-test"], env=env,
+                   check=True, timeout=30)
+    try:
+        out = submit(sweep, env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        run = tmp_path / "jobs" / "drained" / "nano-bp"
+
+        def reason() -> str:
+            code, rows = status(run.parent, env)
+            return rows[0]["reason"] if rows[0]["state"] == "queued" else ""
+
+        wait_until(lambda: "Nodes required for job are DOWN, DRAINED" in reason() or "ReqNodeNotAvail" in reason(),
+                   "status to say why the job waits", 60, every=1)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, timeout=30)
+        subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=env, capture_output=True,
+                       text=True, timeout=300)
+
+
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
 SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=32, tokens=4 * 32 * 3,

@@ -180,6 +180,36 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     assert wait_final(slurm_env, job, timeout=600) == "COMPLETED"
     assert sum(a["event"] == "start" for a in read_attempts(run)) >= 2
     assert losses(run) == losses(straight_run(run))
+    # #59 item 5: the scheduler's word (sacct REQUEUED), not a cancel: it was `cancelled, scancel; checkpointed`
+    ends = [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"]
+    assert ends[0][0] == "preempted" and "requeued by SLURM (scontrol requeue); checkpointed" in ends[0][1], ends
+    assert ends[-1] == ("completed", "all steps done"), ends
+    (row,) = status(run.parent, slurm_env, code=0)
+    assert row["state"] == "complete" and row["preemptions"] == 1, row
+
+
+def test_a_killed_batch_script_is_recorded_as_such_and_resubmit_resumes(tmp_path, slurm_env, data_dir, straight_run):
+    """#59 item 5: kill -9 of a job's batch script alone; SLURM ends the job (FAILED 0:9) and the trainer gets
+    SIGTERM: it checkpoints. Recorded `cancelled, scancel; checkpointed` before, though nobody cancelled; now
+    crashed, with the scheduler's word, and a submit resumes it, bit for bit."""
+    sweep = write_sweep(tmp_path, "batch", data_dir, steps=400, ckpt_every=10)
+    submit(sweep, slurm_env)
+    run = tmp_path / "jobs" / "batch" / "nano-bp"
+    (job,) = job_ids(run)
+    wait_for_checkpoint_and_progress(run)
+    rows = subprocess.run(["scontrol", "listpids", job], env=slurm_env, capture_output=True, text=True, timeout=30)
+    (batch,) = [int(row.split()[0]) for row in rows.stdout.splitlines()[1:] if row.split()[2:3] == ["batch"]][:1]
+    os.kill(batch, signal.SIGKILL)
+    assert wait_final(slurm_env, job) == "FAILED"
+    wait_until(lambda: [a["why"] for a in read_attempts(run) if a["event"] == "end"], "the attempt's end", 120,
+               every=0.3)
+    (end,) = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert (end["why"], end["reason"]) == ("crashed", "the job's batch script was killed (SLURM: FAILED, "
+                                                      "JobLaunchFailure); checkpointed"), end
+    again = submit(sweep, slurm_env)
+    assert "nano-bp: resume -> job" in again.stdout, again.stdout
+    assert wait_final(slurm_env, job_ids(run)[-1]) == "COMPLETED"
+    assert losses(run) == losses(straight_run(run))
 
 
 def kill_every_process(job: str, env: dict) -> None:

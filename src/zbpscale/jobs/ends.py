@@ -13,6 +13,8 @@ signal):
     the run is complete                                   -> completed
     it ran and died without a word (no end record)        -> crashed, started again
     stopped by a cancel, interrupted or killed            -> cancelled
+    interrupted as the scheduler requeued the job itself  -> preempted (the scheduler starts it again)
+    interrupted as the job's batch script was killed      -> crashed (nothing left to start it again)
     found frozen and killed by its executor               -> hung, started again
     interrupted (not killed after a peer failed), or stopped at its time limit
                                                           -> timeout at the limit, else preempted, started again
@@ -34,7 +36,7 @@ from typing import Literal
 from zbpscale.run.history import Why
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE
 
-Stop = Literal["", "timeout", "cancel", "scancel", "kill", "hung", "lost"]
+Stop = Literal["", "timeout", "cancel", "scancel", "requeued", "batch", "kill", "hung", "lost"]
 """What stopped an attempt, as its executor knows it ("": nothing it knows of, e.g. a preemption's signal)."""
 
 LEASE_LOST = ("another trainer took the run folder over while this attempt was silent past its lease; it wrote "
@@ -53,7 +55,9 @@ class Seen:
     stop: Stop = ""
     """What stopped it: "timeout" its time limit (the local queue's SIGUSR2 or kill at the limit; SLURM's stop signal
     with the limit near); "cancel" zbpscale cancel (the local queue's request; SLURM: the run's CANCEL stamp);
-    "scancel" the scheduler's cancel (SLURM says CANCELLED, or COMPLETING while a task runs); "kill" the ranks left
+    "scancel" the scheduler's cancel (SLURM's accounting says CANCELLED); "requeued" the scheduler requeued the job
+    itself (an admin's `scontrol requeue`: REQUEUED); "batch" the job's batch script died (SLURM: FAILED 0:9, squeue's
+    reason JobLaunchFailure), and the job with it; "kill" the ranks left
     after one failed, killed (local queue); "hung" found frozen and killed (the local driver; SLURM's sentinel);
     "lost" found frozen with the run folder another trainer's, and killed (local queue)."""
     unheard: bool = False
@@ -78,6 +82,8 @@ class Ending:
     """Started again (requeued, or restarted as a new job step) within History.retry's bounds, else failed."""
     record: bool = True
     """False: the run folder is another trainer's now; nothing of this attempt is recorded."""
+    by_scheduler: bool = False
+    """The scheduler starts it again by itself (it requeued the job): the executor must not requeue it too."""
 
 
 def classify(seen: Seen) -> Ending:
@@ -91,6 +97,12 @@ def classify(seen: Seen) -> Ending:
     if stop in ("cancel", "scancel") and (interrupted or all(c is not None and c < 0 for c in codes)):
         who = "zbpscale cancel" if stop == "cancel" else "scancel"
         return Ending("cancelled", f"{who}; {'checkpointed' if interrupted else 'killed'}")
+    if stop == "requeued" and interrupted:
+        return Ending("preempted", "requeued by SLURM (scontrol requeue); checkpointed", retry=True,
+                      by_scheduler=True)
+    if stop == "batch" and interrupted:
+        return Ending("crashed", "the job's batch script was killed (SLURM: FAILED, JobLaunchFailure); "
+                                 "checkpointed")
     if stop == "hung":
         return Ending("hung", retry=True)
     if (interrupted and stop != "kill") or stop == "timeout":

@@ -120,8 +120,9 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
     if job.live and job.reason == NEVER_REASON:  # submit cancels it and queues a new job
         return RunState("failed", "its data-prep job failed, so it would wait for ever (DependencyNeverSatisfied)",
                         job.log)
-    if job.live:
-        return RunState("queued", job.reason if job.source == "submit" else "", next="leave")
+    if job.live:  # the scheduler's reason when it is news (a node down or drained, a limit), not a turn in line
+        said = job.reason if job.source == "submit" or job.reason not in WAITING_IN_LINE else ""
+        return RunState("queued", said, next="leave")
     end = history.last_end()
     log = lambda: end.get("log") or str(run.folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
@@ -137,6 +138,10 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
     if job_id:
         return RunState("stopped", f"{end.get('why')}: {end.get('reason', '')}; nothing queued")
     return direct_state(run, now, stall_after_s)
+
+
+WAITING_IN_LINE = ("", "None", "Priority", "Resources", "JobArrayTaskLimit", "Dependency", "BeginTime")
+"""squeue's reasons of a job that simply waits its turn (BeginTime: a requeued job's short wait): not shown."""
 
 
 def direct_state(run: Snapshot, now: float, stall_after_s: float | None) -> RunState:

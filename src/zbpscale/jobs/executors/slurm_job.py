@@ -112,7 +112,7 @@ def run_train_job(job: TrainJob) -> str:
     if main and History.read(run_dir).last_end(job_id):  # decided already: the sentinel requeued it as hung
         _wait_to_be_requeued(run_dir, job_id, since=started)
     end = ending(job, run_dir, job_id, status, main=main)
-    if end.why in ("completed", "cancelled"):  # all steps done, or stopped here by a cancel, checkpointed
+    if end.why in ("completed", "cancelled") or not end.retry:  # all steps done, or stopped for good, checkpointed
         if main:
             record(run_dir, "end", job_id=job_id, why=end.why, reason=end.reason)
         return end.why
@@ -139,8 +139,8 @@ def ending(job: TrainJob, run_dir: Path, job_id: str, status: str, *, main: bool
     stop: ends.Stop = ""
     if RunFolder(run_dir).cancel.exists():
         stop = "cancel"
-    elif cancelled_by_scheduler(job_id):
-        stop = "scancel"
+    elif stopped := scheduler_stop(job_id):
+        stop = stopped
     elif main and classify_interruption(slurm.seconds_left(job_id), job.signal_delay_s) == "timeout":
         stop = "timeout"
     return ends.classify(ends.Seen(codes=(EXIT_REQUEUE,), stop=stop))
@@ -181,7 +181,8 @@ def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending
         raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
                         hint="submit again with --retry (after raising the sweep's bound or time limit)")
     record(run_dir, "end", job_id=job_id, why=end.why, reason=retry.reason)
-    requeue(job_id)
+    if not end.by_scheduler:  # SLURM requeued it itself: a second requeue is not ours to ask
+        requeue(job_id)
 
 
 def holder_gone(holder) -> bool:
@@ -207,14 +208,31 @@ def lost_peer(err: BaseException) -> bool:
         s in text for s in ("Connection closed by peer", "Connection reset by peer", "NCCL", "gloo"))
 
 
-def cancelled_by_scheduler(job_id: str) -> bool:
-    """Whether SLURM has ended this job (scancel, an admin): the controller says CANCELLED, or COMPLETING while
-    this task still runs, at once; accounting may lag, so it is asked only when the controller cannot say."""
-    state = slurm.controller_state(job_id)
-    if state is None:
+def scheduler_stop(job_id: str, *, wait_s: float = 3.0) -> ends.Stop:
+    """What SLURM did to this job, in its own word, when a stop signal reached the trainer: "scancel" (accounting
+    says CANCELLED), "requeued" (REQUEUED: an admin's `scontrol requeue`), "batch" (the batch script died: FAILED, or
+    the controller's reason JobLaunchFailure), or "" while the controller still calls it running (the signal of a
+    preemption or of the time limit). A job the controller calls ending (COMPLETING) but accounting does not yet
+    know the end of is asked again for `wait_s` (accounting lags; SLURM kills the job KillWait after its SIGTERM,
+    30 s by default); then, as before, a cancel."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        row = (slurm.squeue_rows([job_id]) or {}).get(job_id, {})
+        if row.get("state") in ALIVE - {"COMPLETING"}:
+            return ""
+        if row.get("reason") == "JobLaunchFailure":
+            return "batch"
         rows = (slurm.sacct_rows([job_id]) or {}).get(job_id, [])
-        state = rows[-1]["state"] if rows else None
-    return state in ("CANCELLED", "COMPLETING")
+        said = rows[-1]["state"] if rows else ""
+        if said.startswith("CANCELLED") or row.get("state") == "CANCELLED":
+            return "scancel"
+        if said == "REQUEUED":
+            return "requeued"
+        if said in ("FAILED", "NODE_FAIL"):
+            return "batch"
+        if not row and not rows or time.monotonic() > deadline:
+            return "scancel" if row.get("state") == "COMPLETING" else ""
+        time.sleep(1.0)
 
 
 def _wait_to_be_requeued(run_dir: Path, job_id: str, *, since: float, limit_s: float = 600.0) -> NoReturn:
