@@ -198,6 +198,7 @@ def test_scancel_with_accounting_down_is_a_cancel_not_a_preemption_and_resubmit_
     assert losses(run) == losses(straight_run(run))
 
 
+@pytest.mark.slow
 def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_path, slurm, data_dir, straight_run):
     """#59 item 2: slurmctld stopped (by its recorded PID) while a run trains. `zbpscale cancel` said `nothing to
     cancel` and exited 0, and the run trained on. Now it asks through the run folder's CANCEL stamp, which the
@@ -232,6 +233,7 @@ def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_pa
     assert losses(run) == losses(straight_run(run))
 
 
+@pytest.mark.slow
 def test_auto_with_a_silent_controller_waits_then_refuses_rather_than_train_here(tmp_path, slurm, data_dir):
     """#59 item 3: SLURM configured (SLURM_CONF), slurmctld stopped. `--executor auto` took the local queue and
     trained the sweep on the submitting machine, without a word; now it waits (ZBPSCALE_SLURM_WAIT_S, 60 s by
@@ -258,6 +260,7 @@ def test_auto_with_a_silent_controller_waits_then_refuses_rather_than_train_here
     assert final_state(env, job_ids(run)[0]) == "COMPLETED"
 
 
+@pytest.mark.slow
 def test_with_the_controller_down_a_failed_run_stays_failed_and_the_outage_is_one_line(tmp_path, slurm, data_dir):
     """#59 item 9: a run failed (its trainer killed -9, no crash restart allowed) beside one that trains; slurmctld
     stopped. The failed run read `unknown` and status's exit status went 1 -> 3, with a line per run for the
