@@ -39,7 +39,7 @@ TABLE = [  # (what the executor saw, how the attempt ended)
     (Seen(codes=(75,), stop="scancel"), Ending("cancelled", "scancel; checkpointed")),    # SLURM: CANCELLED
     (Seen(codes=(75, 1), stop="cancel"), Ending("crashed", retry=True)),  # a rank crashed while checkpointing
     # -- the scheduler's own word (#59): an admin's requeue, a killed batch script; neither is a cancel
-    (Seen(codes=(75,), stop="requeued"), Ending("preempted", "requeued by SLURM (scontrol requeue); checkpointed",
+    (Seen(codes=(75,), stop="requeued"), Ending("preempted", "requeued by SLURM (sacct: REQUEUED); checkpointed",
                                                 retry=True, by_scheduler=True)),          # SLURM: REQUEUED
     (Seen(codes=(75,), stop="batch"), Ending("crashed", "the job's batch script was killed (SLURM: FAILED, "
                                                         "JobLaunchFailure); checkpointed")),  # FAILED 0:9

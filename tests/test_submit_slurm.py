@@ -182,7 +182,7 @@ def test_scontrol_requeue_resumes_from_the_run_folder(tmp_path, slurm_env, data_
     assert losses(run) == losses(straight_run(run))
     # #59 item 5: the scheduler's word (sacct REQUEUED), not a cancel: it was `cancelled, scancel; checkpointed`
     ends = [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"]
-    assert ends[0][0] == "preempted" and "requeued by SLURM (scontrol requeue); checkpointed" in ends[0][1], ends
+    assert ends[0][0] == "preempted" and "requeued by SLURM (sacct: REQUEUED); checkpointed" in ends[0][1], ends
     assert ends[-1] == ("completed", "all steps done"), ends
     (row,) = status(run.parent, slurm_env, code=0)
     assert row["state"] == "complete" and row["preemptions"] == 1, row

@@ -98,7 +98,7 @@ def classify(seen: Seen) -> Ending:
         who = "zbpscale cancel" if stop == "cancel" else "scancel"
         return Ending("cancelled", f"{who}; {'checkpointed' if interrupted else 'killed'}")
     if stop == "requeued" and interrupted:
-        return Ending("preempted", "requeued by SLURM (scontrol requeue); checkpointed", retry=True,
+        return Ending("preempted", "requeued by SLURM (sacct: REQUEUED); checkpointed", retry=True,
                       by_scheduler=True)
     if stop == "batch" and interrupted:
         return Ending("crashed", "the job's batch script was killed (SLURM: FAILED, JobLaunchFailure); "

@@ -210,7 +210,8 @@ def lost_peer(err: BaseException) -> bool:
 
 def scheduler_stop(job_id: str, *, wait_s: float = 3.0) -> ends.Stop:
     """What SLURM did to this job, in its own word, when a stop signal reached the trainer: "scancel" (accounting
-    says CANCELLED), "requeued" (REQUEUED: an admin's `scontrol requeue`), "batch" (the batch script died: FAILED, or
+    says CANCELLED), "requeued" (REQUEUED: an admin's `scontrol requeue`, or a preemption that requeues without the
+    user's signal), "batch" (the batch script died: FAILED, or
     the controller's reason JobLaunchFailure), or "" while the controller still calls it running (the signal of a
     preemption or of the time limit). A job the controller calls ending (COMPLETING) but accounting does not yet
     know the end of is asked again for `wait_s` (accounting lags; SLURM kills the job KillWait after its SIGTERM,
@@ -218,6 +219,8 @@ def scheduler_stop(job_id: str, *, wait_s: float = 3.0) -> ends.Stop:
     deadline = time.monotonic() + wait_s
     while True:
         row = (slurm.squeue_rows([job_id]) or {}).get(job_id, {})
+        if row.get("state", "").startswith("REQUEUE"):
+            return "requeued"
         if row.get("state") in ALIVE - {"COMPLETING"}:
             return ""
         if row.get("reason") == "JobLaunchFailure":
