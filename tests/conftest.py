@@ -320,6 +320,32 @@ def config_json(size: str = "nano", **fields) -> str:
     return json.dumps(TrainConfig(model=model_config(size), **fields).to_dict())
 
 
+STEP_FLOOR_SITE = """\
+import os
+if os.environ.get("ZBPSCALE_TEST_STEP_FLOOR_S"):  # tests/conftest.py, step_floor_env
+    import time
+    from zbpscale.train.metrics import MetricsLog
+    _write, _floor = MetricsLog.write, float(os.environ["ZBPSCALE_TEST_STEP_FLOOR_S"])
+    def _slow_write(self, kind, **fields):
+        if kind == "train":
+            time.sleep(_floor)
+        _write(self, kind, **fields)
+    MetricsLog.write = _slow_write
+"""
+
+
+def step_floor_env(folder: Path, floor_s: float, env: dict | None = None) -> dict:
+    """`env` (default: this process's) for a command whose trainers (its jobs' too, which inherit it) take at least
+    `floor_s` more per step, sleeping as they write each step's record (a sitecustomize.py in `folder`, on
+    PYTHONPATH): for a test whose timing, a signal so many seconds into an attempt, must hold however fast the
+    machine trains. The sleep changes no number a step computes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(STEP_FLOOR_SITE)
+    env = os.environ if env is None else env
+    path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path, "ZBPSCALE_TEST_STEP_FLOOR_S": str(floor_s)}
+
+
 def trainer_env(threads: int | None, **extra: str) -> dict:
     """The environment of a trainer process: OMP_NUM_THREADS=threads, or (None) unset: the machine's default,
     as a user's shell has it."""

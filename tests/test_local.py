@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_WANDB_KEY, check_trackers, wait_until, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, step_floor_env, wait_until, wheel_env, write_sweep
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
@@ -256,10 +256,12 @@ def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir)
 
 @pytest.mark.slow
 def test_time_limit_checkpoints_requeues_and_matches_an_uninterrupted_run(tmp_path, data_dir, straight_run):
-    """time_min=1 with the warning 50 s before the limit: SIGUSR2 10 s into each attempt."""
+    """time_min=1 with the warning 50 s before the limit: SIGUSR2 10 s into each attempt. Each step takes at least
+    0.1 s (step_floor_env): 150 steps outlast an attempt on any machine (on a fast one they took under 10 s and the
+    run ended without a time limit, in a clean-clone run of the suite)."""
     sweep = write_sweep(tmp_path, "limit", data_dir, steps=150, time_min=1, signal_delay_s=50,
                         max_timeouts=30)
-    out = submit(sweep, "--wait", timeout=600)
+    out = submit(sweep, "--wait", timeout=600, env=step_floor_env(tmp_path / "site", 0.1))
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     assert ends(run)[-1] == "completed" and ends(run).count("timeout") >= 1, (ends(run), out.stdout)
     assert losses(run) == losses(straight_run(run))  # every step once, bitwise equal to never stopping

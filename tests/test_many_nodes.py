@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, wait_until, write_sweep
+from conftest import load_slurm_local, step_floor_env, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -111,7 +111,7 @@ def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cl
     # signal_delay_s + 30 s of its end: at 30 s or more, the check right after the start (in a clean-clone run
     # ~9 s in, every attempt: still starting, no step made, 14 requeues in a row); at 15, the check ~30 s later.
     sweep = write_sweep(tmp_path, "limit", data_dir, steps=STEPS, nodes=2, time_min=1, signal_delay_s=15)
-    submit(sweep, env)
+    submit(sweep, step_floor_env(tmp_path / "site", 0.05, env))  # 600 steps outlast the warning on any machine
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     (job,) = job_ids(run)
     assert final_state(env, job) == "COMPLETED"

@@ -206,6 +206,9 @@ def test_a_killed_batch_script_is_recorded_as_such_and_resubmit_resumes(tmp_path
     (end,) = [a for a in read_attempts(run) if a["event"] == "end"]
     assert (end["why"], end["reason"]) == ("crashed", "the job's batch script was killed (SLURM: FAILED, "
                                                       "JobLaunchFailure); checkpointed"), end
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=slurm_env,
+                                          capture_output=True, text=True, timeout=30).stdout.strip(),
+               "the killed job to leave the controller's live states (COMPLETING: its processes reaped)", every=0.3)
     again = submit(sweep, slurm_env)
     assert "nano-bp: resume -> job" in again.stdout, again.stdout
     assert wait_final(slurm_env, job_ids(run)[-1]) == "COMPLETED"
