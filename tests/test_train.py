@@ -10,6 +10,7 @@ parameters it must leave untouched; diagnostics with theory (c ~ 1) and with the
 """
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_tool, trainer_env, wait_until
+from conftest import load_tool, step_floor_env, trainer_env, wait_until
 from zbpscale.errors import ConfigError
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
@@ -55,12 +56,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0, threads: int | None = 1
-           ) -> subprocess.Popen:
+def launch(run_dir: Path, *, rank: int = 0, world: int = 1, port: int = 0, threads: int | None = 1,
+           extra: dict | None = None) -> subprocess.Popen:
     """A real training process on the run folder's config.json, as a job would start it; `threads`:
-    OMP_NUM_THREADS (None: unset, the machine's default)."""
+    OMP_NUM_THREADS (None: unset, the machine's default); `extra`: more environment variables."""
     env = trainer_env(threads, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **(extra or {}))
     return subprocess.Popen([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run_dir)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -296,11 +297,14 @@ def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, dat
 
 
 def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
-    """Fault: Ctrl-C pressed twice: the second aborts at once (one line, exit 130), no checkpoint is written."""
+    """Fault: Ctrl-C pressed twice: the second aborts at once (one line, exit 130), no checkpoint is written. Each
+    step takes 2 s more (step_floor_env) so that both signals, 50 ms apart, land inside one step on any machine:
+    with steps of ~0.3 s, a loaded run of the suite checkpointed on the first before the second came."""
     cfg = small_cfg(data_dir, model=ModelConfig(n_layer=4, n_head=4, d_model=128, max_seq_len=128), steps=200,
-                    global_batch=16)  # steps of ~0.3 s: both signals land inside one step
+                    global_batch=16)
     run = write_config(tmp_path / "run", cfg)
-    proc = launch(run)
+    floor = step_floor_env(tmp_path / "site", 2.0)
+    proc = launch(run, extra={k: v for k, v in floor.items() if os.environ.get(k) != v})
     wait_until(lambda: len(train_losses(run)) >= 1, "the first step", 240, proc=proc, every=0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
