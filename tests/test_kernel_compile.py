@@ -75,6 +75,7 @@ def test_every_kernel_meets_every_factor_on_both_targets(tmp_path):
 
 
 @pytest.mark.kernels
+@pytest.mark.slow  # so that `-m "not slow"`, which replaces the default `-m 'not kernels'`, leaves it out too
 def test_every_kernel_variant_compiles_for_sm90_and_sm80(tmp_path):
     """The full product (`pytest -m kernels`; tools/gpu_check.sh compiles it on a GPU too): every kernel x dtype
     x n x scheme x probe x architecture."""
