@@ -313,6 +313,9 @@ def test_a_run_waiting_for_a_drained_node_says_so(tmp_path, slurm, data_dir):
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=env, timeout=30)
         subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep)], env=env, capture_output=True,
                        text=True, timeout=300)
+        wait_until(lambda: "drain" not in subprocess.run(  # the next test on this cluster needs its node back
+            ["sinfo", "-h", "-N", "-n", node, "-o", "%T"], env=env, capture_output=True, text=True,
+            timeout=30).stdout.lower(), f"{node} to leave the drained state", 60, every=0.5)
 
 
 PREPFAIL = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm

@@ -55,7 +55,7 @@ def refused(timeout: float = 2.0) -> str:
     no slurmctld on its port: `Connection refused` comes at once, where squeue and sinfo retry for ~9 s before
     they give up); "" when one accepts, when one does not answer within `timeout`, or when the config cannot be
     read here (a configless cluster): then only the clients can tell."""
-    path = os.environ.get("SLURM_CONF") or next((p for p in CONFIGS if os.path.isfile(p)), "")
+    path = os.environ.get("SLURM_CONF") or config_file()
     try:
         text = open(path).read() if path else ""
     except OSError:
@@ -84,6 +84,11 @@ CONFIGS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/et
 and the copy slurmd keeps on a configless cluster."""
 
 
+def config_file() -> str:
+    """The slurm.conf a client finds where SLURM_CONF is unset (the first of CONFIGS that exists), or ""."""
+    return next((path for path in CONFIGS if os.path.isfile(path)), "")
+
+
 def configured() -> str:
     """Where this machine is set up to use SLURM ("SLURM_CONF=<file>", or sbatch with <file>), or "" when it is not:
     a machine with SLURM configured is a login or compute node, where a sweep belongs to SLURM even while its
@@ -91,7 +96,7 @@ def configured() -> str:
     if os.environ.get("SLURM_CONF"):
         return f"SLURM_CONF={os.environ['SLURM_CONF']}"
     if shutil.which("sbatch"):
-        found = next((path for path in CONFIGS if os.path.isfile(path)), "")
+        found = config_file()
         return f"sbatch with {found}" if found else ""
     return ""
 
