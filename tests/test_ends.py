@@ -137,7 +137,8 @@ def slurm_ending(run_dir: Path, monkeypatch, status: str, *, scheduler: str = "R
     run_dir.mkdir(parents=True, exist_ok=True)
     if cancel_stamp:
         RunFolder(run_dir).cancel.write_text("cancel\n")
-    monkeypatch.setattr(slurm_job.slurm, "controller_state", lambda job_id: scheduler)
+    monkeypatch.setattr(slurm_job.slurm, "squeue_rows", lambda ids, errors=None: {i: {"state": scheduler} for i in ids})
+    monkeypatch.setattr(slurm_job.slurm, "sacct_rows", lambda ids, errors=None: {})  # never the suite's own cluster
     monkeypatch.setattr(slurm_job.slurm, "seconds_left", lambda job_id: left_s)
     job = TrainJob(str(run_dir), max_timeouts=2, max_preemptions=2, signal_delay_s=180)
     return slurm_job.ending(job, run_dir, "7", status, main=True)
