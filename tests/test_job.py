@@ -124,6 +124,41 @@ def test_a_job_array_element_names_itself_as_submit_recorded_it(monkeypatch, job
     assert slurm_job.holder_gone(holder) is gone
 
 
+KILLED_ON_NODE2 = """zbpscale: a job step starts at 1700000000
+srun: error: node2: task 1: Killed
+srun: launch/slurm: _step_signal: Terminating StepId=100002.0
+slurmstepd-node1: error: *** STEP 100002.0 ON node1 CANCELLED AT 2026-12-05T02:37:03 ***
+srun: error: node1: task 0: Terminated
+srun: Force Terminated StepId=100002.0
+"""
+"""The batch log of a 2-node step whose rank 1 was killed (kill -9) on node2: srun's lines, as SLURM 22.05 wrote
+them, then srun killing the rest of the step."""
+
+
+@pytest.mark.parametrize("batch_log, rank1_log, words", [
+    (KILLED_ON_NODE2, "", "rank 1 on node2 was killed by signal 9 (SIGKILL)"),
+    # the survivor's own error comes first in the log, srun's word on the rank that died after it
+    ("zbpscale: a job step starts at 1700000000\nTraceback (most recent call last):\n  File ...\nRuntimeError: "
+     "[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer\nsrun: error: node2: task 1: Exited "
+     "with exit code 1\nsrun: error: node1: task 0: Exited with exit code 1\n",
+     "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom\n",
+     "rank 1 on node2 ended with exit code 1 (ValueError: boom)"),
+    ("srun: error: node2: tasks 2-3: Segmentation fault (core dumped)\n", "", ""),  # no mark: an older job's script
+    (KILLED_ON_NODE2.replace("1700000000", "1699999000") + "zbpscale: a job step starts at 1700000000\n"
+     "srun: error: node1: tasks 0-1: Segmentation fault (core dumped)\n", "",
+     "ranks 0-1 on node1 were killed by signal 11 (SIGSEGV)"),  # only this step's lines, after its own mark
+    ("zbpscale: a job step starts at 1700000000\n", "", ""),  # srun named no task
+])
+def test_the_rank_that_ended_first_from_srun_s_lines_after_the_step_s_mark(tmp_path, batch_log, rank1_log, words):
+    """#59 item 5: a rank lost on another node is named by srun's first line on a task of this step (its rank,
+    node and signal), not by the survivor's error; an exit status carries the rank's own last error line."""
+    from submitit.core.utils import JobPaths
+
+    JobPaths(tmp_path, job_id="50_3", task_id=0).stdout.write_text(batch_log)  # stderr goes there in our jobs
+    JobPaths(tmp_path, job_id="50_3", task_id=1).stdout.write_text(rank1_log)
+    assert slurm_job.first_to_end(str(tmp_path), "50_3", "1700000000") == words
+
+
 FAKE_SLURM_TASK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_NTASKS": "1",
                    "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1",
                    "SLURM_JOB_NODELIST": "localhost"}

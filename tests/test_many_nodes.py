@@ -121,6 +121,26 @@ def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cl
     assert losses(run) == losses(straight[0])
 
 
+def test_a_rank_killed_on_another_node_is_recorded_as_that_rank_and_the_run_goes_on_bitwise(
+        two_node_cluster, straight, tmp_path, data_dir):
+    """#59 item 5: kill -9 of rank 1 on node2. Rank 0 then fails in the all-reduce (gloo: connection reset by
+    peer), but the attempt's end names the rank that died first, its node and its signal, as srun saw them; the
+    attempt starts again as a new job step of the same allocation, and the run ends bitwise like the straight one."""
+    _, env = two_node_cluster
+    sweep = write_sweep(tmp_path, "lost", data_dir, steps=STEPS, nodes=2, ckpt_every=10)
+    submit(sweep, env)
+    run = tmp_path / "jobs" / "lost" / "nano-bp"
+    (job,) = job_ids(run)
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
+    assert final_state(env, job) == "COMPLETED"
+    (why, reason), *_ = ends(run)
+    assert why == "crashed" and reason.startswith("rank 1 on node2 was killed by signal 9 (SIGKILL)"), reason
+    assert "restart 1/" in reason and "gloo" not in reason, reason
+    assert sum(a["event"] == "start" for a in read_attempts(run)) == 2 and job_ids(run) == [job]  # one allocation
+    assert losses(run) == losses(straight[0])
+
+
 def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes_bitwise(
         two_node_cluster, straight, tmp_path, data_dir):
     """One 2-node run, three faults, each after a checkpoint. (1) USR2 to the rank on node2 only: the ranks vote
@@ -128,7 +148,8 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     (SIGSTOP): rank 0 blocks in the all-reduce, its watchdog writes the stacks, records `hung` naming rank 1 and
     leaves; the step ends (the stopped rank killed with it) and the attempt starts again as a new step of the job
     (a crash). (3) node2's slurmd and its rank are killed: rank 0 loses its peer, the attempt is
-    `crashed` (no decision), status says failed and names the nodes; once node2 is back a plain submit resumes
+    `crashed` naming rank 1 on node2 and its signal (no decision), status says failed, why, and names the nodes;
+    once node2 is back a plain submit resumes
     the run, which ends bit for bit like the run never interrupted."""
     folder, env = two_node_cluster
     sweep = write_sweep(tmp_path, "faults", data_dir, steps=STEPS, nodes=2, ckpt_every=10, step_timeout_s=8)
@@ -163,6 +184,7 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
         subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
         assert final_state(env, job) in ("FAILED", "NODE_FAIL")
         assert [w for w, _ in ends(run)] == ["preempted", "hung", "crashed"], ends(run)
+        assert ends(run)[-1][1].startswith("rank 1 on node2 was killed by signal 9 (SIGKILL)"), ends(run)
         wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", job, "-t", "PD,R,CG"], env=env,
                                               capture_output=True, text=True).stdout.strip(),
                    "the job to leave the queue (node2 called down)", timeout=120)
@@ -170,6 +192,7 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
                              capture_output=True, text=True, timeout=60)
         (row,) = json.loads(out.stdout)["faults"]
         assert out.returncode == 1 and row["state"] == "failed" and row["next"] == "resume", row
+        assert "rank 1 on node2 was killed by signal 9" in row["reason"], row  # not the survivor's gloo error
         assert row["nodes"] == "node[1-2]" and (row["preemptions"], row["failures"]) == (1, 2)
     finally:
         slurm_local.restart_daemon(folder, "slurmd-node2")

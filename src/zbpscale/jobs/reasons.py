@@ -34,24 +34,51 @@ def refine_reason(reason: str, log) -> str:
     killed = _srun_killed(tail)
     if killed:  # what sacct would have said, from srun's own line (accounting down or lagging)
         return killed + (f" ({reason})" if reason else "")
-    if "Traceback (most recent call last)" in text:
-        last = next((ln for ln in reversed(tail) if ln.strip() and not ln.startswith(" ")), "")
-        return f"{last.strip()}" + (f" ({reason})" if reason else "")
+    if last := last_error(tail):
+        return last + (f" ({reason})" if reason else "")
     return reason or "ended without a reason on record"
 
 
 _SIGNALS = {signal.strsignal(sig): sig for sig in signal.Signals if signal.strsignal(sig)}
+_SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+?)(?: \(core dumped\))?$")
+"""srun's line on tasks that ended badly: `srun: error: node2: task 1: Killed`, `...: tasks 0-1: Exited with exit
+code 1` (its node, its task numbers, strsignal's name of the signal or the exit status)."""
 
 
 def _srun_killed(tail: list[str]) -> str:
     """srun's word on a task that a signal ended (`srun: error: node1: task 0: Killed`), as sacct words it: "a
     task was killed by signal 9 (SIGKILL) on node1"; "" when the log has none."""
     for line in reversed(tail):
-        m = re.match(r"srun: error: (\S+): tasks? [\d,\-]+: (.+?)(?: \(core dumped\))?$", line.strip())
-        if m and m.group(2) in _SIGNALS:
-            sig = _SIGNALS[m.group(2)]
+        m = _SRUN_TASK.match(line.strip())
+        if m and m.group(3) in _SIGNALS:
+            sig = _SIGNALS[m.group(3)]
             return f"a task was killed by signal {sig.value} ({sig.name}) on {m.group(1)}"
     return ""
+
+
+def first_task_end(lines: list[str]) -> tuple[str, str, str] | None:
+    """The task of a job step that srun saw end first, from srun's lines in the step's part of the batch log:
+    (its tasks as srun numbers them, i.e. the ranks, its node, how it ended: "killed by signal 9 (SIGKILL)" or
+    "exit code 1"); None when srun said nothing of a task. The first such line is the rank that died first: the
+    others end after it (a peer lost, srun's kill of the rest of the step)."""
+    for line in lines:
+        m = _SRUN_TASK.match(line.strip())
+        if not m:
+            continue
+        node, tasks, how = m.groups()
+        if how in _SIGNALS:
+            sig = _SIGNALS[how]
+            return tasks, node, f"killed by signal {sig.value} ({sig.name})"
+        code = re.fullmatch(r"Exited with exit code (\d+)", how)
+        return tasks, node, f"exit code {code.group(1)}" if code else how
+    return None
+
+
+def last_error(lines: list[str]) -> str:
+    """The last line of the last Python traceback in a log's lines (`ValueError: ...`); "" when there is none."""
+    if not any("Traceback (most recent call last)" in line for line in lines):
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip() and not ln.startswith((" ", "\t"))), "")
 
 
 def refined(decided: RunState) -> RunState:

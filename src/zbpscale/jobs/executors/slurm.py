@@ -352,10 +352,11 @@ def step_restarts(folder: Path) -> dict:
     must succeed (a node lost with the crash cannot take the new step: the job ends, and a submit resumes it once
     the node is back, instead of spending max_crashes on it). Otherwise the script exits with the step's status.
     A hung attempt ends its whole step (slurm_job.kill_step: a frozen rank would keep it alive). The steps append
-    to the job's logs (sbatch's open mode, which srun inherits), so a crash's traceback stays."""
+    to the job's logs (sbatch's open mode, which srun inherits), so a crash's traceback stays; each step's part of
+    the batch log begins with slurm_commands.STEP_MARK and its start time (srun's word on its tasks follows)."""
     decide = shlex.join([sys.executable, "-m", "zbpscale.entry", "slurm-step-ended", str(folder)])
     return {"setup": ["export ZBPSCALE_STEP_RESTARTS=1  # the job restarts crashed attempts as new steps",
-                      "while true; do", "began=$(date +%s)"],
+                      "while true; do", "began=$(date +%s)", f'echo "{slurm.STEP_MARK}$began" >&2'],
             "teardown": ["step=$?", f'{decide} "$step" "$began" || exit "$step"',
                          'srun --ntasks-per-node=1 --kill-on-bad-exit=1 true || exit "$step"  # every node answers',
                          "done"]}

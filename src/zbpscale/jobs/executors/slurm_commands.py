@@ -12,6 +12,8 @@ import socket
 import subprocess
 import time
 
+STEP_MARK = "zbpscale: a job step starts at "
+"""The batch script's line before each job step, with the step's Unix start second (slurm_job.first_to_end)."""
 QUICK_S = 1.0
 """A controller's client that has not answered in this long may be retrying a controller that is down: ask
 `refused` then (never before: a connection that sends nothing is an error line in slurmctld's log)."""

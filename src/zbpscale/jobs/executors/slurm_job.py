@@ -20,6 +20,7 @@ state, the time left).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -151,7 +152,12 @@ def record_crash(job: TrainJob, run_dir: Path, job_id: str, err: BaseException) 
     as a new step within max_crashes; a job submitted by an older release does not, so there a lost rank is no
     decision (recorded crashed: a submit resumes) and anything else fails the run."""
     last = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[-1]}"
-    end = ends.classify(ends.Seen(codes=(EXIT_ERROR,), restarts_crashes=step_restarts(), peer_lost=lost_peer(err)))
+    seen = ends.Seen(codes=(EXIT_ERROR,), restarts_crashes=step_restarts(), peer_lost=lost_peer(err))
+    end = ends.classify(seen)
+    if seen.peer_lost and seen.restarts_crashes:  # the rank that died first is the cause, and srun knows which
+        print(f"{run_dir.name}: lost a peer rank ({last}); the batch script records which rank ended first",
+              file=sys.stderr, flush=True)
+        return
     if not end.retry:
         record(run_dir, "end", job_id=job_id, why=end.why, reason=last)
         return
@@ -278,7 +284,8 @@ def step_ended(folder: str, code: str, began: str) -> int:
               file=sys.stderr, flush=True)
         return 1
     if history.unended_start(job_id):
-        how = f"the job step ended (status {code}) without an end record: a rank killed (the OOM killer, kill -9)"
+        how = (first_to_end(folder, job_id, began) or "a rank killed (the OOM killer, kill -9)") + (
+            f", the job step ended with status {code}")
         why = ends.classify(ends.Seen(unheard=True)).why
         retry = history.retry(why, {"crashed": job.max_crashes}, how=how, again="restart")
         record(run_dir, "end", job_id=job_id, why=why if retry.ok else "failed", source="step",
@@ -290,6 +297,34 @@ def step_ended(folder: str, code: str, began: str) -> int:
         print(f"{run_dir.name}: restarting as a new job step in this allocation (status {code})", file=sys.stderr,
               flush=True)
     return 0 if again else 1
+
+
+def first_to_end(folder: str, job_id: str, began: str) -> str:
+    """The rank of the job step begun at `began` that ended first, in words: "rank 1 on node2 was killed by signal
+    9 (SIGKILL)", "rank 1 on node2 ended with exit code 1 (ValueError: ...)" (its own log's last error line), from
+    srun's lines after the step's mark in the batch script's log (task 0's, which the batch script shares);
+    "" when srun named no task, or the log has no mark (a job submitted before the mark, or beyond its tail)."""
+    from submitit.core.utils import JobPaths
+
+    from zbpscale.jobs.reasons import first_task_end, last_error, log_tail
+
+    def log(task: int) -> list[str]:  # its stderr, or its stdout where the job sends stderr there (ours do)
+        paths = JobPaths(folder, job_id=job_id, task_id=task)
+        return log_tail(paths.stderr if paths.stderr.exists() else paths.stdout, 2000)
+
+    lines = log(0)
+    marks = [i for i, line in enumerate(lines) if line.strip() == f"{slurm.STEP_MARK}{began}"]
+    found = first_task_end(lines[marks[-1] + 1:]) if marks else None
+    if found is None:
+        return ""
+    tasks, node, how = found
+    rank = re.match(r"\d+", tasks).group()
+    many = rank != tasks  # `tasks 0-1`: several ended at once
+    who = f"rank{'s' if many else ''} {tasks} on {node}"
+    if not how.startswith("exit code"):
+        return f"{who} {'were' if many else 'was'} {how}"
+    error = last_error(log(int(rank))[-60:])
+    return f"{who} ended with {how}" + (f" ({error})" if error else "")
 
 
 def run_prep_job(job: PrepJob) -> str:
