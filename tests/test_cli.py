@@ -270,7 +270,9 @@ def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
     # a warning, exit 0), at the gpus_per_node= line.
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     plan = zbpscale("submit", "sweeps/ladder.py", "--dry-run", "--executor", "local", cwd=home, env=env)
-    one_line_error(plan, "sweeps/ladder.py:26: s60-bp needs 8 GPUs; this node has 0")
+    line = next(i for i, text in enumerate((home / "sweeps" / "ladder.py").read_text().splitlines(), 1)
+                if text.startswith("NODE = "))
+    one_line_error(plan, f"sweeps/ladder.py:{line}: s60-bp-lr3.75e-4 needs 8 GPUs; this node has 0")
     assert "'?': CPU runs" in zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=home).stdout.replace("\n", " ")
 
 

@@ -62,7 +62,8 @@ RULES = {  # package: (may import at module level, may import inside a function 
                        "zbpscale.entry", *TORCH_FREE_TRAIN, *SHARED}, {"zbpscale.results", "zbpscale.results.bundle",
                                                                       "zbpscale.results.summary", "zbpscale.examples"}),
     "zbpscale.results": ({"zbpscale.results.*", "zbpscale.run.*", "zbpscale.jobs.state", *TORCH_FREE_TRAIN,
-                          *SHARED}, {"zbpscale.jobs.runs", "zbpscale.jobs.sweep", "zbpscale.cli"}),
+                          *SHARED}, {"zbpscale.jobs.runs", "zbpscale.jobs.sweep", "zbpscale.jobs.tuning",
+                                     "zbpscale.cli"}),
 }
 COMPUTE_NODE = {"zbpscale.jobs.executors.slurm_job": "zbpscale.train.loop",
                 "zbpscale.jobs.executors.local_queue.rank": "zbpscale.train.cli"}

@@ -305,7 +305,9 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
 
 def test_the_ladder_is_one_sbatch_per_size_and_one_per_run_without_arrays(tmp_path):
     """sweeps/ladder.py (4 sizes x 3 arms x 3 seeds, data not prepared) through stand-in SLURM clients that
-    accept every job: 1 prep + 4 arrays; with `arrays=False`, 1 prep + 36 jobs."""
+    accept every job: its final runs without lr tuning, 1 prep + 4 arrays; with `arrays=False`, 1 prep + 36 jobs;
+    as shipped (#53), its tuning first: 1 prep + an array of 15 grid runs at s60 and at s124, the final runs
+    waiting."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(f"""#!/bin/sh
@@ -318,10 +320,13 @@ echo "Submitted batch job $n"
     for script in bin_dir.iterdir():
         script.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    for arrays, calls in ((True, 1 + 4), (False, 1 + 36)):
-        home = tmp_path / f"arrays-{arrays}"
+    for arrays, tuned, calls in ((True, False, 1 + 4), (False, False, 1 + 36), (True, True, 1 + 2)):
+        home = tmp_path / f"arrays-{arrays}-{tuned}"
         (home / "sweeps").mkdir(parents=True)
         text = (REPO / "sweeps" / "ladder.py").read_text()
+        if not tuned:
+            text, n = re.subn(r"\n    tune=Tune\(.*\),\n", "\n", text)
+            assert n == 1
         if not arrays:
             text = text.replace("    seeds=(0, 1, 2),", "    seeds=(0, 1, 2),\n    arrays=False,")
         (home / "sweeps" / "ladder.py").write_text(text)
@@ -331,6 +336,11 @@ echo "Submitted batch job $n"
         assert out.returncode == 0, out.stdout + out.stderr
         made = sorted((bin_dir / "calls").read_text().splitlines())
         assert len(made) == calls, made
+        if tuned:  # a size's grid (3 arms x 5 lrs) in one array; the final runs wait for it
+            assert made == ["job-name=ladder/prep-data "] + [f"job-name=ladder/{s} array=0-14%15"
+                                                              for s in ("s124", "s60")], made
+            assert out.stdout.count("-> job") == 30 and out.stdout.count("wait (tuning)") == 36
+            continue
         if arrays:  # each size's 9 runs in one array, no throttle of our own
             assert made == ["job-name=ladder/prep-data "] + [f"job-name=ladder/{s} array=0-8%9"
                                                               for s in sorted(("s60", "s124", "s350", "s1b"))], made

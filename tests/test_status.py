@@ -473,7 +473,7 @@ def test_submit_and_wait_describe_a_run_in_status_words(tmp_path):
     cancelled = make_run(sweep, "c-bp", done=5, job="3", ends=[("cancelled", "zbpscale cancel; checkpointed")])
     jobs = View({"1": JobView("PENDING", source="squeue"), "2": JobView("RUNNING", source="squeue"),
                  "3": JobView("COMPLETED", source="sacct")})
-    words = [progress(SimpleNamespace(run_dir=r, size=SimpleNamespace(steps=100)), jobs)
+    words = [progress(SimpleNamespace(run_dir=r, steps=100), jobs)
              for r in (queued, running, cancelled)]
     assert words == ["queued", "step 12/100", "cancelled (zbpscale cancel; checkpointed)"]
 

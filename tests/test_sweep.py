@@ -34,7 +34,13 @@ GOLDEN = REPO / "tests" / "golden" / "ladder_sbatch.txt"
 
 def test_ladder_expands_to_every_size_and_arm():
     sweep = load_sweep(REPO / "sweeps" / "ladder.py")
-    runs = expand(sweep)
+    grid = [r for r in expand(sweep) if r.role == "tuning"]  # #53: 5 lrs per arm at s60 and s124, seed 0
+    assert [(r.name, r.steps) for r in grid] == [
+        (f"{s}-{a}-lr{x}", size.steps) for s, size, lrs in (
+            ("s60", sweep.sizes[0], ("3.75e-4", "7.5e-4", "1.5e-3", "3e-3", "6e-3")),
+            ("s124", sweep.sizes[1], ("2.5e-4", "5e-4", "1e-3", "2e-3", "4e-3")))
+        for a in ("bp", "zbp_n16", "zbp_n64") for x in lrs]
+    runs = [r for r in expand(sweep) if r.role == "final"]
     assert [r.name for r in runs] == [f"{s}-{a}{x}" for s in ("s60", "s124", "s350", "s1b")
                                       for a in ("bp", "zbp_n16", "zbp_n64") for x in ("", "-s1", "-s2")]
     assert [r.seed for r in runs] == [0, 1, 2] * 12 and [r.train_config().seed for r in runs] == [0, 1, 2] * 12
@@ -75,7 +81,9 @@ def test_ladder_sbatch_scripts_match_the_golden_file():
 
 
 def test_only_selects_by_pattern():
-    runs = expand(load_sweep(REPO / "sweeps" / "ladder.py"))
+    everything = expand(load_sweep(REPO / "sweeps" / "ladder.py"))
+    assert [r.name for r in select(everything, "*-lr*")] == [r.name for r in everything if r.role == "tuning"]
+    runs = [r for r in everything if r.role == "final"]
     assert [r.name for r in select(runs, "s60-*,*-zbp_n64")] == [
         "s60-bp", "s60-bp-s1", "s60-bp-s2", "s60-zbp_n16", "s60-zbp_n16-s1", "s60-zbp_n16-s2", "s60-zbp_n64",
         "s60-zbp_n64-s1", "s60-zbp_n64-s2", "s124-zbp_n64", "s350-zbp_n64", "s1b-zbp_n64"]
@@ -324,7 +332,7 @@ def test_the_plan_counts_the_seeds_and_what_they_cost(capsys):
 
     sweep = load_sweep(REPO / "sweeps" / "ladder.py")
     runs = expand(sweep)
-    per_seed = sum(r.estimated_hours() * r.size.resources.gpus for r in runs if r.seed == 0)
+    per_seed = sum(r.estimated_hours() * r.size.resources.gpus for r in runs if r.seed == 0 and r.role == "final")
 
     def plan(chosen, of=sweep) -> str:
         rows = plan_rows(chosen, {r.name: "new" for r in chosen}, {r.name: RunState("new") for r in chosen})
@@ -332,9 +340,10 @@ def test_the_plan_counts_the_seeds_and_what_they_cost(capsys):
         return capsys.readouterr().out
 
     out = plan(runs)
-    assert "sweep ladder: 36 runs, 3 seeds" in out
+    assert f"sweep ladder: {len(runs)} runs, 3 seeds" in out and len(runs) == 36 + 30  # 30 tuning runs (seed 0)
     assert f"seeds 0, 1, 2: {per_seed:,.1f} GPU-hours each, {3 * per_seed:,.1f} for the 3" in out
     assert f"seed 0 (of the sweep's 3: 0, 1, 2): {per_seed:,.1f} GPU-hours" in plan([r for r in runs if not r.seed])
+    # a tuning run is no seed's cost: the grid's GPU-hours are the tuning note's (submit's tuning_notes)
     one = dataclasses.replace(sweep, seeds=(0,))
     assert f"one seed (0): no seed-to-seed spread, so no error bars; each further seed (Sweep.seeds) adds " \
         f"{per_seed:,.1f} GPU-hours" in plan(expand(one), one)

@@ -9,6 +9,8 @@
     reasons.py      a failed job's reason sharpened from its log's tail
     sweep.py        Sweep / Size / Data / Resources: a sweep file, checked at load; the arms (ARMS)
     sweep_checks.py where a sweep file's mistake is: field_error and the line of its field (at load, or after)
+    tuning.py       a sweep's lr tuning (Tune): each final run's lr from its grid runs or the lr law, or what it
+                    waits for; a grid grown at an edge
     submit.py, status.py, cancel.py    the commands
     goodput_table.py  status --goodput: each run's held hours split (run/goodput.py), and the sweep's total
     poller.py       Poller: what waits asks the scheduler at most once per Sweep.poll_s, backed off when it fails

@@ -104,10 +104,10 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     name patterns (a ConfigError naming the runs when they match none)."""
     path = Path(target or "jobs")
     if path.is_file() and path.suffix == ".py":
-        from zbpscale.jobs.sweep import expand
+        from zbpscale.jobs.tuning import planned
 
         sweep = load_sweep(path)
-        runs = {r.name: Run.of(r) for r in expand(sweep)}
+        runs = {r.name: Run.of(r) for r in planned(sweep)[0]}
         runs.update({r.name: r for r in ([] if planned_only else unplanned(sweep, set(runs)))})
         found = [(sweep.name, list(runs.values()))]
     elif target is not None and not path.exists():
@@ -142,5 +142,9 @@ def decided(runs: list[Run], root: Path, *, look=None, now: float | None = None,
         snap = seen[r.run_dir]
         job = view.of(snap.history.job_id)
         state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
+        if state.state == "new" and r.planned is not None and r.planned.waits_for:  # a final run of a tuning sweep
+            waits = r.planned.waits_for
+            state = dataclasses.replace(state, reason=f"waits for tuning: {', '.join(waits[:3])}"
+                                                      f"{f' (+{len(waits) - 3} more)' if len(waits) > 3 else ''}")
         found.append(dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state))
     return found, view

@@ -43,6 +43,7 @@ from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.reasons import log_tail
 from zbpscale.jobs.runs import Run, decided, find_runs
 from zbpscale.jobs.state import STATES
+from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
@@ -89,10 +90,13 @@ def run_row(run: Run, *, now: float) -> dict:
         "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
         "unplanned": run.unplanned, "job_live": run.job.live,
         "diverged": None if spike is None else dataclasses.asdict(spike),
+        "lr": config.get("lr", run.planned.lr if run.planned else None),
+        "role": plan.get("role", run.planned.role if run.planned else ""),  # a tuning sweep's: tuning | final
+        "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from else plan.get("lr_from", ""),
     }
     if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
-        row.update(steps=run.planned.size.steps, params=run.planned.size.params,
+        row.update(steps=run.planned.steps, params=run.planned.size.params,
                    gpu_hours_planned=None if hours != hours else hours * run.planned.size.resources.gpus)
     return row
 
@@ -123,8 +127,15 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
         rows = [run_row(by_name[r.run_dir], now=now) for r in runs]
         for row in rows:
             row["scheduler_notes"] = view.notes if row["executor"] else []
-        data.append((name, sorted(rows, key=lambda r: (r["params"] or 0, r["run"]))))  # the ladder's order
+        data.append((name, sorted(rows, key=order)))
     return data
+
+
+def order(row: dict) -> tuple:
+    """The ladder's order: by parameters, then size and arm, a tuning sweep's grid (by lr) before its final runs,
+    then seed."""
+    return (row["params"] or 0, row["size"], row["arm"], row["role"] != "tuning", row["lr"] or 0.0, row["seed"],
+            row["run"])
 
 
 def exit_code(rows: list[dict]) -> int:
@@ -166,6 +177,8 @@ def _beat(r: dict) -> str:
 COLUMNS = (
     Column("size", lambda r: r["size"], keep=0, left=True),
     Column("arm", lambda r: r["arm"], keep=1, left=True),
+    Column("lr", lambda r: "" if r["lr"] is None else lr_text(r["lr"]) + (" grid" if r["role"] == "tuning" else ""),
+           keep=2, left=True, shown=lambda rows: any(r["role"] for r in rows)),
     Column("seed", lambda r: str(r["seed"]), keep=2, shown=lambda rows: len({r["seed"] for r in rows}) > 1),
     Column("state", lambda r: r["state"], keep=3, left=True),
     Column("progress", lambda r: f"{r['step']}/{r['steps']} {r['pct']:.0f}%", keep=4),
@@ -178,7 +191,8 @@ COLUMNS = (
     Column("job", lambda r: r["job"], keep=10, left=True),
     Column("beat", _beat, keep=12),
 )
-"""The table's columns, in the order shown; the seed column only for a sweep of several seeds."""
+"""The table's columns, in the order shown; the lr column only for a sweep that tunes its lr (a grid's runs say
+`grid`), the seed column only for a sweep of several seeds."""
 
 
 def shown_columns(rows: list[dict]) -> tuple[Column, ...]:
@@ -246,14 +260,19 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
     val loss above its start: train/metrics.py's `diverged`), a ZBP estimator that fell back to a slower path, a
-    tracker turned off, a job that trains on for a run the sweep file no longer plans."""
+    tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
+    edges: set[tuple[str, str]] = set()
     for r in rows:
         if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
             found.append((unplanned_note(r["run"], r["job"], r["state"], Path(r["dir"]).parent), "stalled"))
+        if "edge of the grid" in r.get("lr_from", "") and (r["size"], r["arm"]) not in edges:  # never silent
+            edges.add((r["size"], r["arm"]))  # said once for the seeds of a size and arm
+            found.append((f"{r['size']}-{r['arm']}: lr {lr_text(r['lr'])}, {r['lr_from']}: the optimum may lie "
+                          "beyond it (Tune.extend, Tune.grid)", "stopped"))
         if r["state"] == "unknown" and r.get("scheduler_notes"):  # the outage, said once above
             continue
-        if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued") and r["reason"]:
+        if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued", "new") and r["reason"]:
             where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
                 f"  (log: {r['log']})" if r["log"] else "")
             then = NEXT.get((r["state"], r["next"]), "")

@@ -30,13 +30,13 @@ from pathlib import Path
 from zbpscale.data import manifest_path
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import read_json, unwritable
-from zbpscale.jobs import executors
+from zbpscale.jobs import executors, tuning
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.executors import Executor, View
 from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
-from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, expand, load_sweep
+from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text
 from zbpscale.jobs.sweep_checks import in_sweep_file
 from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
@@ -73,9 +73,77 @@ def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[s
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
             "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan,
-            "action": f"leave ({states[run.name].state})" if actions[run.name] == "leave" else actions[run.name],
+            "role": run.role, "action": "wait (tuning)" if run.waits_for
+            else f"leave ({states[run.name].state})" if actions[run.name] == "leave" else actions[run.name],
         })
     return rows
+
+
+def ratio_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
+    """Where each ZBP arm's step-time ratio (which scales its GPU-hours) comes from; an arm that gives none is
+    planned as fast as BP, which the plan says. Only for a plan of GPU runs (a CPU plan estimates no time)."""
+    if not any(r.size.resources.gpus for r in runs):
+        return []
+    notes = []
+    for a in (a for a in sweep.arms if a.zbp is not None and any(r.arm == a for r in runs)):
+        if a.step_time_ratio == 1.0 and not a.ratio_source:
+            notes.append(f"{a.name}: no step_time_ratio: planned as fast as BP (measure it: tools/gpu_check.sh)")
+        elif a.ratio_source:
+            sizes = [s.name for s in sweep.sizes]
+            figures = ", ".join(f"{a.ratio(s):g}" for s in sizes)
+            notes.append(f"{a.name}: step-time ratio {figures} ({', '.join(sizes)}), from {a.ratio_source}")
+    return notes
+
+
+def tuning_notes(sweep: Sweep, runs: list[PlannedRun], tuned: tuning.Tuned) -> list[str]:
+    """A tuning sweep's word on each final size and arm: its lr and where it came from (the tuning runs' best, a
+    grid edge, the lr law), or what it waits for; and the tuning's share of the plan's GPU-hours."""
+    if sweep.tune is None:
+        return []
+    notes, said = [], set()
+    for run in (r for r in runs if r.role == "final"):
+        key = (run.size.name, run.arm.name)
+        if key in said:
+            continue
+        said.add(key)
+        head = f"{run.size.name}-{run.arm.name}: "
+        if run.waits_for:
+            notes.append(head + f"{_waiting(sweep.tune, key, tuned)} {plural(len(run.waits_for), 'tuning run')} "
+                         f"({', '.join(run.waits_for[:3])}{', ...' if len(run.waits_for) > 3 else ''})")
+        else:
+            choice = tuned.choices.get(key)
+            notes.append(head + f"lr {lr_text(run.lr)}, {run.lr_from}" + (
+                f" (the optimum may lie beyond it: raise Tune.extend, now {sweep.tune.extend}, or widen Tune.grid)"
+                if choice is not None and choice.edge else ""))
+    repeated = sorted(set(sweep.tune.seeds) & set(sweep.seeds))
+    if sweep.tune.budget == 1 and repeated:
+        notes.append(f"Tune.budget=1: the final run of seed {', '.join(map(str, repeated))} at a tuned size repeats "
+                     "its best tuning run (the same seed, lr and tokens); Tune.budget < 1, or tuning seeds the final "
+                     "runs do not use, spend the GPU-hours elsewhere")
+    hours = [(r.role, r.estimated_hours() * r.size.resources.gpus) for r in runs]
+    planned = {(r.size.name, r.arm.name) for r in runs if r.role == "tuning"}
+    checks = [PlannedRun(sweep, size, arm, seed, role="tuning") for size in sweep.sizes if size.name in
+              sweep.tune.check for arm in sweep.arms if (size.name, arm.name) not in planned
+              for _ in sweep.tune.check_grid for seed in sweep.tune.seeds]  # not planned before the law is known
+    later = sum(r.estimated_hours() * r.size.resources.gpus for r in checks)
+    if not any(math.isnan(h) for _, h in hours) and not math.isnan(later):
+        spent = sum(h for role, h in hours if role == "tuning")
+        notes.append(f"tuning: {spent:,.1f} GPU-hours of the plan's {sum(h for _, h in hours):,.1f}" + (
+            f", and {later:,.1f} more for the check at {', '.join(sweep.tune.check)} (planned once the lr law "
+            "is known)" if checks else "") + f"; budget {sweep.tune.budget:g} of a size's tokens")
+    return notes
+
+
+def _waiting(tune, key: tuple[str, str], tuned: tuning.Tuned) -> str:
+    """Where the lr of a final run of (size, arm) `key` will come from, before 'waits for N tuning runs'."""
+    size, law = key[0], f"the lr law of {', '.join(tune.sizes)}"
+    if size in tune.sizes:
+        return "lr waits for"
+    if size in tune.check and key in tuned.centers:
+        return f"lr from a check around {lr_text(tuned.centers[key])}, {law}'s lr here, which waits for"
+    if size in tune.check:
+        return f"lr from a check around {law}, which waits for"
+    return f"lr from {law}, which waits for"
 
 
 def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
@@ -184,6 +252,7 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
 def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
     """What the seeds of the plan cost: 'seeds 0, 1, 2: 851.7 GPU-hours each, 2,555.0 for the 3', or, for a sweep
     of one seed, what one more would add."""
+    rows = [r for r in rows if r.get("role") != "tuning"]  # a tuning sweep's grid: its own note, no seed's cost
     seeds = sorted({r["seed"] for r in rows})
     hours = {s: sum(r["gpu_hours"] for r in rows if r["seed"] == s and not math.isnan(r["gpu_hours"])) for s in seeds}
     if len(sweep.seeds) == 1:
@@ -252,7 +321,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     if problem:  # the same line for a dry run as for a submit: neither has anything to plan
         raise ConfigError(f"cannot make the sweep's folder of runs {sweep.jobs_dir}: {problem}",
                           hint="set Sweep.root in the sweep file to a folder you can write")
-    planned = expand(sweep)
+    planned, tuned = tuning.planned(sweep)
     runs = select(planned, only)
     dropped = [r for r in found.unplanned(sweep, {r.name for r in planned})  # their jobs go on: say so
                if not patterns(only) or matches(r.name, patterns(only))]
@@ -264,9 +333,11 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
                 d = decided[r.name]
                 decided[r.name] = dataclasses.replace(d, history=record_unheard(r.run_dir, d.job))
         states = {r.name: decided[r.name].state for r in runs}
-        actions = {r.name: states[r.name].action(RunFolder(r.run_dir), retry=retry) for r in runs}
+        actions = {r.name: "leave" if r.waits_for else states[r.name].action(RunFolder(r.run_dir), retry=retry)
+                   for r in runs}  # a final run whose lr tuning has not given yet waits (submit --wait sends it)
         todo = [r for r in runs if actions[r.name] in SUBMITS]
-        notes = budget_notes(runs) + data_notes(sweep, todo)
+        notes = budget_notes(runs) + data_notes(sweep, todo) + ratio_notes(sweep, runs)
+        notes += tuning_notes(sweep, runs, tuned)
         notes += broken_notes([decided[r.name] for r in runs]) + view.notes
         notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run,
                               looks={r.name: decided[r.name].seen for r in runs})
@@ -293,7 +364,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         replace_stuck(sweep, todo, decided)
         held = back.submit(sweep, {r: actions[r.name] for r in todo}, prep=bool(todo) and not
                            manifest_path(data_path(sweep)).exists(), max_parallel=max_parallel)
-    left = [r for r in runs if actions[r.name] == "leave"]
+    left = [r for r in runs if actions[r.name] == "leave" and not r.waits_for]
     if left:
         settled = ("complete", "failed", "broken")  # their words cannot have changed since the plan
         if any(states[r.name].state not in settled for r in left):
@@ -341,7 +412,7 @@ def progress(run: PlannedRun, view: View, now: RunState | None = None, seen: Sna
     now = now or decide(seen, view.of(seen.history.job_id))
     if now.state == "running":
         step = seen.heartbeat.get("step")
-        return "starting" if step is None else f"step {step}/{run.size.steps}"
+        return "starting" if step is None else f"step {step}/{run.steps}"
     if now.state == "failed":
         return f"failed ({now.reason}; log {now.log})"
     return f"{now.state} ({now.reason})" if now.reason else now.state
@@ -372,7 +443,7 @@ def wait_block(runs: list[PlannedRun], states: dict[str, RunState], *, at: str, 
 
 def _item(run: PlannedRun, beat: dict | None) -> str:
     step = (read_json(RunFolder(run.run_dir).heartbeat) if beat is None else beat).get("step")
-    return f"{run.name} " + ("starting" if step is None else f"{step}/{run.size.steps}")
+    return f"{run.name} " + ("starting" if step is None else f"{step}/{run.steps}")
 
 
 def _fold(head: str, items: list[str], width: int) -> list[str]:
@@ -390,19 +461,34 @@ def _fold(head: str, items: list[str], width: int) -> list[str]:
 
 def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
              poller: Poller | None = None, width: int = 80, held: list[PlannedRun] = (),
-             actions: dict[str, str] | None = None
-             ) -> bool:
+             actions: dict[str, str] | None = None, replan=None) -> bool:
     """Stay until no run can still make progress (each is complete, failed, or has no live job, nor one that may
     be), reading the run folders every `tick_s` and asking the scheduler through a Poller (at most once per
     Sweep.poll_s, plus once when a folder changes); print the progress block when a run changes state, and at
     least every `every_s`, and a line for each run that fails; True if all completed. The runs a submit limit
-    `held` back are submitted as the sweep's jobs end (or, when none of them ended, every 10 poll_s)."""
+    `held` back are submitted as the sweep's jobs end (or, when none of them ended, every 10 poll_s). `replan`
+    (a tuning sweep: the selected runs as tuning.planned gives them now) is asked each time a run completes or
+    fails: the final runs whose lr is now known, and a grid step beyond an edge, are submitted then."""
     poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
-    shown, shown_at, told = None, 0.0, set()
+    shown, shown_at, told, settled = None, 0.0, set(), None
     held, live_at_try, tried_at = list(held), None, time.time()
     while True:
         decided, _ = look(sweep, runs, poller=poller)
         states = {r.name: decided[r.name].state for r in runs}
+        done = {name for name, now in states.items() if now.state in ("complete", "failed")}
+        if replan is not None and done != settled:
+            settled, before = done, {r.name: r for r in runs}
+            runs = replan()
+            ready = [r for r in runs if not r.waits_for and (r.name not in before or before[r.name].waits_for)]
+            if ready:
+                finals = [r.name for r in ready if r.role == "final"]
+                grown = [r.name for r in ready if r.role == "tuning"]
+                print("tuning: " + "; ".join(filter(None, (f"the lr of {', '.join(finals)} is known" if finals else "",
+                                                           f"the grid grows by {', '.join(grown)}" if grown else "")))
+                      + ": submitting", flush=True)
+                held += submit_held(sweep, ready, back, {r.name: "new" for r in ready})
+                poller.ask_soon()
+                continue
         key = [(r.name, states[r.name].state) for r in runs]
         if key != shown or time.time() - shown_at >= every_s:
             print("\n".join(wait_block(runs, states, at=time.strftime("%H:%M:%S"), width=width,
@@ -481,7 +567,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait or args.dry_run:
         return 0
     try:
-        complete = wait_for(sweep, runs, back, held=held, actions=actions)
+        replan = (lambda: select(tuning.planned(sweep)[0], args.only)) if sweep.tune is not None else None
+        complete = wait_for(sweep, runs, back, held=held, actions=actions, replan=replan)
     except KeyboardInterrupt:
         print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
         return 130

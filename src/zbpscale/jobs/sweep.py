@@ -137,6 +137,11 @@ class Size:
         return n_params(self.model())
 
     @property
+    def params_non_embedding(self) -> int:
+        """N of the scaling laws (the gap's, the lr law's): parameters without the token tables and the LM head."""
+        return n_params(self.model(), embeddings=False)
+
+    @property
     def steps(self) -> int:
         tokens = self.tokens or self.tokens_per_param * self.params
         return max(1, math.ceil(tokens / (self.global_batch * self.model().max_seq_len)))
@@ -155,6 +160,9 @@ class Arm:
     step_time_ratio: float | tuple[tuple[str, float], ...] = 1.0
     """Step time relative to BP, for planning: one figure, or (size, figure) pairs where it differs by size
     (measure them with tools/gpu_check.sh, or tools/bench_step.py on CPU)."""
+    ratio_source: str = ""
+    """Where step_time_ratio comes from, in words (the machine, the estimator path, the command): the plan says it
+    beside the GPU-hours it scales."""
 
     def ratio(self, size: str) -> float:
         """The step-time ratio of this arm at `size` (a ConfigError if a per-size table lacks it)."""
@@ -167,17 +175,21 @@ class Arm:
         return table[size]
 
 
-def arm(name: str, *, step_time_ratio: float | Mapping[str, float] = 1.0, **overrides) -> Arm:
+def arm(name: str, *, step_time_ratio: float | Mapping[str, float] = 1.0, ratio_source: str = "",
+        **overrides) -> Arm:
     """A named arm: `arm("bp")`, `arm("zbp_n16", lr=1e-4)`; see zbpscale.zbp.arm_zbp_config for the names.
-    step_time_ratio: a number, or a mapping {size: ratio} when the ratio differs by size."""
+    step_time_ratio: a number, or a mapping {size: ratio} when the ratio differs by size; ratio_source: where it
+    comes from, in words (the plan says it)."""
     per_size = not isinstance(step_time_ratio, (int, float))
     for size, ratio in step_time_ratio.items() if per_size else [(None, step_time_ratio)]:
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
             where = f"[{size!r}]" if per_size else ""
             raise ConfigError(f"arm {name}: step_time_ratio{where} must be a number > 0, got {ratio!r}")
     ratios = tuple(step_time_ratio.items()) if per_size else step_time_ratio
+    if not isinstance(ratio_source, str):
+        raise ConfigError(f"arm {name}: ratio_source must be words (a str), got {ratio_source!r}")
     return Arm(name=name, zbp=arm_zbp_config(name), overrides=tuple(sorted(overrides.items())),
-               step_time_ratio=ratios)
+               step_time_ratio=ratios, ratio_source=ratio_source)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,6 +223,89 @@ class Data:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Tune:
+    """A learning-rate search per size and arm (jobs/tuning.py). At each of `sizes`, every arm trains once per lr
+    of its grid (tuning runs, named `{size}-{arm}-lr{lr}`, e.g. `s60-zbp_n16-lr3e-3`); the final runs of a tuned
+    size and arm take its best lr (lowest final validation loss at equal tokens, seeds averaged). At the sweep's
+    other sizes an lr law fitted per arm on the tuned sizes, lr*(N) = a N^b (N: non-embedding parameters), gives
+    the lr. A best lr at an edge of its grid is flagged, and the grid grows by a step on that side (`extend`)."""
+
+    sizes: tuple[str, ...]
+    """The sizes at which the grid is swept (at least two when the sweep has sizes it does not tune: the law's)."""
+    grid: tuple[float, ...] | tuple[tuple[str, tuple[float, ...]], ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
+    """The lrs tried: multipliers of the size's lr (the run's lr without tuning), or, with relative=False, the lrs
+    themselves; one grid for every arm, or a mapping {arm: grid} (every arm of the sweep named)."""
+    relative: bool = True
+    """Whether the grid holds multipliers of each size's lr (True) or lrs (False)."""
+    budget: float = 1.0
+    """The tuning runs' share of the size's training tokens (1: the full budget; 0.25: the first quarter, with
+    the cosine schedule over that quarter)."""
+    seeds: tuple[int, ...] = (0,)
+    """Seeds of every tuning run (the losses of an lr are averaged over them)."""
+    near: float = 3e-3
+    """Losses within this of the best are near-best (Marin's optimizer study: 3e-3): the range the plan shows."""
+    extend: int = 1
+    """Grid steps added, one at a time, beyond an edge where the best lr lies (0: flag it, add none)."""
+    check: tuple[str, ...] = ()
+    """Sizes not tuned where a small grid around the lr law's lr (`check_grid`) checks the law once the tuned sizes
+    have given it; their final runs take that grid's best. The sweep's other sizes take the law's lr."""
+    check_grid: tuple[float, ...] = (0.5, 1.0, 2.0)
+    """The check's multipliers of the lr law's lr."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sizes, str):
+            object.__setattr__(self, "sizes", (self.sizes,))
+        need("Tune", "Tune.", "sizes", self.sizes, isinstance(self.sizes, (tuple, list)) and bool(self.sizes)
+             and all(isinstance(s, str) for s in self.sizes), "a tuple of size names, e.g. ('s60', 's124')")
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+        grids = self.grid.items() if isinstance(self.grid, Mapping) else [(None, self.grid)]
+        for name, grid in grids:
+            if isinstance(grid, bool) or not (isinstance(grid, (tuple, list)) and len(grid) >= 2 and all(
+                    is_number(v) and v > 0 for v in grid) and len(set(grid)) == len(grid)):
+                where = f"[{name!r}]" if name is not None else ""
+                raise field_error("Tune", "grid", f"Tune.grid{where} must be two or more distinct numbers > 0, "
+                                  f"got {grid!r}", hint="e.g. grid=(0.25, 0.5, 1, 2, 4): multipliers of the size's lr")
+        object.__setattr__(self, "grid", tuple((n, tuple(sorted(g))) for n, g in grids) if isinstance(
+            self.grid, Mapping) else tuple(sorted(self.grid)))
+        if not isinstance(self.relative, bool):
+            raise field_error("Tune", "relative", f"Tune.relative must be True or False, got {self.relative!r}")
+        need("Tune", "Tune.", "budget", self.budget, is_number(self.budget) and 0 < self.budget <= 1,
+             "a number in (0, 1]: the share of the size's tokens")
+        need("Tune", "Tune.", "seeds", self.seeds, isinstance(self.seeds, (tuple, list)) and bool(self.seeds)
+             and all(is_int(v) and v >= 0 for v in self.seeds) and len(set(self.seeds)) == len(self.seeds),
+             "distinct integers >= 0")
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        need("Tune", "Tune.", "near", self.near, is_number(self.near) and self.near >= 0, "a number >= 0")
+        need("Tune", "Tune.", "extend", self.extend, is_int(self.extend) and self.extend >= 0, "an integer >= 0")
+        if isinstance(self.check, str):
+            object.__setattr__(self, "check", (self.check,))
+        need("Tune", "Tune.", "check", self.check, isinstance(self.check, (tuple, list))
+             and all(isinstance(s, str) for s in self.check), "a tuple of size names")
+        object.__setattr__(self, "check", tuple(self.check))
+        need("Tune", "Tune.", "check_grid", self.check_grid, isinstance(self.check_grid, (tuple, list))
+             and len(self.check_grid) >= 2 and all(is_number(v) and v > 0 for v in self.check_grid)
+             and len(set(self.check_grid)) == len(self.check_grid), "two or more distinct numbers > 0")
+        object.__setattr__(self, "check_grid", tuple(sorted(self.check_grid)))
+
+    def lrs(self, arm: str, base: float) -> tuple[float, ...]:
+        """The grid of `arm` for a size whose lr without tuning is `base`, as lrs, smallest first."""
+        grid = dict(self.grid)[arm] if self.grid and isinstance(self.grid[0], tuple) else self.grid
+        return tuple(round_lr(v * base) if self.relative else float(v) for v in grid)
+
+
+def round_lr(lr: float) -> float:
+    """An lr to 3 significant digits, as its run's name writes it (0.5 x 6e-3 is 0.0030000000000000005)."""
+    return float(f"{lr:.3g}")
+
+
+def lr_text(lr: float) -> str:
+    """An lr as a run name writes it, 3 significant digits: 3e-3, 1.5e-3, 4e-4, 2 (no '+', no zero padding)."""
+    mantissa, exponent = f"{lr:.2e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}" if int(exponent) else mantissa
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sweep:
     """Every run of a study: sizes x arms x seeds, with the shared settings."""
 
@@ -224,6 +319,8 @@ class Sweep:
     """Training data."""
     seeds: tuple[int, ...] = (0,)
     """Seeds per size x arm."""
+    tune: Tune | None = None
+    """A learning-rate search per size and arm (Tune); None: every run trains at its size's (or arm's) lr."""
     train: tuple[tuple[str, object], ...] = ()
     """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
     trackers: tuple[str, ...] = ()
@@ -321,6 +418,8 @@ class Sweep:
         for a in self.arms:
             for size in self.sizes:
                 a.ratio(size.name)  # a per-size table must cover every size of the sweep
+        if self.tune is not None:
+            tune_problem(self)
         names = [r.name for r in expand(self)]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:  # the seeds are distinct: a size or an arm appears twice
@@ -336,31 +435,88 @@ class Sweep:
                 raise field_error("", field, f"run {run.name}: {err.args[0]}", hint=err.hint) from None
 
 
+def tune_problem(sweep: Sweep) -> None:
+    """A Tune that does not fit its sweep, as a field_error: a size or arm it names that the sweep lacks, a size
+    left to the lr law with fewer than two tuned sizes to fit it on."""
+    tune, sizes, arms = sweep.tune, [s.name for s in sweep.sizes], [a.name for a in sweep.arms]
+    for name in tune.sizes:
+        if name not in sizes:
+            raise field_error("Tune", "sizes", f"Tune.sizes names {name!r}, not a size of sweep {sweep.name!r}",
+                              hint=did_you_mean(name, sizes, say=repr) or f"its sizes: {', '.join(sizes)}")
+    if tune.grid and isinstance(tune.grid[0], tuple):
+        named = [n for n, _ in tune.grid]
+        for name in named:
+            if name not in arms:
+                raise field_error("Tune", "grid", f"Tune.grid names arm {name!r}, not an arm of sweep "
+                                  f"{sweep.name!r}", hint=did_you_mean(name, arms, say=repr)
+                                  or f"its arms: {', '.join(arms)}")
+        if set(arms) - set(named):
+            raise field_error("Tune", "grid", f"Tune.grid gives no grid for arm(s) "
+                              f"{', '.join(a for a in arms if a not in named)}",
+                              hint="a mapping names every arm of the sweep, or give one grid for all")
+    for name in tune.check:
+        if name not in sizes or name in tune.sizes:
+            raise field_error("Tune", "check", f"Tune.check names {name!r}, " + (
+                "a size Tune.sizes tunes already" if name in tune.sizes else f"not a size of sweep {sweep.name!r}"),
+                hint="check the sizes the lr law transfers to: " + ", ".join(s for s in sizes
+                                                                              if s not in tune.sizes))
+    left = [s for s in sizes if s not in tune.sizes]
+    if left and len(set(tune.sizes)) < 2:
+        raise field_error("Tune", "sizes", f"Tune.sizes={tune.sizes!r} tunes one size; the sweep's other sizes "
+                          f"({', '.join(left)}) take their lr from a law lr = a N^b fitted on the tuned sizes, "
+                          "which needs two", hint="tune at least two sizes, or all of them")
+
+
 @dataclass(frozen=True)
 class PlannedRun:
-    """One size x arm x seed of a sweep."""
+    """One size x arm x seed of a sweep: a run of the study, or (role "tuning") one lr of a Tune's grid."""
 
     sweep: Sweep
     size: Size
     arm: Arm
     seed: int
+    lr: float | None = None
+    """Its lr when the sweep's tuning sets it (a tuning run's grid point, a final run's choice); None: the size's (or
+    the arm's), or, for a final run whose tuning is not done, not known yet (`waits_for`)."""
+    role: str = ""
+    """"tuning" (a run of a Tune's grid), "final" (a run of a size and arm that a Tune sets the lr of), or ""."""
+    lr_from: str = ""
+    """Where a final run's lr comes from, in words (jobs/tuning.py): the tuning runs' best, or the lr law."""
+    waits_for: tuple[str, ...] = ()
+    """The tuning runs a final run waits for (not complete yet): its lr is not known until they are."""
 
     @property
     def name(self) -> str:
+        if self.role == "tuning":
+            return f"{self.size.name}-{self.arm.name}-lr{lr_text(self.lr)}" + (f"-s{self.seed}" if self.seed else "")
         return run_name(self.size.name, self.arm.name, self.seed)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps: the size's, or a tuning run's share of them (Tune.budget)."""
+        if self.role == "tuning":
+            return max(1, math.ceil(self.sweep.tune.budget * self.size.steps))
+        return self.size.steps
+
+    @property
+    def base_lr(self) -> float:
+        """The lr without tuning: the size's, or the sweep's or arm's override (a relative Tune.grid multiplies it)."""
+        return float({"lr": self.size.lr, **dict(self.sweep.train), **dict(self.arm.overrides)}["lr"])
 
     @property
     def run_dir(self) -> Path:
         return self.sweep.jobs_dir / self.name
 
     def train_config(self) -> TrainConfig:
-        size, steps = self.size, self.size.steps
+        size, steps = self.size, self.steps
         fields = dict(model=size.model(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
                       global_batch=size.global_batch, micro_batch=size.micro_batch, lr=size.lr,
                       warmup_steps=int(size.warmup_frac * steps), seed=self.seed,
                       device="cuda" if size.resources.gpus_per_node else "cpu", trackers=tuple(self.sweep.trackers))
         fields.update(dict(self.sweep.train))
         fields.update(dict(self.arm.overrides))
+        if self.lr is not None:
+            fields["lr"] = self.lr
         return TrainConfig(**fields)
 
     def write_folder(self) -> Path:
@@ -375,6 +531,8 @@ class PlannedRun:
         res, hours = self.size.resources, self.estimated_hours()
         plan = {"params": self.size.params, "gpus": res.gpus, "world_size": res.world_size,
                 "gpu_hours": 0.0 if not res.gpus else hours * res.gpus, "time_min": res.time_min}
+        if self.role:  # a run of a sweep that tunes its lr: what it is, and where a final run's lr came from
+            plan.update(role=self.role, lr_from=self.lr_from)
         atomic_write(folder.plan, json.dumps(plan, indent=1) + "\n")
         return folder.path
 
@@ -383,7 +541,7 @@ class PlannedRun:
         res = self.size.resources
         if not res.gpus:
             return math.nan
-        flops = flops_per_token(self.size.model()) * self.size.steps * self.size.global_batch \
+        flops = flops_per_token(self.size.model()) * self.steps * self.size.global_batch \
             * self.size.model().max_seq_len
         seconds = flops / (res.gpus * self.sweep.gpu_peak_tflops * 1e12 * self.sweep.assumed_mfu)
         return seconds * self.arm.ratio(self.size.name) / 3600
@@ -410,13 +568,25 @@ def project_folder(sweep_file: Path) -> Path:
     return folder.parent if folder.name == "sweeps" else folder
 
 
-_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources}
+_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources, "Tune": Tune}
 """The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
 
 
 def expand(sweep: Sweep) -> list[PlannedRun]:
-    """Every run of the sweep, sizes outermost, then arms, then seeds."""
-    return [PlannedRun(sweep, size, a, seed) for size in sweep.sizes for a in sweep.arms for seed in sweep.seeds]
+    """Every run of the sweep, sizes outermost, then arms, then (a tuning sweep's) the tuning runs of the grid by lr
+    and seed, then seeds. A final run's lr is left to jobs/tuning.py's `planned`, which reads the tuning runs."""
+    runs = []
+    for size in sweep.sizes:
+        for a in sweep.arms:
+            if sweep.tune is None:
+                runs += [PlannedRun(sweep, size, a, seed) for seed in sweep.seeds]
+                continue
+            if size.name in sweep.tune.sizes:
+                base = PlannedRun(sweep, size, a, 0).base_lr
+                runs += [PlannedRun(sweep, size, a, seed, lr=lr, role="tuning")
+                         for lr in sweep.tune.lrs(a.name, base) for seed in sweep.tune.seeds]
+            runs += [PlannedRun(sweep, size, a, seed, role="final") for seed in sweep.seeds]
+    return runs
 
 
 def find_sweeps(target: str | None) -> list[tuple[str, Path]]:

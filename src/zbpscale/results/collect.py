@@ -110,7 +110,10 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         config = src.planned.train_config().to_dict() if src.planned else None
         seen = looks.get(src.name)
         row = summarize(seen.seen if seen else src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
-                        state=(seen.state.state, seen.state.reason or None) if seen else ("new", None), config=config)
+                        state=(seen.state.state, seen.state.reason or None) if seen else ("new", None), config=config,
+                        role=src.planned.role if src.planned else "")
+        if src.planned is not None and src.planned.waits_for:  # a final run whose lr its tuning has not given yet
+            row = dataclasses.replace(row, lr=None)
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue

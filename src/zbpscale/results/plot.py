@@ -39,6 +39,7 @@ from zbpscale.results.bundle import Bundle
 from zbpscale.results.claims import Study, claims_markdown, fits_markdown, study
 from zbpscale.results.fit import LEVEL, PowerLaw
 from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpaired, val_curves
+from zbpscale.results.lr import Tuning, grid_losses, lr_markdown, tuning_of
 from zbpscale.results.seeds import Spread, seeds_of
 from zbpscale.results.summary import RunSummary, arm_order, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
@@ -447,6 +448,45 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
     return _save(fig, out, "nsr_c"), drawn
 
 
+def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path) -> list[Path]:
+    """Final validation loss against lr, one panel per arm, a line per size: each seed a dot, the mean a line, the
+    best a star (hollow when it lies at the grid's edge), a diverged lr a cross at the panel's top. Returns the
+    files written."""
+    import matplotlib
+
+    arms = sorted({arm for _, arm in t.choices}, key=arm_order)
+    sizes = sorted({size for size, _ in t.choices}, key=lambda s: t.params.get(s, 0))
+    cmap = matplotlib.colormaps["viridis"]
+    color = {s: cmap(i / max(1, len(sizes) - 1) * 0.85) for i, s in enumerate(sizes)}
+    losses = grid_losses(rows)
+    finite = [v for by_lr in losses.values() for vs in by_lr.values() for v in vs if math.isfinite(v)]
+    top = max(finite) if finite else 1.0
+    fig, axes = _panels(len(arms))
+    for ax, arm in zip(axes[0], arms):
+        for size in sizes:
+            by_lr = losses.get((size, arm))
+            if not by_lr:
+                continue
+            lrs = sorted(by_lr)
+            means = [sum(by_lr[lr]) / len(by_lr[lr]) for lr in lrs]
+            for lr in lrs:
+                for v in by_lr[lr]:
+                    ax.plot(lr, v if math.isfinite(v) else top, "x" if not math.isfinite(v) else "o",
+                            color=color[size], alpha=0.45, markersize=4)
+            shown = [(lr, m) for lr, m in zip(lrs, means) if math.isfinite(m)]
+            ax.plot([lr for lr, _ in shown], [m for _, m in shown], color=color[size], label=size)
+            c = t.choices[size, arm]
+            ax.plot(c.lr, c.loss, "*", markersize=13, color=color[size],
+                    markerfacecolor="white" if c.edge else color[size], markeredgecolor=color[size])
+        _log_axis(ax, "x", lambda v: f"{v:.0e}".replace("e-0", "e-"))
+        ax.set_xlabel("peak learning rate")
+        ax.set_ylabel("final validation loss")
+        ax.set_title(arm)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, title="size (star: best; hollow: at the grid's edge)", title_fontsize=7)
+    return _save(fig, out, "lr_sensitivity")
+
+
 GAINS = {"fwd_gain": ("forward", r"forward gain $\|F_k(h)\| / \|h\|$"),
          "bwd_gain": ("backward", r"backward gain $\|J_k^\top g\| / \|g\|$")}
 """rho_k's two rows: the diag record's key -> (the word in the title, the y label, in mathtext)."""
@@ -523,7 +563,8 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     matplotlib.use("Agg")
     bundle = Path(bundle)
     rows = Bundle(bundle).read_summary()
-    out, notes = Bundle(bundle).figures, []
+    grid, rows = [r for r in rows if r.role == "tuning"], [r for r in rows if r.role != "tuning"]  # the lr grid's
+    out, notes = Bundle(bundle).figures, []  # runs are in the lr figure and table, not in the study's
     field = PARAMS[params][0]
     if any(getattr(r, field) is None for r in rows):  # a bundle collected before the field existed
         field = "params"
@@ -558,14 +599,19 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
         notes.append("no NSR figure: no ZBP run has a diag record yet" + _diag_hint(zbp))
     if not rho_files:
         notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
-    files = curve_files + gap_files + c_files + rho_files
+    tuned = tuning_of(grid + rows, field)
+    lr_files = plot_lr_sensitivity(grid, tuned, out) if tuned else []
+    if grid and not tuned:
+        notes.append("no lr figure: no grid run has answered yet")
+    files = curve_files + gap_files + c_files + rho_files + lr_files
     names = [f.stem for f in files if f.suffix == ".png"]
     table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
     found = study(points, fits, remarks, rows, curves, field)
+    lrs = lr_markdown(tuned, rows) if tuned else ""
     table.write_text(f"# {bundle.name}\n\n{origin}"
-                     + table_markdown(rows, curves, notes, names, points, fits_markdown(found)))
-    Bundle(bundle).claims.write_text(claims_markdown(found, rows))
+                     + table_markdown(rows, curves, notes, names, points, fits_markdown(found) + lrs))
+    Bundle(bundle).claims.write_text(claims_markdown(found, rows) + ("\n" + lrs if lrs else ""))
     if files:
         for note in notes:
             log(f"note: {note}")

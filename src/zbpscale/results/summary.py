@@ -88,6 +88,11 @@ class RunSummary:
     diverged: str | None = None
     """Set when a val loss of the run is above the loss it started from (train/metrics.py's `diverged`): the highest,
     in words, 'val 10.996 at step 15 is above its start 10.951'; None otherwise (and in older bundles)."""
+    lr: float | None = None
+    """The peak learning rate it trains with (its config's; None in older bundles)."""
+    role: str = ""
+    """In a sweep that tunes its lr (jobs/tuning.py): "tuning" (a run of an lr grid: the sensitivity figure, not
+    the gap) or "final" (a run of the study, at its tuned or transferred lr); "" in any other sweep."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
@@ -125,9 +130,10 @@ def _impl_used(records: list[Record]) -> dict[str, str]:
 
 
 def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int, state: tuple[State, str | None],
-              config: dict | None = None) -> RunSummary:
+              config: dict | None = None, role: str = "") -> RunSummary:
     """The summary row of one run folder (or the look at it its state was decided on); `state`: (state, reason) as
-    `zbpscale status` says them; `config`: the planned config, for runs that have not written theirs."""
+    `zbpscale status` says them; `config`: the planned config, for runs that have not written theirs; `role`: what
+    the sweep file plans it as (else its plan.json says)."""
     look = run if isinstance(run, Snapshot) else Snapshot(run)
     records, history = look.records, look.history
     kinds = by_kind(records)
@@ -161,6 +167,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         updated=records[-1].get("time") if records else None,
         goodput=None if (g := goodput.read(look).fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
+        lr=(config or {}).get("lr"), role=role or look.plan.get("role", ""),
     )
 
 
@@ -180,5 +187,7 @@ def arm_order(arm: str) -> tuple:
 
 
 def sort_key(row: RunSummary) -> tuple:
-    """Summary rows in the ladder's order: by parameters, then arm (bp first), then seed."""
-    return (row.params if row.params is not None else math.inf, row.size, arm_order(row.arm), row.seed)
+    """Summary rows in the ladder's order: by parameters, then arm (bp first), an lr grid (by lr) before the final
+    runs, then seed."""
+    return (row.params if row.params is not None else math.inf, row.size, arm_order(row.arm), row.role != "tuning",
+            row.lr or 0.0 if row.role == "tuning" else 0.0, row.seed)

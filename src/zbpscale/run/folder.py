@@ -17,7 +17,8 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
 
 Run names are `{size}-{arm}` plus `-s{seed}` for seeds other than 0 (`run_name`, read back by
-`parse_run_name`); sizes and arms never contain '-'.
+`parse_run_name`); a learning-rate tuning run has `-lr{lr}` before the seed (`s60-zbp_n16-lr3e-3-s1`); sizes and
+arms never contain '-'.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from zbpscale.errors import BrokenRunFolder
 from zbpscale.lease import Rule, lease_path, try_lock
 
-_NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-s(?P<seed>\d+))?")
+_NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-lr(?P<lr>\d[\d.]*(?:e-?\d+)?))?(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
 
 

@@ -1,0 +1,99 @@
+"""A tuning sweep's learning rates in the bundle: the choice per size and arm from its grid runs, the lr law per
+arm, what tuning changed in the gap, and the sensitivity figure's data. The choice and the law are jobs/tuning.py's
+(the same rule that gave the final runs their lr), applied to the bundle's rows.
+
+Grid runs (RunSummary.role "tuning") answer with their final validation loss once complete; one that failed
+without a finite loss (the trainer stops at a non-finite loss) is an lr too high, worse than any; others wait.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from zbpscale.results.summary import RunSummary, arm_order
+
+
+def grid_losses(rows: list[RunSummary]) -> dict[tuple[str, str], dict[float, list[float]]]:
+    """{(size, arm): {lr: [final val loss per seed]}} of the grid runs that answered."""
+    found: dict[tuple[str, str], dict[float, list[float]]] = {}
+    for r in rows:
+        if r.role != "tuning" or r.lr is None:
+            continue
+        loss = r.final_val_loss
+        if r.state == "complete" and loss is not None and math.isfinite(loss):
+            value = loss
+        elif r.state == "failed" and (loss is None or not math.isfinite(loss) or r.diverged):
+            value = math.inf
+        else:
+            continue
+        found.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
+    return found
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the grid runs of a bundle say: the choice per (size, arm), the law per arm, and the gap at BP's best
+    lr next to the gap at each arm's own (at the sizes where the arm's grid holds BP's best lr)."""
+
+    choices: dict
+    laws: dict
+    params: dict[str, int]
+    gaps: list[tuple[str, str, float, float]]
+    """(size, arm, gap at its own best lr, gap at BP's best lr): ZBP's mean final loss minus BP's best."""
+
+
+def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near: float = 3e-3) -> Tuning | None:
+    """The bundle's tuning (None when it has no grid run)."""
+    from zbpscale.jobs.tuning import best_lr, fit_lr_law
+
+    losses = grid_losses(rows)
+    if not losses:
+        return None
+    params = {r.size: getattr(r, field) for r in rows if getattr(r, field) is not None}
+    choices = {key: best_lr(by_lr, near) for key, by_lr in losses.items()}
+    laws = {}
+    for arm in {a for _, a in choices}:
+        tuned = sorted((params[s], c.lr) for (s, a), c in choices.items() if a == arm and s in params)
+        if len({n for n, _ in tuned}) >= 2:
+            laws[arm] = fit_lr_law(*zip(*tuned))
+    gaps = []
+    for (size, arm), choice in sorted(choices.items(), key=lambda kv: (params.get(kv[0][0], 0), arm_order(kv[0][1]))):
+        bp = choices.get((size, "bp"))
+        if arm == "bp" or bp is None or bp.lr not in losses[size, arm]:
+            continue
+        at_bp = sum(losses[size, arm][bp.lr]) / len(losses[size, arm][bp.lr])
+        gaps.append((size, arm, choice.loss - bp.loss, at_bp - bp.loss))
+    return Tuning(choices, laws, params, gaps)
+
+
+def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
+    """table.md's section on the learning rates: per size and arm the grid, its best, the near-best range, an edge,
+    the final runs' lr; the law per arm; the gap at each arm's best lr and at BP's."""
+    from zbpscale.jobs.sweep import lr_text
+
+    final_lr = {(r.size, r.arm): r.lr for r in finals if r.lr is not None}
+    lines = ["## Learning rates", "",
+             "Each size and arm's grid runs, by final validation loss at equal tokens (seeds averaged); an lr "
+             "within 3e-3 of the best is near-best; a best at the grid's edge may not be the optimum.", "",
+             "| size | arm | grid | best lr | loss | near-best | edge | final runs' lr |", "|---" * 8 + "|"]
+    for (size, arm), c in sorted(t.choices.items(), key=lambda kv: (t.params.get(kv[0][0], 0),
+                                                                     arm_order(kv[0][1]))):
+        near = lr_text(c.near[0]) if c.near[0] == c.near[1] else f"{lr_text(c.near[0])}..{lr_text(c.near[1])}"
+        final = final_lr.get((size, arm))
+        lines.append(f"| {size} | {arm} | {c.lrs} lrs | {lr_text(c.lr)} | {c.loss:.4f} | {near} | "
+                     f"{c.edge or ''} | {'' if final is None else lr_text(final)} |")
+    untuned = sorted({(r.size, r.arm) for r in finals if (r.size, r.arm) not in t.choices and r.lr is not None},
+                     key=lambda k: (t.params.get(k[0], 0), arm_order(k[1])))
+    for size, arm in untuned:
+        lines.append(f"| {size} | {arm} | (lr law) | | | | | {lr_text(final_lr[size, arm])} |")
+    if t.laws:
+        lines += ["", "lr law per arm, lr*(N) = a N^b through the best lr of every size with a grid (95 % interval "
+                  "of b): "
+                  + "; ".join(f"{arm} {law.words().removeprefix('lr law ')}"
+                              for arm, law in sorted(t.laws.items(), key=lambda kv: arm_order(kv[0]))) + "."]
+    if t.gaps:
+        lines += ["", "What tuning changed in the gap (ZBP's loss minus BP's at BP's best lr): "
+                  + "; ".join(f"{arm} at {size}: {own:+.4f} at its own best lr, {shared:+.4f} at BP's"
+                              for size, arm, own, shared in t.gaps) + "."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,327 @@
+"""Learning-rate tuning per size and arm (#53; jobs/tuning.py, sweep.Tune): the grid checked at load with
+file:line; the choice from a hand-computed table of final losses (the best, a grid edge, a tie within noise, a
+diverged run); the lr law against synthetic lrs of a known law; what `planned` makes of tuning runs in each state
+(waiting, chosen, grown at an edge, transferred by the law); and a CPU sweep through the local queue: tuning,
+then the final runs at the chosen lr, submitted by `submit --wait` once their tuning runs ended."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zbpscale.errors import ConfigError
+from zbpscale.jobs import tuning
+from zbpscale.jobs.sweep import expand, load_sweep, lr_text
+from zbpscale.run.folder import RunFolder, parse_run_name
+from zbpscale.run.history import read_attempts
+
+SWEEP = """\
+from zbpscale.sweep import Data, Resources, Size, Sweep, Tune, arm
+
+CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
+
+
+def rung(name, lr):
+    return Size(name=name, global_batch=4, seq_len=32, tokens=4 * 32 * {steps}, lr=lr, resources=CPU)
+
+
+SWEEP = Sweep(
+    name="tuned",
+    sizes=({rungs}),
+    arms=(arm("bp"), arm("zbp_n4")),
+    data=Data(dir={data!r}, source="embedded", workers=1),
+    tune=Tune(
+        sizes={sizes!r},
+        grid={grid},
+        budget={budget!r},
+        extend={extend!r},
+        check={check!r},
+    ),
+    train=(("eval_every", 0), ("eval_batches", 1), ("ckpt_every", 0), ("ckpt_every_s", 0)),
+    root={root!r},
+    poll_s=10,
+)
+"""
+
+
+LRS = {"nano": 4e-3, "micro": 2e-3, "tiny": 1e-3}
+"""Each size's lr without tuning (a relative grid multiplies it)."""
+
+
+def write(tmp_path: Path, *, sizes=("nano", "micro"), grid="(0.5, 1, 2)", budget=1.0, steps=6,
+          data: str = "data", extend: int = 1, rungs=("nano", "micro", "tiny"), check=()) -> Path:
+    path = tmp_path / "tuned.py"
+    path.write_text(SWEEP.format(sizes=tuple(sizes), grid=grid, budget=budget, steps=steps, data=str(data),
+                                 root=str(tmp_path / "jobs"), extend=extend, check=tuple(check),
+                                 rungs="".join(f"rung({s!r}, {LRS[s]!r}), " for s in rungs)))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+# ------------------------------------------------------------------------------------------ the grid at load
+@pytest.mark.parametrize("change, keyword, words", [
+    (dict(grid="(1,)"), "grid=", "Tune.grid must be two or more distinct numbers > 0, got (1,)"),
+    (dict(grid="(0.5, -1, 2)"), "grid=", "Tune.grid must be two or more distinct numbers > 0"),
+    (dict(grid="{'bp': (0.5, 1), 'zbp_n4': (1, 1)}"), "grid=", "Tune.grid['zbp_n4'] must be two or more distinct"),
+    (dict(grid="{'bp': (0.5, 1)}"), "grid=", "Tune.grid gives no grid for arm(s) zbp_n4"),
+    (dict(grid="{'bp': (0.5, 1), 'zbp_n8': (1, 2)}"), "grid=", "Tune.grid names arm 'zbp_n8', not an arm"),
+    (dict(budget=0), "budget=", "Tune.budget must be a number in (0, 1]"),
+    (dict(budget=1.5), "budget=", "Tune.budget must be a number in (0, 1]"),
+    (dict(sizes=("nano", "huge")), "        sizes=", "Tune.sizes names 'huge', not a size of sweep 'tuned'"),
+    (dict(sizes=("nano",)), "        sizes=", "the sweep's other sizes (micro, tiny) take their lr from a law"),
+    (dict(check=("micro",)), "check=", "Tune.check names 'micro', a size Tune.sizes tunes already"),
+    (dict(check=("mini",)), "check=", "Tune.check names 'mini', not a size of sweep 'tuned'"),
+])
+def test_a_bad_grid_is_one_error_at_its_line_of_the_sweep_file(tmp_path, change, keyword, words):
+    path = write(tmp_path, **change)
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    message = str(err.value.args[0])
+    assert message.startswith(f"{path}:{line_of(path, keyword)}: ") and words in message, message
+
+
+def test_an_unknown_keyword_of_tune_is_named_with_its_fields(tmp_path):
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace("budget=", "budgt="))
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    assert str(err.value.args[0]) == f"{path}:{line_of(path, 'budgt=')}: Tune has no field 'budgt'"
+    assert "budget" in err.value.hint
+
+
+def test_tuning_runs_are_ordinary_runs_named_by_their_lr(tmp_path):
+    """Relative grids multiply each size's lr; the tuning runs train a budget's share of the steps; the names
+    read back as the size, arm and seed."""
+    sweep = load_sweep(write(tmp_path, grid="{'bp': (0.5, 1, 2), 'zbp_n4': (0.25, 0.5, 1)}", budget=0.5, steps=8))
+    runs = expand(sweep)
+    names = [r.name for r in runs if r.role == "tuning" and r.size.name == "nano"]
+    assert names == ["nano-bp-lr2e-3", "nano-bp-lr4e-3", "nano-bp-lr8e-3",
+                     "nano-zbp_n4-lr1e-3", "nano-zbp_n4-lr2e-3", "nano-zbp_n4-lr4e-3"]
+    tuning_run = next(r for r in runs if r.name == "micro-zbp_n4-lr5e-4")
+    cfg = tuning_run.train_config()
+    assert (cfg.lr, cfg.steps, tuning_run.steps) == (5e-4, 4, 4)
+    assert [r.name for r in runs if r.role == "final"] == [f"{s}-{a}" for s in ("nano", "micro", "tiny")
+                                                          for a in ("bp", "zbp_n4")]
+    assert parse_run_name("s60-zbp_n16-lr3e-3-s2") == ("s60", "zbp_n16", 2)
+    assert [lr_text(x) for x in (3e-3, 1.5e-3, 4e-4, 2.0, 0.25, 12.5)] == ["3e-3", "1.5e-3", "4e-4", "2", "2.5e-1",
+                                                                          "1.25e1"]
+
+
+# ------------------------------------------------------------------------------------------ the choice
+INF = math.inf
+
+
+@pytest.mark.parametrize("losses, lr, edge, near", [
+    ({1e-3: [3.50], 2e-3: [3.40], 4e-3: [3.45]}, 2e-3, "", (2e-3, 2e-3)),            # a clear minimum inside
+    ({1e-3: [3.50, 3.30], 2e-3: [3.42, 3.42], 4e-3: [3.39, 3.47]}, 1e-3, "low", (1e-3, 1e-3)),  # seeds averaged:
+    # 3.40, 3.42, 3.43: the smallest lr is best (an edge), though one seed alone would pick 4e-3
+    ({1e-3: [3.60], 2e-3: [3.45], 4e-3: [3.40]}, 4e-3, "high", (4e-3, 4e-3)),         # best at the high edge
+    ({1e-3: [3.41], 2e-3: [3.40], 4e-3: [3.402], 8e-3: [INF]}, 2e-3, "", (2e-3, 4e-3)),  # a tie within noise;
+    # the largest lr diverged: worse than any, not a wait
+    ({1e-3: [3.40], 2e-3: [3.40]}, 1e-3, "low", (1e-3, 2e-3)),                         # an exact tie: the smaller
+])
+def test_the_best_lr_of_a_hand_computed_table(losses, lr, edge, near):
+    choice = tuning.best_lr(losses, near=3e-3)
+    assert (choice.lr, choice.edge, choice.near) == (lr, edge, near)
+    assert choice.lrs == len(losses)
+
+
+def test_the_lr_law_recovers_a_known_law_and_its_interval_covers_it():
+    params = [1e5, 1e6, 1e7, 1e8]
+    exact = tuning.fit_lr_law(params, [0.5 * n ** -0.3 for n in params])
+    assert exact.a == pytest.approx(0.5, rel=1e-9) and exact.b == pytest.approx(-0.3, abs=1e-12)
+    noise = [1.1, 0.92, 1.05, 0.95]  # a few percent off the law, as a coarse grid gives
+    noisy = tuning.fit_lr_law(params, [0.5 * n ** -0.3 * e for n, e in zip(params, noise)])
+    low, high = noisy.b_interval
+    assert low < -0.3 < high and high - low < 0.2
+    two = tuning.fit_lr_law(params[:2], [1e-3, 5e-4])
+    assert two.b_interval is None and two.at(1e6) == pytest.approx(5e-4) and "no interval" in two.words()
+    with pytest.raises(ValueError):
+        tuning.fit_lr_law([1e6, 1e6], [1e-3, 2e-3])
+
+
+# ------------------------------------------------------------------------------------------ planned
+def fake_losses(table: dict[str, float | None]):
+    return lambda run: table.get(run.name)
+
+
+def test_planned_waits_chooses_grows_at_an_edge_and_transfers_by_the_law(tmp_path):
+    sweep = load_sweep(write(tmp_path))
+    # nano: lrs 2e-3, 4e-3, 8e-3; micro: 1e-3, 2e-3, 4e-3
+    runs, tuned = tuning.planned(sweep, fake_losses({}))
+    finals = {r.name: r for r in runs if r.role == "final"}
+    assert finals["nano-bp"].waits_for == ("nano-bp-lr2e-3", "nano-bp-lr4e-3", "nano-bp-lr8e-3")
+    assert set(finals["tiny-bp"].waits_for) == {f"{s}-bp-lr{x}" for s, xs in (("nano", ("2e-3", "4e-3", "8e-3")),
+                                                                              ("micro", ("1e-3", "2e-3", "4e-3")))
+                                                for x in xs}
+    table = {"nano-bp-lr2e-3": 3.5, "nano-bp-lr4e-3": 3.4, "nano-bp-lr8e-3": 3.45,   # best inside: 4e-3
+             "micro-bp-lr1e-3": 3.3, "micro-bp-lr2e-3": 3.2, "micro-bp-lr4e-3": 3.25,  # 2e-3
+             "nano-zbp_n4-lr2e-3": 3.6, "nano-zbp_n4-lr4e-3": 3.7, "nano-zbp_n4-lr8e-3": INF,  # low edge: grows
+             "micro-zbp_n4-lr1e-3": 3.5}  # the rest of micro's zbp grid still trains
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    by = {r.name: r for r in runs}
+    assert by["nano-bp"].lr == 4e-3 and "tuned at nano: best of 3 tuned lrs" in by["nano-bp"].lr_from
+    assert by["micro-bp"].lr == 2e-3
+    law = tuned.laws["bp"]
+    n_nano, n_micro, n_tiny = (s.params_non_embedding for s in sweep.sizes)
+    assert law.b == pytest.approx(math.log(2e-3 / 4e-3) / math.log(n_micro / n_nano))
+    assert by["tiny-bp"].lr == pytest.approx(float(f"{law.at(n_tiny):.3g}")) and "lr law" in by["tiny-bp"].lr_from
+    assert "nano-zbp_n4-lr1e-3" in by and by["nano-zbp_n4-lr1e-3"].role == "tuning"  # one step below the edge
+    assert by["nano-zbp_n4"].waits_for == ("nano-zbp_n4-lr1e-3",)
+    assert by["tiny-zbp_n4"].waits_for and by["tiny-zbp_n4"].lr is None
+    # the grown step answers: still the edge, but Tune.extend=1 is spent: chosen, and flagged
+    table["nano-zbp_n4-lr1e-3"] = 3.55
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    by = {r.name: r for r in runs}
+    assert by["nano-zbp_n4"].lr == 1e-3 and tuned.choices["nano", "zbp_n4"].edge == "low"
+    assert "at the low edge of the grid" in by["nano-zbp_n4"].lr_from
+    assert not any(r.name == "nano-zbp_n4-lr5e-4" for r in runs)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.mark.slow
+def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
+    """nano and micro tuned (3 lrs x bp, zbp_n4), tiny transferred by the law: `submit` sends the tuning runs
+    and says the final runs wait; `submit --wait` sends each final run once its lr is known, at that lr."""
+    path = write(tmp_path, steps=4, data=str(data_dir))
+    command = [sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "local", "--max-parallel", "2"]
+    first = subprocess.run(command + ["--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("wait (tuning)") == 6  # every final run
+    assert "nano-bp: lr waits for 3 tuning runs (nano-bp-lr2e-3, nano-bp-lr4e-3, nano-bp-lr8e-3)" in first.stdout
+    out = subprocess.run(command + ["--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tuning: the lr of" in out.stdout and re.search(r"all \d+ runs complete", out.stdout), out.stdout
+    sweep = load_sweep(path)
+    runs, tuned = tuning.planned(sweep)  # now from the tuning runs' own records
+    for run in runs:
+        folder = RunFolder(run.run_dir)
+        assert folder.complete.exists(), run.name
+        config = json.loads(folder.config.read_text())
+        assert config["lr"] == run.lr, (run.name, config["lr"], run.lr)
+        assert [a["event"] for a in read_attempts(run.run_dir)][0] == "submitted"
+    finals = {r.name: r for r in runs if r.role == "final"}
+    losses = {r.name: tuning.final_loss(r) for r in runs if r.role == "tuning"}
+    for arm in ("bp", "zbp_n4"):
+        for size in ("nano", "micro"):
+            grid = {r.lr: losses[r.name] for r in runs if r.role == "tuning" and r.size.name == size
+                    and r.arm.name == arm}
+            assert finals[f"{size}-{arm}"].lr == min(grid, key=lambda lr: (grid[lr], lr))  # the table's best
+        assert finals[f"tiny-{arm}"].lr_from.startswith("lr law")
+    plan = json.loads(RunFolder(finals["tiny-bp"].run_dir).plan.read_text())
+    assert plan["role"] == "final" and plan["lr_from"].startswith("lr law")
+    status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(path)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert " grid " in status.stdout and "lr" in status.stdout.splitlines()[1]  # the lr column, grid runs marked
+    edges = [f"{s}-{a}: lr" for (s, a), c in tuned.choices.items() if c.edge]  # never taken silently
+    assert all(any(line.startswith(e) and "the optimum may lie beyond it" in line
+                   for line in status.stdout.splitlines()) for e in edges), status.stdout
+    bundle = tmp_path / "results" / "tuned"
+    for args in (["collect", str(path)], ["plot", str(bundle)]):
+        done = subprocess.run([sys.executable, "-m", "zbpscale.cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert (bundle / "figures" / "lr_sensitivity.png").stat().st_size > 10_000
+    summary = json.loads((bundle / "summary.json").read_text())["runs"]
+    assert {(r["run"], r["role"], r["lr"]) for r in summary} == {(r.name, r.role, r.lr) for r in runs}
+    table = (bundle / "table.md").read_text()
+    for (size, arm), choice in tuned.choices.items():  # the table's choice is the one the final runs trained at
+        assert f"| {size} | {arm} | {choice.lrs} lrs | {lr_text(choice.lr)} |" in table
+        assert finals[f"{size}-{arm}"].lr == choice.lr
+
+
+# ------------------------------------------------------------------------------------------ the bundle
+def row(run: str, size: str, arm: str, lr: float, loss: float | None, *, seed: int = 0, role: str = "tuning",
+        state: str = "complete", params: int = 0):
+    from zbpscale.results.bundle import summary_row
+
+    return summary_row(dict(run=run, size=size, arm=arm, seed=seed, lr=lr, role=role, state=state,
+                            final_val_loss=loss, params_non_embedding=params, params=params, steps=4))
+
+
+def test_the_bundle_s_lrs_and_what_tuning_changed_in_the_gap():
+    """results/lr.py on hand-made rows: the choice per size and arm, the law through the tuned sizes, and the gap
+    at each arm's own best lr next to the gap at BP's best lr (ZBP's loss there minus BP's best)."""
+    from zbpscale.results.lr import lr_markdown, tuning_of
+
+    rows = [row("a-bp-lr1e-3", "a", "bp", 1e-3, 3.30, params=10**5),
+            row("a-bp-lr2e-3", "a", "bp", 2e-3, 3.20, params=10**5),
+            row("a-bp-lr4e-3", "a", "bp", 4e-3, 3.25, params=10**5),
+            row("a-zbp_n4-lr1e-3", "a", "zbp_n4", 1e-3, 3.40, params=10**5),
+            row("a-zbp_n4-lr2e-3", "a", "zbp_n4", 2e-3, 3.50, params=10**5),
+            row("a-zbp_n4-lr4e-3", "a", "zbp_n4", 4e-3, None, state="failed", params=10**5),  # diverged
+            row("b-bp-lr5e-4", "b", "bp", 5e-4, 3.0, params=10**6),
+            row("b-bp-lr1e-3", "b", "bp", 1e-3, 2.9, params=10**6),
+            row("b-bp-lr2e-3", "b", "bp", 2e-3, 2.95, params=10**6),
+            row("b-zbp_n4-lr1e-3", "b", "zbp_n4", 1e-3, None, state="running", params=10**6),  # not yet
+            row("a-bp", "a", "bp", 2e-3, 3.2, role="final", params=10**5),
+            row("c-bp", "c", "bp", 5e-4, 2.7, role="final", params=10**7)]
+    t = tuning_of(rows)
+    assert {k: (c.lr, c.edge) for k, c in t.choices.items()} == {
+        ("a", "bp"): (2e-3, ""), ("a", "zbp_n4"): (1e-3, "low"), ("b", "bp"): (1e-3, "")}
+    assert t.laws["bp"].b == pytest.approx(math.log10(0.5)) and "zbp_n4" not in t.laws  # one size tuned
+    (size, arm, own, shared), = t.gaps
+    assert (size, arm) == ("a", "zbp_n4") and own == pytest.approx(3.40 - 3.20) and shared == pytest.approx(0.30)
+    text = lr_markdown(t, [r for r in rows if r.role == "final"])
+    assert "| a | zbp_n4 | 3 lrs | 1e-3 | 3.4000 | 1e-3 | low |  |" in text
+    assert "| c | bp | (lr law) | | | | | 5e-4 |" in text
+    assert "zbp_n4 at a: +0.2000 at its own best lr, +0.3000 at BP's" in text
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_tuning_sweep_on_slurm_as_arrays_then_its_final_runs(tmp_path, data_dir, slurm_cluster):
+    """The test SLURM: the grid of each size goes as one job array (bp and zbp_n4 x 3 lrs: one sbatch), the
+    final runs are submitted by `submit --wait` once their size and arm's grid has answered, at the chosen lr."""
+    _, env = slurm_cluster
+    path = write(tmp_path, steps=4, data=str(data_dir), extend=0, rungs=("nano", "micro"))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "slurm", "--wait"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tuning: the lr of" in out.stdout and "all 16 runs complete" in out.stdout, out.stdout
+    runs, tuned = tuning.planned(load_sweep(path))
+    jobs = {}
+    for run in runs:
+        (job,) = [a["job_id"] for a in read_attempts(run.run_dir) if a["event"] == "submitted"]
+        jobs.setdefault((run.size.name, run.role), set()).add(job.partition("_")[0])
+        assert json.loads(RunFolder(run.run_dir).config.read_text())["lr"] == run.lr
+    assert len(jobs["nano", "tuning"]) == len(jobs["micro", "tuning"]) == 1, jobs  # a size's grid: one array
+    # (a final run goes as soon as its own size and arm's grid has answered: by itself, or with others then ready)
+    for (size, arm), choice in tuned.choices.items():
+        final = next(r for r in runs if r.name == f"{size}-{arm}")
+        assert final.lr == choice.lr and not choice.edge or final.lr_from.endswith("at the " + choice.edge
+                                                                                   + " edge of the grid")
+        start = min(a["time"] for a in read_attempts(final.run_dir) if a["event"] == "start")
+        grid_ends = [a["time"] for r in runs if r.role == "tuning" and (r.size.name, r.arm.name) == (size, arm)
+                     for a in read_attempts(r.run_dir) if a["event"] == "end"]
+        assert start > max(grid_ends)  # the final run started after its grid had answered
+
+
+def test_a_checked_size_tunes_a_small_grid_around_the_law_s_lr_once_the_law_is_known(tmp_path):
+    sweep = load_sweep(write(tmp_path, check=("tiny",)))
+    runs, _ = tuning.planned(sweep, fake_losses({}))
+    assert not any(r.size.name == "tiny" and r.role == "tuning" for r in runs)  # no law yet: no check grid
+    assert len(next(r for r in runs if r.name == "tiny-bp").waits_for) == 6
+    table = {"nano-bp-lr2e-3": 3.5, "nano-bp-lr4e-3": 3.4, "nano-bp-lr8e-3": 3.45,
+             "micro-bp-lr1e-3": 3.3, "micro-bp-lr2e-3": 3.2, "micro-bp-lr4e-3": 3.25}
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    center = float(f"{tuned.laws['bp'].at(sweep.sizes[2].params_non_embedding):.3g}")
+    grid = [r for r in runs if r.size.name == "tiny" and r.arm.name == "bp" and r.role == "tuning"]
+    assert [r.lr for r in grid] == [float(f"{center * m:.3g}") for m in (0.5, 1.0, 2.0)]
+    final = next(r for r in runs if r.name == "tiny-bp")
+    assert final.waits_for == tuple(r.name for r in grid) and final.lr is None
+    table.update({grid[0].name: 3.1, grid[1].name: 3.0, grid[2].name: 3.05})
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    final = next(r for r in runs if r.name == "tiny-bp")
+    assert final.lr == grid[1].lr and final.lr_from.startswith(f"checked at tiny around the lr law's {lr_text(center)}")
+    assert tuned.laws["bp"].sizes == 2  # the law is the tuned sizes' alone
