@@ -150,16 +150,21 @@ def planned(sweep: Sweep, losses=final_loss) -> tuple[list[PlannedRun], Tuned]:
     if tune is None:
         return runs, Tuned({}, {}, {})
     grids, choices, waiting = [], {}, {}
+
+    def take(grid: list[PlannedRun]) -> None:  # one (size, arm)'s grid settled: its choice, or what it waits for
+        grid, choice, pending = _settle(sweep, grid, losses)
+        grids.extend(grid)
+        key = (grid[0].size.name, grid[0].arm.name)
+        if choice:
+            choices[key] = choice
+        else:
+            waiting[key] = pending
+
     for size in sweep.sizes:
         for arm in sweep.arms:
             grid = [r for r in runs if r.role == "tuning" and r.size == size and r.arm == arm]
             if grid:
-                grid, choice, pending = _settle(sweep, grid, losses)
-                grids += grid
-                if choice:
-                    choices[size.name, arm.name] = choice
-                else:
-                    waiting[size.name, arm.name] = pending
+                take(grid)
     laws = {}
     for arm in sweep.arms:
         tuned = [(s.params_non_embedding, choices[s.name, arm.name].lr) for s in sweep.sizes
@@ -170,14 +175,8 @@ def planned(sweep: Sweep, losses=final_loss) -> tuple[list[PlannedRun], Tuned]:
     for size in (s for s in sweep.sizes if s.name in tune.check):
         for arm in (a for a in sweep.arms if a.name in laws):
             center = centers[size.name, arm.name] = round_lr(laws[arm.name].at(size.params_non_embedding))
-            grid = [PlannedRun(sweep, size, arm, seed, lr=round_lr(center * m), role="tuning")
-                    for m in tune.check_grid for seed in tune.seeds]
-            grid, choice, pending = _settle(sweep, grid, losses)
-            grids += grid
-            if choice:
-                choices[size.name, arm.name] = choice
-            else:
-                waiting[size.name, arm.name] = pending
+            take([PlannedRun(sweep, size, arm, seed, lr=round_lr(center * m), role="tuning")
+                  for m in tune.check_grid for seed in tune.seeds])
     finals = []
     for r in (r for r in runs if r.role == "final"):
         key, n = (r.size.name, r.arm.name), r.size.params_non_embedding
