@@ -148,6 +148,11 @@ them, then srun killing the rest of the step."""
      "srun: error: node1: tasks 0-1: Segmentation fault (core dumped)\n", "",
      "ranks 0-1 on node1 were killed by signal 11 (SIGSEGV)"),  # only this step's lines, after its own mark
     ("zbpscale: a job step starts at 1700000000\n", "", ""),  # srun named no task
+    # a node lost with its rank: srun hears nothing of that rank, the survivor ends first, then SLURM calls the node
+    # failed (SlurmdTimeout later): the node failure is the cause
+    ("zbpscale: a job step starts at 1700000000\nsrun: error: node1: task 0: Exited with exit code 1\nsrun: error: "
+     "Node failure on node2\nsrun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n", "",
+     "node2 failed (srun: Node failure on node2; SLURM ends the job NODE_FAIL and requeues it)"),
 ])
 def test_the_rank_that_ended_first_from_srun_s_lines_after_the_step_s_mark(tmp_path, batch_log, rank1_log, words):
     """#59 item 5: a rank lost on another node is named by srun's first line on a task of this step (its rank,

@@ -141,6 +141,37 @@ def test_a_rank_killed_on_another_node_is_recorded_as_that_rank_and_the_run_goes
     assert losses(run) == losses(straight[0])
 
 
+def test_a_node_lost_with_its_rank_is_recorded_as_a_node_failure_and_the_run_resumes_bitwise(
+        two_node_cluster, straight, tmp_path, data_dir):
+    """#59 item 5: node2 lost for real (its slurmd, the step's slurmstepd there and rank 1 killed at once): srun
+    hears nothing of rank 1, rank 0 ends first (its peer lost), and SLURM calls node2 failed after SlurmdTimeout:
+    the job ends NODE_FAIL and SLURM requeues it. The attempt's end names the node failure (srun's word, or
+    accounting's NODE_FAIL when the job's next start writes it), not rank 0's error; once node2 is back the job runs
+    again under its id and the run ends bitwise like the straight one."""
+    folder, env = two_node_cluster
+    sweep = write_sweep(tmp_path, "nodefail", data_dir, steps=STEPS, nodes=2, ckpt_every=10)
+    submit(sweep, env)
+    run = tmp_path / "jobs" / "nodefail" / "nano-bp"
+    (job,) = job_ids(run)
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    rank1 = rank_pid(run, 1)
+    stepd = int(Path(f"/proc/{rank1}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its slurmstepd
+    slurm_local.stop_daemon(folder, "slurmd-node2")
+    try:
+        subprocess.run(["kill", "-9", str(stepd), str(rank1)], check=True)
+        wait_until(lambda: "NODE_FAIL" in subprocess.run(
+            ["sacct", "-n", "-X", "-D", "-P", "-j", job, "-o", "State"], env=env, capture_output=True,
+            text=True).stdout, "SLURM to call node2 failed (NODE_FAIL)", timeout=180)
+        wait_until(lambda: sacct(env, job, "State").split(" ")[0] not in ("NODE_FAIL", ""),
+                   "SLURM to requeue the job", timeout=60)
+    finally:
+        slurm_local.restart_daemon(folder, "slurmd-node2")
+    assert final_state(env, job) == "COMPLETED" and job_ids(run) == [job]  # requeued by SLURM, under its id
+    (why, reason), *_ = ends(run)
+    assert why == "crashed" and "node failure" in reason.lower() and "gloo" not in reason, ends(run)
+    assert losses(run) == losses(straight[0])
+
+
 def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes_bitwise(
         two_node_cluster, straight, tmp_path, data_dir):
     """One 2-node run, three faults, each after a checkpoint. (1) USR2 to the rank on node2 only: the ranks vote

@@ -60,7 +60,13 @@ def first_task_end(lines: list[str]) -> tuple[str, str, str] | None:
     """The task of a job step that srun saw end first, from srun's lines in the step's part of the batch log:
     (its tasks as srun numbers them, i.e. the ranks, its node, how it ended: "killed by signal 9 (SIGKILL)" or
     "exit code 1"); None when srun said nothing of a task. The first such line is the rank that died first: the
-    others end after it (a peer lost, srun's kill of the rest of the step)."""
+    others end after it (a peer lost, srun's kill of the rest of the step). A node lost with its tasks says nothing
+    of them until SLURM calls the node failed (`srun: error: Node failure on node2`), after the survivors' ends:
+    that line wins, as ("", its node, "node failure")."""
+    lost = next((m.group(1) for line in lines if (m := re.match(r"srun: error: Node failure on (\S+)",
+                                                                  line.strip()))), None)
+    if lost:
+        return "", lost, "node failure"
     for line in lines:
         m = _SRUN_TASK.match(line.strip())
         if not m:

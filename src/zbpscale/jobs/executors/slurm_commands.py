@@ -215,6 +215,16 @@ def parse_duration(text: str) -> float | None:
     return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + s
 
 
+def earlier_ends(job_id: str) -> list[str]:
+    """The states accounting gave the earlier runs of a job that SLURM started again under its id (`sacct -D`:
+    NODE_FAIL for a node lost, REQUEUED, PREEMPTED, ...), oldest first; [] when sacct does not answer or knows none."""
+    out = _run(["sacct", "-n", "-X", "-D", "-P", "-j", job_id, "-o", "State"], timeout=20)
+    if out is None or out.returncode != 0:
+        return []
+    states = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+    return [s for s in states if s not in ("PENDING", "RUNNING", "REQUEUED")] if states else []
+
+
 def seconds_left(job_id: str) -> float | None:
     """Time left before the job's limit, from squeue; None if squeue cannot tell."""
     out = _run(["squeue", "-h", "-j", job_id, "-o", "%L"], timeout=30)

@@ -75,8 +75,7 @@ def run_train_job(job: TrainJob) -> str:
         if lost is not None:  # the job's last attempt died without a word and SLURM started the job again
             record(run_dir, "end", job_id=job_id, executor="slurm", source="restart",
                    why=ends.classify(ends.Seen(unheard=True)).why,
-                   reason="no end record: SLURM started the job again (a lost node, or the job requeued by the "
-                          f"scheduler) after its attempt on {lost.get('nodes') or lost.get('host', '?')}")
+                   reason=restarted(job_id, lost.get("nodes") or lost.get("host", "?")))
         record(run_dir, "start", job_id=job_id, executor="slurm", host=socket.gethostname(),
                ranks=env.num_tasks, pid=os.getpid(), nodes=os.environ.get("SLURM_JOB_NODELIST", ""),
                restarts=int(os.environ.get("SLURM_RESTART_COUNT") or 0), step=os.environ.get("SLURM_STEP_ID", ""))
@@ -120,6 +119,16 @@ def run_train_job(job: TrainJob) -> str:
     if main:
         _requeue_or_fail(job, run_dir, job_id, end)
     _wait_to_be_requeued(run_dir, job_id, since=started)
+
+
+def restarted(job_id: str, where: str) -> str:
+    """Why the attempt on `where` of a job that SLURM started again left no end record, in accounting's word on
+    that earlier run when it has one (NODE_FAIL: a node lost, which SLURM requeues by itself)."""
+    said = (slurm.earlier_ends(job_id) or [""])[-1]
+    if said == "NODE_FAIL":
+        return f"node failure (sacct: NODE_FAIL) of its attempt on {where}; SLURM requeued the job"
+    how = f"sacct: {said}" if said else "a lost node, or the job requeued by the scheduler"
+    return f"no end record: SLURM started the job again ({how}) after its attempt on {where}"
 
 
 def resubmission(job: TrainJob):
@@ -318,6 +327,8 @@ def first_to_end(folder: str, job_id: str, began: str) -> str:
     if found is None:
         return ""
     tasks, node, how = found
+    if not tasks:
+        return f"{node} failed (srun: Node failure on {node}; SLURM ends the job NODE_FAIL and requeues it)"
     rank = re.match(r"\d+", tasks).group()
     many = rank != tasks  # `tasks 0-1`: several ended at once
     who = f"rank{'s' if many else ''} {tasks} on {node}"
