@@ -295,7 +295,7 @@ def planned(folder: Path, name: str, steps: int) -> SimpleNamespace:
     """A stand-in for a sweep file's run (jobs.sweep.PlannedRun): what --wait reads of it."""
     size, arm, *_ = name.split("-")
     return SimpleNamespace(name=name, run_dir=folder / name, size=SimpleNamespace(name=size, steps=steps),
-                           arm=SimpleNamespace(name=arm), seed=0)
+                           arm=SimpleNamespace(name=arm), seed=0, steps=steps, role="", waits_for=())
 
 
 def ladder_runs(folder: Path, n: int = 15) -> list[SimpleNamespace]:
