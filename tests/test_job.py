@@ -16,7 +16,7 @@ from zbpscale.jobs.executors.slurm_commands import parse_duration
 from zbpscale.jobs.executors.slurm_job import classify_interruption
 from zbpscale.lease import Holder
 from zbpscale.run.history import History, read_attempts, record
-from zbpscale.signals import BLOCKED_PYTHON
+from zbpscale.signals import BLOCKED_PYTHON, BLOCKED_TASK_PYTHON
 
 # A job's start-up: it says it runs, and waits for a line while the test signals it; only then does it install
 # the stop flag (as TrainJob and the local rank do after importing) and print what the flag holds.
@@ -194,3 +194,58 @@ def test_an_attempt_that_died_without_a_word_gets_its_end_from_the_job_s_next_st
         ("end", "completed", None)]
     assert "SLURM started the job again" in events[2]["reason"] and "node9" in events[2]["reason"]
     assert History(tuple(events)).requeue_counts() == (0, 0, 1)
+
+
+TASKS = '''
+import atexit, pathlib, sys
+
+def mark_at_exit(folder):
+    atexit.register(lambda: (pathlib.Path(folder) / "teardown-ran").write_text("yes"))
+
+def done(folder):
+    mark_at_exit(folder)
+    return "completed"
+
+def usage(folder):
+    mark_at_exit(folder)
+    raise SystemExit(2)
+
+def broken(folder):
+    mark_at_exit(folder)
+    raise ValueError("boom")
+'''
+
+
+@pytest.mark.parametrize("function, code, result", [("done", 0, "success"), ("usage", 2, None),
+                                                    ("broken", 1, "error")])
+def test_a_slurm_task_ends_with_submitit_s_status_and_without_the_interpreter_s_teardown(tmp_path, function, code,
+                                                                                        result):
+    """A SLURM job's task (`python -m zbpscale.entry slurm-task FOLDER`, what the job's srun line runs) unpickles
+    and calls the job as submitit does, pickles its result or error, and exits with submitit's status without the
+    interpreter's teardown (tearing torch's gloo threads down aborted rank 1 of a 2-node job after its last step:
+    SIGABRT, the job FAILED): an atexit hook of the job never runs; an exit status (the trainer's SystemExit)
+    and an error pass through."""
+    import pickle
+
+    from submitit.core.utils import DelayedSubmission, JobPaths
+
+    (tmp_path / "tasks.py").write_text(TASKS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import tasks
+        DelayedSubmission(getattr(tasks, function), str(tmp_path)).dump(
+            JobPaths(tmp_path, job_id="4242").submitted_pickle)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("tasks", None)
+    env = {**os.environ, **FAKE_SLURM_TASK, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([*BLOCKED_TASK_PYTHON, "-u", "-m", "submitit.core._submit", str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == code, out.stdout + out.stderr
+    assert not (tmp_path / "teardown-ran").exists()  # skipped: os._exit after submitit's last word
+    pickled = JobPaths(tmp_path, job_id="4242", task_id=0).result_pickle
+    if result is None:  # SystemExit is no Exception: submitit pickles nothing, the status says it
+        assert not pickled.exists()
+    else:
+        assert pickle.loads(pickled.read_bytes())[0] == result
+    assert ("ValueError: boom" in out.stderr) == (function == "broken")

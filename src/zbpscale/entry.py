@@ -13,6 +13,8 @@ release to release whatever moves behind them:
     python -m zbpscale.entry slurm-step-ended FOLDER CODE BEGAN
                                                          a SLURM job's batch script, after each job step: whether
                                                          to start the step again (exit 0) after a crash or hang
+    python -m zbpscale.entry slurm-task FOLDER           one task of a run's SLURM job: submitit's own entry,
+                                                         then an exit without the interpreter's teardown
 
 Each is thin: it imports its implementation when it is called, never at import, and holds plain data (strings,
 numbers, a dict), so that the state pickled by an older release loads into a newer class: an attribute added later
@@ -25,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-COMMANDS = {"local-rank": 1, "local-driver": 1, "slurm-step-ended": 3}
+COMMANDS = {"local-rank": 1, "local-driver": 1, "slurm-step-ended": 3, "slurm-task": 1}
 """Each command and how many arguments it takes."""
 
 
@@ -95,13 +97,15 @@ def _set_known(job, state: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m zbpscale.entry COMMAND PATH [CODE BEGAN]`: the local queue's processes and the SLURM batch script's
-    question (see the module docstring)."""
+    """`python -m zbpscale.entry COMMAND PATH [CODE BEGAN]`: the local queue's processes, a SLURM job's task and its
+    batch script's question (see the module docstring)."""
     if not argv or argv[0] not in COMMANDS or len(argv) != 1 + COMMANDS[argv[0]]:
         print("usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT, slurm-step-ended FOLDER "
-              "CODE BEGAN} (started by the local queue and by SLURM jobs)", file=sys.stderr)
+              "CODE BEGAN, slurm-task FOLDER} (started by the local queue and by SLURM jobs)", file=sys.stderr)
         return 2
     command, path = argv[:2]
+    if command == "slurm-task":
+        slurm_task(path)
     if command == "slurm-step-ended":
         from zbpscale.jobs.executors import slurm_job
 
@@ -111,6 +115,33 @@ def main(argv: list[str]) -> int:
     from zbpscale.jobs.executors.local_queue import driver
 
     return driver.main([path])
+
+
+def slurm_task(folder: str) -> NoReturn:
+    """One task of a SLURM job, as `python -m submitit.core._submit FOLDER` runs it (the callable unpickled, its
+    result or error pickled), then the process's exit with submitit's status without the interpreter's teardown:
+    by then every file is written and closed, and tearing torch down may abort a rank that did all its work
+    (gloo's threads at finalization: `terminate called without an active exception`, SIGABRT, seen on rank 1 of a
+    2-node job after its last step), which SLURM would record as the job FAILED."""
+    import logging
+    import os
+    import traceback
+
+    from submitit.core.submission import submitit_main
+
+    code = 0
+    sys.argv = ["submitit", folder]  # what submitit's argument parser reads
+    try:
+        submitit_main()
+    except SystemExit as stop:  # the trainer's exit statuses pass through submitit as SystemExit
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+    except BaseException:  # submitit has pickled the error; say it as the interpreter would, and fail
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def local_rank(run_dir: str) -> NoReturn:
