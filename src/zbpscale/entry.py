@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
         return 2
     command, path = argv[:2]
     if command == "slurm-task":
-        slurm_task(path)
+        submitit_task(path)
     if command == "slurm-step-ended":
         from zbpscale.jobs.executors import slurm_job
 
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     return driver.main([path])
 
 
-def slurm_task(folder: str) -> NoReturn:
+def submitit_task(folder: str) -> NoReturn:
     """One task of a SLURM job, as `python -m submitit.core._submit FOLDER` runs it (the callable unpickled, its
     result or error pickled), then the process's exit with submitit's status without the interpreter's teardown:
     by then every file is written and closed, and tearing torch down may abort a rank that did all its work

@@ -380,7 +380,7 @@ def submit_runs(runs: list[PlannedRun], actions: dict[PlannedRun, str], *, depen
     folder = array_logs(runs[0]) if array else RunFolder(run_dirs[0]).logs
     params.update(step_restarts(folder))
     # BLOCKED_TASK_PYTHON: a stop signal that comes during start-up waits for the job's handler instead of killing
-    # it, and a task that did its work ends without the interpreter's teardown (entry.slurm_task)
+    # it, and a task that did its work ends without the interpreter's teardown (entry.submitit_task)
     executor = _executor(folder, params, max_num_timeout=sweep.max_timeouts, python=signals.BLOCKED_TASK_PYTHON)
     with _sbatch(folder), executor.batch():
         jobs = [executor.submit(TrainJob(str(run_dir), max_timeouts=sweep.max_timeouts,
