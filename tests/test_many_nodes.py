@@ -121,17 +121,22 @@ def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cl
     assert losses(run) == losses(straight[0])
 
 
+def checkpointed_2_node_run(tmp_path: Path, name: str, data_dir: Path, env: dict, **sweep) -> tuple[Path, str]:
+    """A 2-node run of STEPS steps submitted and trained past its checkpoint of step 20: (its folder, its job)."""
+    submit(write_sweep(tmp_path, name, data_dir, steps=STEPS, nodes=2, ckpt_every=10, **sweep), env)
+    run = tmp_path / "jobs" / name / "nano-bp"
+    (job,) = job_ids(run)
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    return run, job
+
+
 def test_a_rank_killed_on_another_node_is_recorded_as_that_rank_and_the_run_goes_on_bitwise(
         two_node_cluster, straight, tmp_path, data_dir):
     """#59 item 5: kill -9 of rank 1 on node2. Rank 0 then fails in the all-reduce (gloo: connection reset by
     peer), but the attempt's end names the rank that died first, its node and its signal, as srun saw them; the
     attempt starts again as a new job step of the same allocation, and the run ends bitwise like the straight one."""
     _, env = two_node_cluster
-    sweep = write_sweep(tmp_path, "lost", data_dir, steps=STEPS, nodes=2, ckpt_every=10)
-    submit(sweep, env)
-    run = tmp_path / "jobs" / "lost" / "nano-bp"
-    (job,) = job_ids(run)
-    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    run, job = checkpointed_2_node_run(tmp_path, "lost", data_dir, env)
     subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
     assert final_state(env, job) == "COMPLETED"
     (why, reason), *_ = ends(run)
@@ -149,11 +154,7 @@ def test_a_node_lost_with_its_rank_is_recorded_as_a_node_failure_and_the_run_res
     accounting's NODE_FAIL when the job's next start writes it), not rank 0's error; once node2 is back the job runs
     again under its id and the run ends bitwise like the straight one."""
     folder, env = two_node_cluster
-    sweep = write_sweep(tmp_path, "nodefail", data_dir, steps=STEPS, nodes=2, ckpt_every=10)
-    submit(sweep, env)
-    run = tmp_path / "jobs" / "nodefail" / "nano-bp"
-    (job,) = job_ids(run)
-    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    run, job = checkpointed_2_node_run(tmp_path, "nodefail", data_dir, env)
     rank1 = rank_pid(run, 1)
     stepd = int(Path(f"/proc/{rank1}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its slurmstepd
     slurm_local.stop_daemon(folder, "slurmd-node2")

@@ -300,8 +300,8 @@ def test_a_tuning_sweep_on_slurm_as_arrays_then_its_final_runs(tmp_path, data_di
     # (a final run goes as soon as its own size and arm's grid has answered: by itself, or with others then ready)
     for (size, arm), choice in tuned.choices.items():
         final = next(r for r in runs if r.name == f"{size}-{arm}")
-        assert final.lr == choice.lr and not choice.edge or final.lr_from.endswith("at the " + choice.edge
-                                                                                   + " edge of the grid")
+        assert final.lr == choice.lr  # an edge's lr too, said in its lr_from
+        assert final.lr_from.endswith(f"at the {choice.edge} edge of the grid") == bool(choice.edge), final.lr_from
         start = min(a["time"] for a in read_attempts(final.run_dir) if a["event"] == "start")
         grid_ends = [a["time"] for r in runs if r.role == "tuning" and (r.size.name, r.arm.name) == (size, arm)
                      for a in read_attempts(r.run_dir) if a["event"] == "end"]

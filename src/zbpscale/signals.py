@@ -22,17 +22,12 @@ import sys
 SIGNALS = (signal.SIGUSR2, signal.SIGTERM)  # the schedulers' stop signals (held back during start-up)
 # `BLOCKED_PYTHON + ["-m", module, ...]` runs `python -m module ...` with SIGNALS blocked until install().
 # The wrapper starts without site (-S), so its own unprotected start-up is a few milliseconds.
-_EXEC_BLOCKED = ("import os, signal, sys; "
-                 "signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR2, signal.SIGTERM)); "
-                 "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
-BLOCKED_PYTHON = [sys.executable, "-S", "-c", _EXEC_BLOCKED]
+_BLOCK = "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR2, signal.SIGTERM)); "
+BLOCKED_PYTHON = [sys.executable, "-S", "-c", _BLOCK + "os.execv(sys.executable, [sys.executable] + sys.argv[1:])"]
 # A SLURM job's task: submitit appends `-u -m submitit.core._submit FOLDER`; the same signals held back, it runs as
 # `python -u -m zbpscale.entry slurm-task FOLDER` (submitit's entry, then an exit without the teardown).
-_EXEC_BLOCKED_TASK = ("import os, signal, sys; "
-                      "signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR2, signal.SIGTERM)); "
-                      "os.execv(sys.executable, [sys.executable, '-u', '-m', 'zbpscale.entry', 'slurm-task', "
-                      "sys.argv[-1]])")
-BLOCKED_TASK_PYTHON = [sys.executable, "-S", "-c", _EXEC_BLOCKED_TASK]
+BLOCKED_TASK_PYTHON = [sys.executable, "-S", "-c", _BLOCK + "os.execv(sys.executable, [sys.executable, '-u', '-m', "
+                       "'zbpscale.entry', 'slurm-task', sys.argv[-1]])"]
 _received = 0
 _previous: dict | None = None
 

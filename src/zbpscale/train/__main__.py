@@ -4,12 +4,7 @@ The process ends with the trainer's status without the interpreter's teardown, a
 trainer has closed and fsynced what it wrote, and tearing torch's gloo threads down at finalization can abort a
 rank of a distributed run that did all its work (SIGABRT, `terminate called without an active exception`)."""
 
-import os
-import sys
-
 from zbpscale.train.cli import main
+from zbpscale.train.exits import leave
 
-code = main()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(code)
+leave(main())

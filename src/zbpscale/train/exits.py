@@ -17,7 +17,8 @@ EXIT_REQUEUE = 75  # checkpointed on request (a signal): run me again to continu
 
 def leave(code: int) -> NoReturn:
     """End the process at once with `code`, skipping the interpreter's teardown: no atexit hook, finalizer or
-    library thread (a tracker's) gets to write once the process has lost its run folder (EXIT_LEASE_LOST)."""
+    library thread (a tracker's) gets to write once the process has lost its run folder (EXIT_LEASE_LOST); and a
+    process that has written and closed everything is not aborted by torch's teardown (gloo's threads)."""
     import os
     import sys
 

@@ -222,7 +222,7 @@ def earlier_ends(job_id: str) -> list[str]:
     if out is None or out.returncode != 0:
         return []
     states = [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
-    return [s for s in states if s not in ("PENDING", "RUNNING", "REQUEUED")] if states else []
+    return [s for s in states if s not in ("PENDING", "RUNNING", "REQUEUED")]
 
 
 def seconds_left(job_id: str) -> float | None:
