@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_tool, wait_until
+from zbpscale.jobs import tuning
+from zbpscale.jobs.sweep import load_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -29,14 +31,14 @@ count_calls = load_tool("count_slurm_calls")
 
 
 def array_sweep(folder: Path, name: str, data_dir: Path, *, steps: dict[str, int], arms=("bp", "zbp_n4"),
-                seeds=(0,), array_parallelism: int = 0, ckpt_every: int = 0) -> Path:
+                seeds=(0,), array_parallelism: int = 0, ckpt_every: int = 0, tune: str = "None") -> Path:
     """A sweep file of CPU runs: each size of `steps` (a preset: nano, tiny) with that many steps of 4 x 32 tokens,
-    x arms x seeds, polling the scheduler every 10 s (the least a sweep may ask)."""
+    x arms x seeds, polling the scheduler every 10 s (the least a sweep may ask); `tune`: its Tune(...), if any."""
     sizes = ", ".join(f"Size(name={s!r}, global_batch=4, seq_len=32, tokens=4 * 32 * {n}, lr=3e-3, resources=CPU)"
                       for s, n in steps.items())
     path = folder / f"{name}.py"
     path.write_text(textwrap.dedent(f"""\
-        from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+        from zbpscale.sweep import Data, Resources, Size, Sweep, Tune, arm
 
         CPU = Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)
         SWEEP = Sweep(
@@ -50,6 +52,7 @@ def array_sweep(folder: Path, name: str, data_dir: Path, *, steps: dict[str, int
             signal_delay_s=30,
             array_parallelism={array_parallelism},
             poll_s=10,
+            tune={tune},
         )
         """))
     return path
@@ -255,6 +258,17 @@ def status_rows(folder: Path, env: dict) -> dict[str, dict]:
     return {r["run"]: r for r in json.loads(out.stdout)[folder.name]}
 
 
+def quiet_and_limiting(env: dict) -> None:
+    """Skips where this SLURM does not enforce limits; waits for the jobs of earlier tests to leave the queue."""
+    config = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True).stdout
+    if "limits" not in next((ln for ln in config.splitlines() if ln.startswith("AccountingStorageEnforce")), ""):
+        pytest.skip("this SLURM does not enforce limits (start it with tools/slurm_local.py of this release)")
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-u", user], env=env, capture_output=True,
+                                          text=True).stdout.strip(),
+               "the jobs of earlier tests to leave the queue (they count against the limit)", timeout=300, every=0.3)
+
+
 def set_max_submit(env: dict, n: int) -> None:
     """MaxSubmitJobs of this user's association (-1: none), applied once the controller has it."""
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
@@ -275,14 +289,8 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
     submits 4 (a shorter array after the refused one), says in one line that 4 wait, records nothing of them and
     exits 0; `submit --wait` submits the rest as jobs end: every run submitted once, all complete."""
     folder, env = slurm_cluster
-    config = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True).stdout
-    if "limits" not in next((ln for ln in config.splitlines() if ln.startswith("AccountingStorageEnforce")), ""):
-        pytest.skip("this SLURM does not enforce limits (start it with tools/slurm_local.py of this release)")
     sweep = array_sweep(tmp_path, "capped", data_dir, steps={"nano": 6}, seeds=(0, 1, 2, 3))
-    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-    wait_until(lambda: not subprocess.run(["squeue", "-h", "-r", "-u", user], env=env, capture_output=True,
-                                          text=True).stdout.strip(),
-               "the jobs of earlier tests to leave the queue (they count against the limit)", timeout=300, every=0.3)
+    quiet_and_limiting(env)
     set_max_submit(env, 4)
     try:
         first = submit(sweep, env)
@@ -301,6 +309,40 @@ def test_a_sweep_over_a_submit_limit_submits_what_fits_then_the_rest_as_jobs_end
     for run in runs:
         assert len(job_ids(run)) == 1 and RunFolder(run).complete.exists(), run.name
         assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_tuning_runs_held_by_a_submit_limit_go_as_jobs_end_then_the_final_runs(tmp_path, slurm_cluster, data_dir):
+    """#53 under MaxSubmitJobs=2: a grid of 3 lrs (bp at nano) and 2 final runs (seeds 0, 1) waiting for it. A plain
+    submit sends the grid as an array of 3, refused, then of 1 (half), holds the other 2 in one line and says the
+    final runs wait for tuning; `submit --wait` sends those 2 as jobs end, then the final runs at the grid's best lr:
+    every run submitted once, complete."""
+    folder, env = slurm_cluster
+    sweep = array_sweep(tmp_path, "tuned_capped", data_dir, steps={"nano": 6}, arms=("bp",), seeds=(0, 1),
+                        tune="Tune(sizes=('nano',), grid=(0.5, 1.0, 2.0), extend=0)")
+    quiet_and_limiting(env)
+    set_max_submit(env, 2)
+    try:
+        first = submit(sweep, env)
+        held = [ln for ln in first.stdout.splitlines() if "held by a submit limit" in ln]
+        assert len(held) == 1 and held[0].startswith("2 runs not submitted"), first.stdout
+        assert first.stdout.count("wait (tuning)") == 2, first.stdout
+        root = tmp_path / "jobs" / "tuned_capped"
+        grid = sorted(p for p in root.iterdir() if "-lr" in p.name)
+        assert [p.name for p in grid] == ["nano-bp-lr1.5e-3", "nano-bp-lr3e-3", "nano-bp-lr6e-3"]
+        assert sum(bool(job_ids(r)) for r in grid) == 1
+        waited = submit(sweep, env, "--wait", timeout=900)
+        assert "all 5 runs complete" in waited.stdout, waited.stdout + waited.stderr
+    finally:
+        set_max_submit(env, -1)
+    runs, tuned = tuning.planned(load_sweep(sweep))
+    assert len(runs) == 5
+    for run in runs:
+        assert len(job_ids(run.run_dir)) == 1 and RunFolder(run.run_dir).complete.exists(), run.name
+    losses = {r.lr: tuning.final_loss(r) for r in runs if r.role == "tuning"}
+    best = min(losses, key=lambda lr: (losses[lr], lr))
+    assert [r.lr for r in runs if r.role == "final"] == [best, best] and tuned.choices["nano", "bp"].lr == best
 
 
 def test_the_ladder_is_one_sbatch_per_size_and_one_per_run_without_arrays(tmp_path):

@@ -188,6 +188,17 @@ def test_planned_waits_chooses_grows_at_an_edge_and_transfers_by_the_law(tmp_pat
     assert not any(r.name == "nano-zbp_n4-lr5e-4" for r in runs)
 
 
+def test_a_sweep_that_tunes_its_one_size_chooses_without_a_law(tmp_path):
+    """Every size tuned, one of them: the choice is the grid's best and no lr law is fitted (it needs two sizes)."""
+    sweep = load_sweep(write(tmp_path, sizes=("nano",), rungs=("nano",)))
+    table = {"nano-bp-lr2e-3": 3.5, "nano-bp-lr4e-3": 3.4, "nano-bp-lr8e-3": 3.45,
+             "nano-zbp_n4-lr2e-3": 3.6, "nano-zbp_n4-lr4e-3": 3.7, "nano-zbp_n4-lr8e-3": 3.8}
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    finals = {r.name: r.lr for r in runs if r.role == "final"}
+    assert finals == {"nano-bp": 4e-3, "nano-zbp_n4": None} and tuned.laws == {}
+    assert next(r for r in runs if r.name == "nano-zbp_n4").waits_for == ("nano-zbp_n4-lr1e-3",)  # grown at its edge
+
+
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):

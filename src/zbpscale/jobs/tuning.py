@@ -170,7 +170,7 @@ def planned(sweep: Sweep, losses=final_loss) -> tuple[list[PlannedRun], Tuned]:
     for arm in sweep.arms:
         tuned = [(s.params_non_embedding, choices[s.name, arm.name].lr) for s in sweep.sizes
                  if s.name in tune.sizes and (s.name, arm.name) in choices]
-        if len(tuned) == len(tune.sizes):
+        if len(tuned) == len(tune.sizes) and len({n for n, _ in tuned}) >= 2:  # a sweep tuning one size has none
             laws[arm.name] = fit_lr_law(*zip(*tuned))
     centers = {}
     for size in (s for s in sweep.sizes if s.name in tune.check):
