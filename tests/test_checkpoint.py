@@ -105,3 +105,71 @@ def test_a_full_disk_leaves_no_temp_file_and_the_previous_checkpoint_intact(tmp_
     assert not tmp.exists() and not tmp.is_symlink()
     assert [s for s, _ in RunFolder(tmp_path).list_checkpoints()] == [1]
     assert checkpoint.load_latest(tmp_path)["step"] == 1
+
+
+def _paused_writes(monkeypatch):
+    """Background writes wait on the returned Event before they begin (the test decides when they land)."""
+    import threading
+
+    go, save = threading.Event(), checkpoint.save
+
+    def held(*args, **kw):
+        if threading.current_thread().name == "zbpscale-checkpoint":
+            assert go.wait(60), "the test never let the write go"
+        return save(*args, **kw)
+
+    monkeypatch.setattr(checkpoint, "save", held)
+    return go
+
+
+def test_a_background_checkpoint_is_byte_for_byte_the_synchronous_one_of_its_step(tmp_path, monkeypatch):
+    """#54, the trap of pytorch #144657 (an async save that did not copy CPU tensors wrote the next update's
+    values): the state of step 1 (model, AdamW moments, a view sharing a parameter's storage, the RNG states) is
+    saved synchronously into one folder and in the background into another, whose write is held back while three
+    more AdamW steps change every tensor in place and the RNG draws on; once let go, its file equals the synchronous
+    one byte for byte. Without the host copy, or with the RNG states read in the writer, it would not."""
+    cfg = TrainConfig(model=SMALL, data_dir="x", steps=1, device="cpu")
+    model = Transformer(SMALL)
+    optimizer = build_optimizer(model, cfg)
+
+    def step():
+        model(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)))[1].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    checkpoint.seed_rngs(3)
+    step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "numerics": {"threads": 1},
+             "view": model.lm_head.weight.detach()[:2]}  # shares the head's storage: written once, as sync does
+    go = _paused_writes(monkeypatch)
+    writer = checkpoint.Background(tmp_path / "async", keep=2)
+    assert writer.start(1, state) is None and writer.in_flight
+    checkpoint.save(tmp_path / "sync", 1, state, keep=2)  # the same RNG states: nothing drew between
+    for _ in range(3):
+        step()
+    go.set()
+    landed = writer.wait()
+    assert landed.step == 1 and landed.error is None and landed.landed_s > 0 and not writer.in_flight
+    ((_, sync),), ((_, background),) = (RunFolder(tmp_path / d).list_checkpoints() for d in ("sync", "async"))
+    assert sync.read_bytes() == background.read_bytes()
+    again = checkpoint.Background(tmp_path / "later", keep=2)  # control: today's state is another file
+    again.start(1, {**state, "model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    again.wait()
+    assert RunFolder(tmp_path / "later").checkpoint(1).read_bytes() != sync.read_bytes()
+
+
+def test_a_background_writer_reuses_its_host_memory_and_writes_one_at_a_time(tmp_path, monkeypatch):
+    """The host copy of the same state lands in the same buffers at the next save; a second save waits for the
+    write in flight (returned to the caller) before it copies."""
+    model = Transformer(SMALL)
+    go = _paused_writes(monkeypatch)
+    writer = checkpoint.Background(tmp_path, keep=3)
+    keys = [(t.untyped_storage()._cdata, t.untyped_storage().nbytes()) for t in model.state_dict().values()]
+    writer.start(1, {"model": model.state_dict()})
+    first = [id(writer.copy._kept[key]) for key in keys]
+    assert writer.poll() is None  # held back: still in flight
+    go.set()
+    before = writer.start(2, {"model": model.state_dict()})
+    assert before.step == 1 and before.error is None
+    assert [id(writer.copy._kept[key]) for key in keys] == first
+    assert writer.wait().step == 2 and [s for s, _ in RunFolder(tmp_path).list_checkpoints()] == [1, 2]

@@ -271,6 +271,108 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     assert resume["dropped"] >= 2
 
 
+HELD_WRITE_SITE = """\
+import os
+if os.environ.get("ZBPSCALE_TEST_HOLD_WRITE"):  # tests/test_train.py: a background checkpoint write held at a point
+    import threading, time
+    from pathlib import Path
+    from zbpscale.train import checkpoint
+    _point, _name, _flag, _hold_s = os.environ["ZBPSCALE_TEST_HOLD_WRITE"].split("|")
+    _write = checkpoint.atomic_write
+
+    def _hold():
+        Path(_flag).write_text(_point)
+        time.sleep(float(_hold_s))
+
+    class _Half:  # the file, held once a MiB of it is on disk
+        def __init__(self, fh):
+            self.fh, self.n = fh, 0
+        def write(self, data):
+            out = self.fh.write(data)
+            self.n += len(data)
+            if self.n >= 1 << 20:
+                self.fh.flush()
+                os.fsync(self.fh.fileno())
+                _hold()
+            return out
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    def _held(path, data, *, before_rename=None):
+        if threading.current_thread().name == "zbpscale-checkpoint" and path.name == _name:
+            if _point == "start":
+                _hold()
+            elif _point == "mid-file":
+                data = (lambda write: lambda fh: write(_Half(fh)))(data)
+            else:
+                _rename_check = before_rename
+                before_rename = lambda: (_rename_check(), _hold())
+        return _write(path, data, before_rename=before_rename)
+
+    checkpoint.atomic_write = _held
+"""
+
+
+def held_write_env(site: Path, point: str, step: int, flag: Path, hold_s: float) -> dict:
+    """The environment of a trainer whose background write of `step` is held `hold_s` at `point` (start, mid-file,
+    marker), `flag` written when it is."""
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HELD_WRITE_SITE)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+            "ZBPSCALE_TEST_HOLD_WRITE": f"{point}|{RunFolder(Path('.')).checkpoint(step).name}|{flag}|{hold_s}"}
+
+
+@pytest.mark.parametrize("point", ["start", "mid-file", "marker"])
+def test_a_kill_during_a_background_write_resumes_from_the_checkpoint_before(tmp_path, data_dir, straight_run,
+                                                                              point):
+    """#54: kill -9 while the checkpoint of step 8 is written in the background (held before its first byte, with a
+    MiB of it on disk, or whole on disk before its rename, the completion marker): the checkpoint of step 4 is the
+    newest whole one, resume takes it, and the run ends bitwise equal to a straight run (losses, final weights);
+    the dead writer's temp file is removed by the next save."""
+    cfg = small_cfg(data_dir, steps=16, ckpt_every=4)
+    run = write_config(tmp_path / "killed", cfg)
+    flag = tmp_path / "held"
+    proc = launch(run, extra=held_write_env(tmp_path / "site", point, 8, flag, 3600))
+    wait_until(flag.exists, f"the write of step 8 held at {point}", 240, proc=proc, every=0.05)
+    proc.kill()
+    proc.wait()
+    folder = RunFolder(run)
+    assert [s for s, _ in folder.list_checkpoints()] == [4]
+    temps = list(folder.checkpoints.glob(".ckpt_00000008.pt.tmp-*"))
+    assert [t.stat().st_size >= 1 << 20 for t in temps] == ([] if point == "start" else [True])
+    finished(launch(run))
+    reference = straight_run(run)
+    assert train_losses(run) == train_losses(reference)
+    ref, got = final_state(reference), final_state(run)
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
+    assert resume["from_step"] == 4
+    assert not list(folder.checkpoints.glob(".*.tmp-*"))
+
+
+def test_a_stop_signal_waits_for_the_write_in_flight_before_it_says_checkpointed(tmp_path, data_dir, straight_run):
+    """#54: SIGUSR2 while the background write of step 4 is held for 3 s: the trainer waits for it to land, writes
+    the checkpoint of the step it stopped at, then exits "checkpointed"; both checkpoints are whole, the held one's
+    row says so, and the resumed run is bitwise a straight run."""
+    cfg = small_cfg(data_dir, steps=24, ckpt_every=4)  # the save of step 8 waits for the held one: time to stop
+    run = write_config(tmp_path / "stopped", cfg)
+    flag = tmp_path / "held"
+    proc = launch(run, extra=held_write_env(tmp_path / "site", "start", 4, flag, 3))
+    wait_until(flag.exists, "the write of step 4 held", 240, proc=proc, every=0.05)
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_REQUEUE, out
+    stopped = len(train_losses(run))
+    saved = [s for s, _ in RunFolder(run).list_checkpoints()]
+    assert saved[-1] == stopped and 4 in saved and checkpoint.load_latest(run)["step"] == stopped
+    end = [r for r in read_records(run) if r["kind"] == "end"][-1]
+    rows = {row["step"]: row for row in end["ckpt_saves"]}
+    assert end["why"] == "checkpointed" and rows[4]["landed_s"] >= 3 and "error" not in rows[4]
+    finished(launch(run))
+    reference = straight_run(run)
+    assert train_losses(run) == train_losses(reference)
+
+
 def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir):
     """#33 item 1: killed (-9) at step >= 5 with no checkpoint yet, then run again: the records of the dead
     attempt are dropped by the next one (said in a `resume` record from step 0), so every step appears once and
@@ -322,15 +424,15 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     assert decided.state == "stopped" and "Ctrl-C twice" in decided.reason, decided
 
 
-def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_dir, monkeypatch):
-    """#33 item 5: a directly-run trainer whose checkpoint hits a full disk (its temp file is a link to /dev/full,
-    whose writes fail with ENOSPC) writes that cause as its end record, and status gives it as the reason (it
-    said "gone without an end record")."""
+def test_a_full_disk_at_the_final_checkpoint_is_the_reason_status_gives(tmp_path, data_dir, monkeypatch):
+    """#33 item 5: a directly-run trainer whose last checkpoint hits a full disk (its temp file is a link to
+    /dev/full, whose writes fail with ENOSPC) writes that cause as its end record, and status gives it as the reason
+    (it said "gone without an end record")."""
     from zbpscale import files
     from zbpscale.jobs.state import decide
     from zbpscale.run.snapshot import Snapshot
 
-    cfg = small_cfg(data_dir, steps=6, ckpt_every=3)
+    cfg = small_cfg(data_dir, steps=6, ckpt_every=0)
     run = write_config(tmp_path / "run", cfg)
     full, temp_path = tmp_path / "to-dev-full", files.temp_path
     full.symlink_to("/dev/full")
@@ -338,9 +440,41 @@ def test_a_full_disk_at_a_checkpoint_is_the_reason_status_gives(tmp_path, data_d
     with pytest.raises(checkpoint.CheckpointError, match="no space left on device"):
         train(cfg, run)
     (end,) = [r for r in read_records(run) if r["kind"] == "end"]
-    assert end["why"] == "failed" and end["step"] == 2 and "no space left on device" in end["reason"]
+    assert end["why"] == "failed" and end["step"] == 5 and "no space left on device" in end["reason"]
     decided = decide(Snapshot(run))
     assert decided.state == "failed" and decided.reason.startswith("CheckpointError: no space left on device at")
+
+
+def test_a_disk_that_fills_during_a_background_write_is_one_line_and_training_goes_on(tmp_path, data_dir,
+                                                                                     monkeypatch, capsys):
+    """#54: the periodic checkpoint of step 4 is written in the background onto a full disk (its temp file a link
+    to /dev/full): one warning line, the checkpoint of step 2 intact, the run trains to its end as a straight run
+    does (same losses, same final state), and its end record gives that save's error."""
+    from zbpscale import files
+
+    cfg = small_cfg(data_dir, steps=6, ckpt_every=2)
+    reference = write_config(tmp_path / "reference", cfg)
+    train(cfg, reference)
+    run = write_config(tmp_path / "run", cfg)
+    full, temp_path = tmp_path / "to-dev-full", files.temp_path
+    full.symlink_to("/dev/full")
+    monkeypatch.setattr(files, "temp_path", lambda path: full if path.name == "ckpt_00000004.pt" else temp_path(path))
+    capsys.readouterr()
+    assert train(cfg, run) == "completed"
+    out = capsys.readouterr().out
+    warned = [line for line in out.splitlines() if "ckpt_00000004" in line or "step 4" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: no space left on device at") \
+        and "the checkpoint of step 4 was not written" in warned[0] and "training goes on" in warned[0], out
+    assert [s for s, _ in RunFolder(run).list_checkpoints()] == [2, 6]  # 2 was kept: the newest whole one then
+    assert torch.load(RunFolder(run).checkpoint(2), map_location="cpu", weights_only=True)["step"] == 2
+    assert train_losses(run) == train_losses(reference)
+    ref, got = final_state(reference), final_state(run)
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    (end,) = [r for r in read_records(run) if r["kind"] == "end"]
+    rows = {row["step"]: row for row in end["ckpt_saves"]}
+    assert end["why"] == "completed" and sorted(rows) == [2, 4, 6] and end["ckpts"] == 3
+    assert rows[4]["error"].startswith("CheckpointError: no space left on device") and "error" not in rows[2]
+    assert all(rows[s]["landed_s"] > 0 and rows[s]["blocked_s"] > 0 for s in (2, 4)) and "landed_s" not in rows[6]
 
 
 def test_garbled_config_json_is_one_line_naming_the_file(tmp_path, data_dir):

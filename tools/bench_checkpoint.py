@@ -1,23 +1,26 @@
-"""Checkpoint stall (#42 item 5): how long a checkpoint save blocks the trainer, as a part of a checkpoint interval.
+"""Checkpoint stall (#42 item 5, #54 item 1): how long a checkpoint save blocks the trainer, synchronous and in the
+background side by side, as a part of a checkpoint interval.
 
-Two measurements, both through the trainer's own save (checkpoint.save: torch.save to a temp file, fsync, rename,
-prune; every rank waits for rank 0):
+A synchronous save (checkpoint.save: torch.save to a temp file, fsync, rename, prune) blocks the trainer for the
+whole write; a background one (checkpoint.Background, the trainer's periodic saves since #54) only while it copies
+the state into host memory it keeps, then a thread writes it. Measured:
 
   nano, trained  a real CPU run of the nano preset (train(), batch 4 x 32 tokens as the job-layer sweeps train it)
-                 checkpointing every `--every` steps (32: sweeps/mini_ladder.py's ckpt_every, the CPU sweeps' interval):
-                 the trainer's own count of its blocked time (its end record's ckpt_s / ckpts) against that interval
-                 in its own median step time
-  a large preset the largest preset whose checkpoint (weights and AdamW's two moments: 12 bytes a parameter) fits in
-                 half of this machine's available memory (a machine shared with other work; `--sizes` to choose),
-                 saved `--repeat` times; its optimizer state is filled without a step (a step of s350 on 2 cores
-                 takes minutes and changes nothing of what is written). Against the paper's ladder interval:
-                 sweeps/ladder.py checkpoints every 1000 steps or 1800 s, whichever comes first, and its step time
-                 is the plan's (Sweep.estimated_hours at the sweep's assumed MFU on H200s / steps). The disk is this
-                 machine's, not a cluster's: bytes and MB/s are printed to rescale it, and s1b is extrapolated from
-                 them when it is not measured.
+                 checkpointing every `--every` steps (32: sweeps/mini_ladder.py's ckpt_every): the trainer's own
+                 rows of its saves (its end record's ckpt_saves: blocked, time to landed, the slowdown of the steps
+                 that overlapped the write) against that interval in its own median step time
+  a large preset the largest preset whose checkpoint (weights and AdamW's two moments: 12 bytes a parameter) fits
+                 twice (the state and its host copy) in half of this machine's available memory (`--sizes` to
+                 choose), saved `--repeat` times each way, the two ways alternating; its optimizer state is filled
+                 without a step (a step of s350 on 2 cores takes minutes and changes nothing of what is written).
+                 The background save's first copy also allocates its host memory (said apart: `first`). Against the
+                 paper's ladder interval: sweeps/ladder.py checkpoints every 1000 steps or 1800 s, whichever comes
+                 first, at the plan's step time (Sweep.estimated_hours at its assumed MFU on H200s / steps). The disk
+                 and memory are this machine's: bytes, MB/s and GB/s are printed to rescale them, and s1b is
+                 extrapolated from them when it is not measured.
 
     python tools/bench_checkpoint.py                 # nano trained, and the largest preset that fits
-    python tools/bench_checkpoint.py --sizes s124 --repeat 5
+    python tools/bench_checkpoint.py --sizes s124 --repeat 5 --json
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def largest_fitting() -> str:
     from zbpscale.train.schema import SIZES, n_params
 
     room = available_bytes() / 2
-    fits = [s for s, m in SIZES.items() if BYTES_PER_PARAM * n_params(m) * 1.3 < room]
+    fits = [s for s, m in SIZES.items() if 2 * BYTES_PER_PARAM * n_params(m) * 1.3 < room]  # the state and its copy
     return fits[-1]
 
 
@@ -78,14 +81,20 @@ def nano_trained(folder: Path, steps: int, every: int) -> dict:
     records = read_records(run)
     end = next(r for r in records if r["kind"] == "end")
     step_s = statistics.median(r["step_time"] for r in records if r["kind"] == "train")
-    per_save = end["ckpt_s"] / end["ckpts"]
+    rows = [row for row in end["ckpt_saves"] if "landed_s" in row]  # the periodic saves (the final one waits)
+    blocked = statistics.median(row["blocked_s"] for row in rows)
+    slowdowns = [row["slowdown"] for row in rows if "slowdown" in row]
     nbytes = RunFolder(run).list_checkpoints()[-1][1].stat().st_size
-    return {"size": "nano", "saves": end["ckpts"], "blocked_s": per_save, "bytes": nbytes, "step_s": step_s,
-            "interval": f"{every} steps", "interval_s": every * step_s, "fraction": per_save / (every * step_s)}
+    return {"size": "nano", "way": "background (trainer)", "saves": len(rows), "blocked_s": blocked,
+            "landed_s": statistics.median(row["landed_s"] for row in rows), "bytes": nbytes, "step_s": step_s,
+            "overlap_steps": statistics.median(row["overlap_steps"] for row in rows),
+            "slowdown": statistics.median(slowdowns) if slowdowns else None,
+            "interval": f"{every} steps", "interval_s": every * step_s, "fraction": blocked / (every * step_s)}
 
 
-def saved_directly(folder: Path, size: str, repeat: int) -> dict:
-    """Blocked seconds of checkpoint.save for `size`'s model and a filled AdamW state, the median of `repeat`."""
+def saved_directly(folder: Path, size: str, repeat: int) -> list[dict]:
+    """Blocked seconds of a synchronous save and of a background one for `size`'s model and a filled AdamW state,
+    `repeat` of each, alternating: a row for each way (medians; the background's first save apart)."""
     import torch
 
     from zbpscale.run.folder import RunFolder
@@ -99,33 +108,51 @@ def saved_directly(folder: Path, size: str, repeat: int) -> dict:
         for p in group["params"]:
             optimizer.state[p] = {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p),
                                   "exp_avg_sq": torch.zeros_like(p)}
-    run = folder / size
-    times = []
+
+    def payload() -> dict:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "numerics": {}}
+
+    writer = checkpoint.Background(folder / f"{size}-background", keep=1)
+    sync, blocked, landed = [], [], []
     for step in range(1, repeat + 1):
         t0 = time.perf_counter()
-        checkpoint.save(run, step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "numerics": {}},
-                        keep=1)
-        times.append(time.perf_counter() - t0)
-    nbytes = RunFolder(run).list_checkpoints()[-1][1].stat().st_size
-    row = {"size": size, "saves": repeat, "blocked_s": statistics.median(times), "bytes": nbytes,
-           "mb_per_s": nbytes / statistics.median(times) / 1e6}
+        checkpoint.save(folder / f"{size}-sync", step, payload(), keep=1)
+        sync.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        writer.start(step, payload())
+        blocked.append(time.perf_counter() - t0)
+        done = writer.wait()
+        assert done.error is None, done.error
+        landed.append(done.landed_s)
+    nbytes = RunFolder(folder / f"{size}-sync").list_checkpoints()[-1][1].stat().st_size
+    later = blocked[1:] or blocked
     ladder = ladder_interval(size)
-    if ladder:
-        row.update(step_s=ladder[0], interval="ladder: 1000 steps or 1800 s", interval_s=ladder[1],
-                   fraction=row["blocked_s"] / ladder[1])
-    return row
+    interval = dict(step_s=ladder[0], interval="ladder: 1000 steps or 1800 s", interval_s=ladder[1]) if ladder else {}
+    rows = [{"size": size, "way": "synchronous", "saves": repeat, "blocked_s": statistics.median(sync),
+             "bytes": nbytes, "mb_per_s": nbytes / statistics.median(sync) / 1e6, **interval},
+            {"size": size, "way": "background", "saves": repeat, "blocked_s": statistics.median(later),
+             "first_blocked_s": blocked[0], "landed_s": statistics.median(landed), "bytes": nbytes,
+             "copy_gb_per_s": nbytes / statistics.median(later) / 1e9, **interval}]
+    for row in rows:
+        if ladder:
+            row["fraction"] = row["blocked_s"] / ladder[1]
+    return rows
 
 
-def extrapolated(measured: dict, size: str) -> dict:
-    """`size`'s save at the measured throughput (bytes in proportion to parameters)."""
+def extrapolated(measured: list[dict], size: str) -> list[dict]:
+    """`size`'s saves, both ways, at the measured throughputs (bytes in proportion to parameters)."""
     from zbpscale.train.schema import model_config, n_params
 
-    nbytes = measured["bytes"] * n_params(model_config(size)) / n_params(model_config(measured["size"]))
-    blocked = nbytes / (measured["mb_per_s"] * 1e6)
+    sync, background = measured
+    nbytes = sync["bytes"] * n_params(model_config(size)) / n_params(model_config(sync["size"]))
     step_s, interval_s = ladder_interval(size)
-    return {"size": f"{size} (extrapolated)", "saves": 0, "blocked_s": blocked, "bytes": int(nbytes),
-            "mb_per_s": measured["mb_per_s"], "step_s": step_s, "interval": "ladder: 1000 steps or 1800 s",
-            "interval_s": interval_s, "fraction": blocked / interval_s}
+    common = {"size": f"{size} (extrapolated)", "saves": 0, "bytes": int(nbytes), "step_s": step_s,
+              "interval": "ladder: 1000 steps or 1800 s", "interval_s": interval_s}
+    return [{**common, "way": "synchronous", "blocked_s": nbytes / (sync["mb_per_s"] * 1e6),
+             "mb_per_s": sync["mb_per_s"], "fraction": nbytes / (sync["mb_per_s"] * 1e6) / interval_s},
+            {**common, "way": "background", "blocked_s": nbytes / (background["copy_gb_per_s"] * 1e9),
+             "copy_gb_per_s": background["copy_gb_per_s"],
+             "fraction": nbytes / (background["copy_gb_per_s"] * 1e9) / interval_s}]
 
 
 def main(argv=None) -> int:
@@ -143,19 +170,27 @@ def main(argv=None) -> int:
                         str(folder / "data"), "--offline"], check=True, capture_output=True)
         rows.append(nano_trained(folder, args.steps, args.every))
         for size in (args.sizes.split(",") if args.sizes else [largest_fitting()]):
-            rows.append(saved_directly(folder, size, args.repeat))
-    if not any(r["size"] == "s1b" for r in rows) and "mb_per_s" in rows[-1]:
-        rows.append(extrapolated(rows[-1], "s1b"))
+            rows += saved_directly(folder, size, args.repeat)
+    if not any(r["size"] == "s1b" for r in rows) and len(rows) >= 3:
+        rows += extrapolated(rows[-2:], "s1b")
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'size':<18} {'saves':>5} {'blocked':>9} {'GB':>6} {'MB/s':>6} {'step':>8} {'interval':>9} {'stall':>7}"
-          "  interval of")
+    print(f"{'size':<18} {'way':<20} {'saves':>5} {'blocked':>9} {'landed':>8} {'GB':>6} {'rate':>10} {'step':>8} "
+          f"{'interval':>9} {'stall':>7}  interval of")
     for r in rows:
-        mb = f"{r['mb_per_s']:.0f}" if "mb_per_s" in r else ""
-        print(f"{r['size']:<18} {r['saves']:>5} {r['blocked_s']:>8.3f}s {r['bytes'] / 1e9:>6.2f} {mb:>6} "
-              f"{r.get('step_s', 0):>7.3f}s {r.get('interval_s', 0):>8.0f}s {100 * r.get('fraction', 0):>6.2f}%"
-              f"  {r.get('interval', '')}")
+        rate = f"{r['mb_per_s']:.0f} MB/s" if "mb_per_s" in r else \
+            f"{r['copy_gb_per_s']:.1f} GB/s" if "copy_gb_per_s" in r else ""
+        landed = f"{r['landed_s']:.3f}s" if "landed_s" in r else ""
+        print(f"{r['size']:<18} {r['way']:<20} {r['saves']:>5} {r['blocked_s']:>8.3f}s {landed:>8} "
+              f"{r['bytes'] / 1e9:>6.2f} {rate:>10} {r.get('step_s', 0):>7.3f}s {r.get('interval_s', 0):>8.0f}s "
+              f"{100 * r.get('fraction', 0):>6.2f}%  {r.get('interval', '')}")
+    for r in rows:
+        extra = [f"first save {r['first_blocked_s']:.3f}s (allocates the host copy)" if "first_blocked_s" in r else "",
+                 f"{r['overlap_steps']:.0f} steps overlapped each write, {r['slowdown']:.2f}x their usual time"
+                 if r.get("slowdown") else ""]
+        if any(extra):
+            print(f"  {r['size']} {r['way']}: " + "; ".join(e for e in extra if e))
     return 0
 
 

@@ -44,6 +44,7 @@ SETUP_S = 600.0  # no phase of a trainer's set-up (restoring a checkpoint, compi
 LEASE_SLACK_S = 120.0  # renewal period, the watchdog's own period and last words (scontrol requeue), clock skew
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 CANCEL_LOOK_S = 1.0  # rank 0 looks for the run folder's CANCEL stamp at most this often
+SAVES_KEPT = 100  # the heartbeat's and end record's rows of the attempt's latest saves (metrics.SaveRow)
 
 
 class TrainingDiverged(ZbpError):
@@ -204,15 +205,55 @@ class _Run:
     lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes and asked before each write
     saves: dict = field(default_factory=dict)  # this attempt's checkpoint saves (metrics.CheckpointTally)
     cancel_looked: float = 0.0  # when rank 0 last looked for the run folder's CANCEL stamp (monotonic)
+    writer: checkpoint.Background | None = None  # rank 0: the periodic saves, written in the background
+    writing: dict | None = None  # the save in flight: its metrics.SaveRow so far, and the steps that overlap it
+    quiet: list = field(default_factory=list)  # the latest step times with no write in flight (a slowdown's base)
 
     def guard(self) -> None:
         """Raise LeaseLost if the run folder is no longer this trainer's (`_renew`): asked before every write."""
         _renew(self.lock, self.run_dir)
 
-    def saved(self, step: int, blocked_s: float) -> None:
-        """Count a checkpoint save of `step` that blocked the trainer for `blocked_s` seconds."""
-        self.saves = {"step": step, "time": time.time(), "s": self.saves.get("s", 0.0) + blocked_s,
+    def saved(self, step: int, blocked_s: float, *, background: bool = False) -> None:
+        """Count a checkpoint save of `step` that blocked the trainer for `blocked_s` seconds (a background one is
+        followed as it is written: `landed`)."""
+        self.saves = {**self.saves, "step": step, "time": time.time(), "s": self.saves.get("s", 0.0) + blocked_s,
                       "n": self.saves.get("n", 0) + 1}
+        row = {"step": step, "blocked_s": round(blocked_s, 6)}
+        if background:
+            self.writing = {"row": row, "overlap": [], "quiet": statistics.median(self.quiet) if self.quiet else None}
+        else:
+            self._add(row)
+
+    def stepped(self, step_time: float) -> None:
+        """A step's time, for the slowdown of the steps a background write overlaps."""
+        if self.writing is not None:
+            self.writing["overlap"].append(step_time)
+        else:
+            self.quiet = (self.quiet + [step_time])[-20:]
+
+    def landed(self, landed: checkpoint.Landed | None) -> None:
+        """A background write ended: its row gets the time to landed and the overlapping steps' slowdown; a write
+        that failed for a full disk is one line and training goes on (the older checkpoints are intact, the next
+        save tries again); any other failure (the lease lost meanwhile) ends the attempt as it would have."""
+        if landed is None or self.writing is None:
+            return
+        writing, self.writing = self.writing, None
+        row, overlap = writing["row"], writing["overlap"]
+        row.update(landed_s=round(landed.landed_s, 6), overlap_steps=len(overlap))
+        if overlap and writing["quiet"]:
+            row["slowdown"] = round(statistics.median(overlap) / writing["quiet"], 4)
+        if landed.error is not None:
+            row["error"] = f"{type(landed.error).__name__}: {landed.error}"
+            self._add(row)
+            if not isinstance(landed.error, checkpoint.CheckpointError):
+                raise landed.error
+            print(f"warning: {landed.error}; training goes on, the next checkpoint tries again", flush=True)
+            return
+        self._add(row)
+        self.log.checkpointed()
+
+    def _add(self, row: dict) -> None:
+        self.saves["each"] = (self.saves.get("each", []) + [row])[-SAVES_KEPT:]
 
     def cancel_stamped(self) -> bool:
         """Whether `zbpscale cancel` has left its stamp in the run folder: a stop request that needs no scheduler
@@ -225,7 +266,8 @@ class _Run:
 
     def end_fields(self) -> dict:
         """What an end record says of the attempt's checkpoint saves (goodput's accounting, run/goodput.py)."""
-        return {"ckpt_s": round(self.saves.get("s", 0.0), 6), "ckpts": self.saves.get("n", 0)}
+        each = {"ckpt_saves": self.saves["each"]} if self.saves.get("each") else {}
+        return {"ckpt_s": round(self.saves.get("s", 0.0), 6), "ckpts": self.saves.get("n", 0), **each}
 
     def beat(self, done: int, *, force: bool = False) -> None:
         """Rewrite the heartbeat (rank 0, at most every few seconds unless forced): the step, the estimator's
@@ -266,14 +308,26 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         _last_word(r, r.done - 1, "interrupted", "Ctrl-C twice: stopped without a checkpoint")
         raise
     except TrainingDiverged:  # its end record is written where it is found
+        _let_land(r)
         raise
     except RunFolderBusy:  # LeaseLost: another trainer has the folder now (_renew): nothing more is written into it
         raise
     except ZbpError as err:  # e.g. a full disk at a checkpoint: the cause, for status, before the one-line error
+        _let_land(r)
         _last_word(r, r.done - 1, "failed", f"{type(err).__name__}: {err}")
         raise
     finally:
         dog.stop()
+
+
+def _let_land(r: _Run) -> None:
+    """An attempt that ends on an error lets its background write, if one is in flight, land (it holds an earlier
+    step's state, whole); best effort: its own failure changes nothing of the error being raised."""
+    try:
+        if r.writer is not None:
+            r.landed(r.writer.wait())
+    except Exception:
+        pass
 
 
 def _last_word(r: _Run, step: int, why: Why, reason: str) -> None:
@@ -300,7 +354,10 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
         loss, grad_norm, lr, stop_votes, time_votes = _step(r, step, time_due)
         done, step_time = step + 1, time.perf_counter() - t0
         r.done = done
+        r.stepped(step_time)
         _renew(r.lock, r.run_dir)  # before writing: after a long pause the folder may be another trainer's
+        if r.writer is not None:
+            r.landed(r.writer.poll())
         if step > r.start:
             times = (times + [step_time])[-50:]
         if step % cfg.log_every == 0 or done == cfg.steps:
@@ -324,7 +381,7 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
         # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
         periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
         if (periodic or time_votes or stop_votes) and done < cfg.steps:
-            _save(r, done)
+            _save(r, done, background=not stop_votes)  # a stop's checkpoint is written before the exit says so
             last_ckpt = time.monotonic()
         dog.beat(done)
         if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0), or rank 0 saw CANCEL
@@ -405,12 +462,15 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
                   host=os.uname().nodename,
                   versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]},
                   setup_s=phases.total())
+    writer = checkpoint.Background(run_dir, keep=cfg.keep_ckpts, guard=lambda: _renew(lock, run_dir)) \
+        if env.is_main else None
     return _Run(cfg=cfg, run_dir=run_dir, env=env, model=model, ddp=ddp, optimizer=optimizer, loader=loader,
-                val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16, lock=lock)
+                val=val, log=log, numbers=numbers, start=start, accum=accum, bf16=bf16, lock=lock, writer=writer)
 
 
 def _mtime(folder: RunFolder, step: int) -> float | None:
-    """When the checkpoint of `step` was last written (None: step 0, or no such file)."""
+    """When the checkpoint of `step` was written (a background one: when its state was copied; None: step 0, or no
+    such file)."""
     try:
         return folder.checkpoint(step).stat().st_mtime if step else None
     except OSError:
@@ -528,16 +588,21 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
     return loss_g, grad_norm, lr, stop_votes, time_votes
 
 
-def _save(r: _Run, done: int) -> None:
+def _save(r: _Run, done: int, *, background: bool) -> None:
     """Checkpoint `done` steps (rank 0 writes; every rank waits for it), counted in the attempt's saves (the time
-    the trainer was blocked) and said at once in the heartbeat."""
+    the trainer was blocked) and said at once in the heartbeat. In the background, the trainer waits only for the
+    write in flight, if any, and for the state's copy (checkpoint.Background); else for the whole write."""
     t0 = time.perf_counter()
     if r.env.is_main:
         _renew(r.lock, r.run_dir, force=True)  # still ours? a checkpoint is worth the look every time
-        checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts, guard=r.guard)
-        r.log.checkpointed()
+        r.landed(r.writer.wait())  # one write at a time: a save waits for the one in flight (blocked time)
+        if background:
+            r.writer.start(done, _state(r))
+        else:
+            checkpoint.save(r.run_dir, done, _state(r), keep=r.cfg.keep_ckpts, guard=r.guard)
+            r.log.checkpointed()
     dist.barrier(r.env)
-    r.saved(done, time.perf_counter() - t0)
+    r.saved(done, time.perf_counter() - t0, background=background and r.env.is_main)
     r.beat(done, force=True)
 
 
@@ -566,6 +631,7 @@ def _finish(r: _Run, done: int, stop: str | None) -> Why:
     if stop is None:
         if env.is_main:
             t0 = time.perf_counter()
+            r.landed(r.writer.wait())
             checkpoint.save(r.run_dir, cfg.steps, _state(r), keep=cfg.keep_ckpts, guard=r.guard)
             r.saved(cfg.steps, time.perf_counter() - t0)
             atomic_write(RunFolder(r.run_dir).complete, json.dumps({"steps": cfg.steps, "time": time.time()}) + "\n",

@@ -75,6 +75,18 @@ class SetupTimer:
         return {**self.seconds, "total": round(time.time() - self.called, 3)}
 
 
+class SaveRow(TypedDict, total=False):
+    """One checkpoint save of an attempt. A periodic save is written in the background (train/checkpoint.py): the
+    trainer is blocked only while it waits for the write before it and copies the state; the write lands later."""
+
+    step: int
+    blocked_s: float  # seconds the trainer was blocked (goodput's saves bucket counts these alone)
+    landed_s: float  # background: seconds from the state's copy to its file under its name (absent: synchronous)
+    overlap_steps: int  # background: steps the trainer did while it was written
+    slowdown: float  # their median step time over the median of the steps before with no write in flight
+    error: str  # background: why it was not written (a full disk), in one line; training went on
+
+
 class CheckpointTally(TypedDict, total=False):
     """This attempt's checkpoint saves so far, as the heartbeat carries them (the last words of a killed attempt)."""
 
@@ -82,6 +94,7 @@ class CheckpointTally(TypedDict, total=False):
     time: float  # when it ended (Unix seconds)
     s: float  # seconds the trainer was blocked in all of this attempt's saves (every rank waits for rank 0)
     n: int  # saves
+    each: list[SaveRow]  # the latest 100 saves, each as it ended (a background one once its write has landed)
 
 
 class Before(TypedDict, total=False):
@@ -172,6 +185,7 @@ class EndRecord(TypedDict, total=False):
     reason: str
     ckpt_s: float  # seconds this attempt was blocked in checkpoint saves (the final one included), and their number
     ckpts: int
+    ckpt_saves: list[SaveRow]  # the latest 100 of them, one row each (absent before 2026-12-05: only the two sums)
 
 
 class Heartbeat(TypedDict, total=False):
