@@ -21,6 +21,7 @@ the state into host memory it keeps, then a thread writes it. Measured:
 
     python tools/bench_checkpoint.py                 # nano trained, and the largest preset that fits
     python tools/bench_checkpoint.py --sizes s124 --repeat 5 --json
+    python tools/bench_checkpoint.py --sizes s350 --repeat 2 --device cuda --no-trained   # a GPU's copy (gpu_check)
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ def nano_trained(folder: Path, steps: int, every: int) -> dict:
             "interval": f"{every} steps", "interval_s": every * step_s, "fraction": blocked / (every * step_s)}
 
 
-def saved_directly(folder: Path, size: str, repeat: int) -> list[dict]:
-    """Blocked seconds of a synchronous save and of a background one for `size`'s model and a filled AdamW state,
-    `repeat` of each, alternating: a row for each way (medians; the background's first save apart)."""
+def saved_directly(folder: Path, size: str, repeat: int, device: str = "cpu") -> list[dict]:
+    """Blocked seconds of a synchronous save and of a background one for `size`'s model and a filled AdamW state on
+    `device`, `repeat` of each, alternating: a row for each way (medians; the background's first save apart). On a
+    GPU the background copy goes to pinned host memory."""
     import torch
 
     from zbpscale.run.folder import RunFolder
@@ -102,7 +104,7 @@ def saved_directly(folder: Path, size: str, repeat: int) -> list[dict]:
     from zbpscale.train.model import Transformer
     from zbpscale.train.schema import model_config
 
-    model = Transformer(model_config(size))
+    model = Transformer(model_config(size)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -128,6 +130,7 @@ def saved_directly(folder: Path, size: str, repeat: int) -> list[dict]:
     later = blocked[1:] or blocked
     ladder = ladder_interval(size)
     interval = dict(step_s=ladder[0], interval="ladder: 1000 steps or 1800 s", interval_s=ladder[1]) if ladder else {}
+    size = size if device == "cpu" else f"{size} ({device})"
     rows = [{"size": size, "way": "synchronous", "saves": repeat, "blocked_s": statistics.median(sync),
              "bytes": nbytes, "mb_per_s": nbytes / statistics.median(sync) / 1e6, **interval},
             {"size": size, "way": "background", "saves": repeat, "blocked_s": statistics.median(later),
@@ -161,17 +164,20 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--every", type=int, default=32, help="the nano run's checkpoint interval, steps")
     p.add_argument("--steps", type=int, default=200, help="the nano run's steps")
+    p.add_argument("--device", default="cpu", help="where the directly saved model lives (cuda: a GPU's state)")
+    p.add_argument("--no-trained", action="store_true", help="leave out the nano run (its saves are CPU ones)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="zbpscale-bench-ckpt-", dir="/tmp") as tmp:
         folder = Path(tmp)
-        subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--data",
-                        str(folder / "data"), "--offline"], check=True, capture_output=True)
-        rows.append(nano_trained(folder, args.steps, args.every))
+        if not args.no_trained:
+            subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", "--source", "embedded", "--data",
+                            str(folder / "data"), "--offline"], check=True, capture_output=True)
+            rows.append(nano_trained(folder, args.steps, args.every))
         for size in (args.sizes.split(",") if args.sizes else [largest_fitting()]):
-            rows += saved_directly(folder, size, args.repeat)
-    if not any(r["size"] == "s1b" for r in rows) and len(rows) >= 3:
+            rows += saved_directly(folder, size, args.repeat, args.device)
+    if not any(r["size"].startswith("s1b") for r in rows) and len(rows) >= 2 and args.device == "cpu":
         rows += extrapolated(rows[-2:], "s1b")
     if args.json:
         print(json.dumps(rows, indent=1))

@@ -12,6 +12,9 @@ Parts (each passes or fails on its own; the exit status is 1 if any failed):
            and forward) and at s124's and s1b's shapes (bp, zbp_n16, zbp_n64), one call per fast estimator
            (fused, closed), each against its own BP; prints their step_time_ratio figures for the ladder
            (s60 and s350 are not timed, to stay within ~6 minutes)                                  [cuda only]
+  checkpoint  tools/bench_checkpoint.py for s350's state on the GPU (weights and AdamW's moments, 4.3 GB), 2 saves
+           each way: synchronous against background (a copy to pinned host memory, then a thread writes it): the
+           trainer's blocked seconds per save (#54's goal: at most 1 s)                             [cuda only]
   resume   bp and zbp_n16 (CPU: zbp_n4): a straight run against the same run stopped by SIGUSR2 (exit 75),
            continued, killed by SIGKILL after a periodic checkpoint and continued again: per-step train losses
            and the final weights must be identical
@@ -52,8 +55,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from zbpscale.train.metrics import read_records  # noqa: E402
 
-PARTS = ("compile", "doctor", "kernels", "bench", "resume", "ranks", "sweep", "ladder", "diag")
-GPU_ONLY = ("compile", "doctor", "kernels", "bench", "ladder")
+PARTS = ("compile", "doctor", "kernels", "bench", "checkpoint", "resume", "ranks", "sweep", "ladder", "diag")
+GPU_ONLY = ("compile", "doctor", "kernels", "bench", "checkpoint", "ladder")
 CPU_ONLY = ("sweep",)  # on a GPU the ladder part trains the runs that diag looks at
 
 # Per device: the model and the run lengths. GPU steps of `mini` take ~10-30 ms, so the runs are long enough
@@ -252,6 +255,23 @@ def part_bench(args, log: Path) -> dict:
                     ratios.setdefault(impl, {}).setdefault(r["arm"].split("/")[0], {})[name] = r["ratio_to_bp"]
     return {"shapes": shapes, "ladder_step_time_ratio_closed": ratios.get("closed"),
             "ladder_step_time_ratio_fused": ratios.get("fused")}
+
+
+def part_checkpoint(args, log: Path) -> dict:
+    cmd = [sys.executable, "tools/bench_checkpoint.py", "--sizes", "s350", "--repeat", "2", "--device", "cuda",
+           "--no-trained", "--json"]
+    out = log.with_name("checkpoint.json")
+    with open(out, "w") as fh, open(log, "a") as err:
+        err.write(f"$ {' '.join(cmd)}\n")
+        err.flush()
+        code = subprocess.run(cmd, stdout=fh, stderr=err, env=_env("cuda"), cwd=REPO, timeout=300).returncode
+    if code != 0:
+        raise PartFailed(f"bench_checkpoint.py exited {code} (see {log.name})")
+    sync, background = (next(r for r in json.loads(out.read_text()) if r["way"] == way)
+                        for way in ("synchronous", "background"))
+    return {"s350_synchronous_s": sync["blocked_s"], "s350_background_s": background["blocked_s"],
+            "s350_background_first_s": background["first_blocked_s"], "s350_landed_s": background["landed_s"],
+            "bytes": sync["bytes"]}
 
 
 def _resume_one(args, prof: dict, arm: str, log: Path) -> dict:
@@ -534,6 +554,11 @@ def paste_block(summary: dict) -> str:
         c = parts["compile"]
         lines.append(f"# README: {c['variants']} kernel variants compiled for sm_90/sm_80, max {c['max_registers']} "
                      f"registers, {c['spilling']} spilling; {c['compared_on_gpu']} compared on the GPU")
+    if parts.get("checkpoint", {}).get("s350_background_s") is not None:
+        c = parts["checkpoint"]
+        lines.append(f"# README: s350 checkpoint from the GPU: {c['s350_synchronous_s']:.2f} s synchronous, "
+                     f"{c['s350_background_s']:.2f} s blocked in the background "
+                     f"(first {c['s350_background_first_s']:.2f} s), landed in {c['s350_landed_s']:.1f} s")
     if parts.get("ladder", {}).get("wall_s"):
         lines.append(f"# README: mini ladder on one GPU: {parts['ladder']['wall_s']:.0f} s ({parts['ladder']['data']})")
     return "\n".join(lines)
