@@ -96,6 +96,13 @@ if TIME_LIMITS_LOG:
     _time_subprocess_waits()
 
 
+def losses(run_dir: Path) -> list[tuple[int, float]]:
+    """A run's (step, train loss) records, in order: what resume tests compare bitwise with a straight run."""
+    from zbpscale.train.metrics import read_records
+
+    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
+
+
 def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: float = 0.2) -> None:
     """Poll `predicate` every `every` seconds until it holds; fail saying `what` was not seen within `timeout`
     seconds, or (given `proc`, a Popen) that the process exited first, with its output."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_WANDB_KEY, check_trackers, step_floor_env, wait_until, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, losses, step_floor_env, wait_until, wheel_env, write_sweep
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
@@ -182,9 +182,6 @@ def submit(sweep: Path, *args: str, check: bool = True, timeout: float = 60, env
         wait_driver_gone(LocalQueue(sweep.parent / "jobs"))
     return out
 
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
 
 def ends(run_dir: Path) -> list[str]:
@@ -415,7 +412,7 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     nobody sends SIGCONT. The driver sees no step for step_timeout_s (+ the sentinel's grace), writes what it saw
     (a stopped process) into the log and the records, kills the ranks and requeues the run as a hang: it finishes
     from its last checkpoint, every step once, bitwise equal to a run never stopped."""
-    from zbpscale.jobs.sentinel import GRACE_S
+    from zbpscale.jobs.sentinel import WATCHDOG_FIRST_S
 
     sweep = write_sweep(tmp_path, "frozen", data_dir, steps=80, ckpt_every=5, step_timeout_s=5)
     run = tmp_path / "jobs" / "frozen" / "nano-bp"
@@ -424,8 +421,8 @@ def test_a_frozen_trainer_is_caught_by_the_driver_requeued_and_finishes_bitwise(
     pid = [a for a in read_attempts(run) if a["event"] == "start"][-1]["pid"]
     os.kill(pid, signal.SIGSTOP)
     stopped = time.time()
-    wait_until(lambda: ends(run), "the hang to be caught", 5 + GRACE_S + 240)  # ~21 s in a loaded suite
-    assert time.time() - stopped >= 5 + GRACE_S - 1  # the trainer's own watchdog had its chance first
+    wait_until(lambda: ends(run), "the hang to be caught", 5 + WATCHDOG_FIRST_S + 240)  # ~21 s in a loaded suite
+    assert time.time() - stopped >= 5 + WATCHDOG_FIRST_S - 1  # the trainer's own watchdog had its chance first
     wait_until(lambda: RunFolder(run).complete.exists(), "the requeued attempt to finish", 180)
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert ends(run) == ["hung", "completed"]

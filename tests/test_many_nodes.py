@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, step_floor_env, wait_until, write_sweep
+from conftest import load_slurm_local, losses, step_floor_env, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -58,9 +58,6 @@ def final_state(env: dict, job: str, timeout: float = 900) -> str:
     wait_until(final, f"job {job} to finish", timeout, every=1)
     return seen["state"]
 
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
 
 
 def rank_pid(run: Path, rank: int) -> int:

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_tool, wait_until
+from conftest import load_tool, losses, wait_until
 from zbpscale.jobs import tuning
 from zbpscale.jobs.sweep import load_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
@@ -98,9 +97,6 @@ def wait_final(env: dict, job: str, timeout: float = 600) -> str:
     wait_until(final, f"job {job} to finish", timeout, every=1)
     return seen["state"]
 
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
 
 def attempts(run_dir: Path) -> list[tuple[float, float]]:

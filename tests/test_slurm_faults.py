@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, wait_until, write_sweep
+from conftest import load_slurm_local, losses, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -100,9 +100,6 @@ def queued_names(env: dict) -> list[str]:
     out = subprocess.run(["squeue", "-h", "-r", "-o", "%j"], env=env, capture_output=True, text=True, timeout=30)
     return out.stdout.split()
 
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
 
 
 def ends(run: Path) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, wait_until, wheel_env, write_sweep
+from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, losses, wait_until, wheel_env, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.train.metrics import read_records
@@ -68,9 +68,6 @@ def status(folder: Path, env: dict, code: int | None) -> list[dict]:
     assert code is None or out.returncode == code, out.stdout + out.stderr
     return json.loads(out.stdout)[folder.name]
 
-
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
 
 def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tmp_path, slurm_env):

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import trainer_env, wait_until
+from conftest import losses, trainer_env, wait_until
 from zbpscale.run.folder import RunFolder
 from zbpscale.train.metrics import read_records
 
@@ -52,9 +52,6 @@ def zbpscale(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def trained_config(run: Path) -> dict:
     return [r for r in read_records(run) if r["kind"] == "start"][-1]["config"]
 
-
-def losses(run: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run) if r["kind"] == "train"]
 
 
 def half_done(tmp_path: Path, data_dir: Path) -> tuple[Path, Path, Path]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_tool, step_floor_env, trainer_env, wait_until
+from conftest import load_tool, losses, step_floor_env, trainer_env, wait_until
 from zbpscale.errors import ConfigError
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
@@ -41,9 +41,6 @@ def small_cfg(data_dir, **fields) -> TrainConfig:
                 eval_every=3, eval_batches=2, ckpt_every=0, ckpt_every_s=0, device="cpu")
     return TrainConfig(**{**base, **fields})
 
-
-def train_losses(run_dir: Path) -> list[tuple[int, float]]:
-    return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
 
 def final_state(run_dir: Path) -> dict:
@@ -128,7 +125,7 @@ def test_ddp_two_ranks_equals_one_rank_with_accumulation(tmp_path, data_dir, arm
     for p in procs:
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, out
-    single, ddp = train_losses(tmp_path / "single"), train_losses(ddp_dir)
+    single, ddp = losses(tmp_path / "single"), losses(ddp_dir)
     assert [s for s, _ in single] == [s for s, _ in ddp] == list(range(4))
     for (_, a), (_, b) in zip(single, ddp):
         assert b == pytest.approx(a, rel=1e-5)
@@ -164,11 +161,11 @@ def test_a_zbp_run_is_the_same_run_on_one_rank_or_two(tmp_path, data_dir, seedin
     resumed = truncated_at(two, 4, tmp_path / "two-then-one")
     out = finished(launch(resumed))
 
-    one = [loss for _, loss in train_losses(one)]
+    one = [loss for _, loss in losses(one)]
     for run in (two, resumed):
-        steps, losses = zip(*train_losses(run))
+        steps, theirs = zip(*losses(run))
         assert steps == tuple(range(8))
-        worst = max(abs(a - b) / a for a, b in zip(one, losses))
+        worst = max(abs(a - b) / a for a, b in zip(one, theirs))
         assert (worst < 1e-6) == (seeding == "global"), (run.name, worst)
     (resume,) = [r for r in read_records(resumed) if r["kind"] == "resume"]
     assert (resume["from_step"], resume["world_size_from"], resume["world_size"]) == (4, 2, 1)
@@ -205,16 +202,16 @@ def test_stop_signal_checkpoint_and_resume_is_bitwise_exact(tmp_path, data_dir, 
 
     run = write_config(tmp_path / "interrupted", cfg)
     proc = launch(run, threads=threads)
-    wait_until(lambda: len(train_losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
+    wait_until(lambda: len(losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
-    stopped = len(train_losses(run))
+    stopped = len(losses(run))
     assert 3 <= stopped < 24 and RunFolder(run).list_checkpoints()[-1][0] == stopped
     finished(launch(run, threads=resume_threads))
     finished(straight)
 
-    assert train_losses(run) == train_losses(reference)  # bitwise, steps 0..23 once each
+    assert losses(run) == losses(reference)  # bitwise, steps 0..23 once each
     ref, got = final_state(reference), final_state(run)
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
     records = read_records(run)
@@ -235,17 +232,17 @@ def test_the_cancel_stamp_stops_the_trainer_as_its_signal_does(tmp_path, data_di
     straight = launch(reference, threads=1)
     run = write_config(tmp_path / "cancelled", cfg)
     proc = launch(run, threads=1)
-    wait_until(lambda: len(train_losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
+    wait_until(lambda: len(losses(run)) >= 3, "3 steps", 240, proc=proc, every=0.05)
     RunFolder(run).cancel.write_text("cancel\n")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE and "on the run folder's CANCEL stamp" in out, out
-    stopped = len(train_losses(run))
+    stopped = len(losses(run))
     assert 3 <= stopped < 150 and RunFolder(run).list_checkpoints()[-1][0] == stopped
     assert read_records(run)[-1]["reason"] == "the run folder's CANCEL stamp: requeue me"
     RunFolder(run).cancel.unlink()
     finished(launch(run, threads=1))
     finished(straight)
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
 
 
 def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
@@ -256,15 +253,15 @@ def test_sigkill_after_periodic_checkpoint_resumes_exactly(tmp_path, data_dir):
     proc = launch(run)
     # Kill once a checkpoint exists and the run has logged steps past it (work to be redone).
     wait_until(lambda: RunFolder(run).list_checkpoints()
-               and len(train_losses(run)) >= RunFolder(run).list_checkpoints()[-1][0] + 2,
+               and len(losses(run)) >= RunFolder(run).list_checkpoints()[-1][0] + 2,
                "two steps past a checkpoint", 240, proc=proc, every=0.05)
     proc.kill()
     proc.wait()
-    logged_before = len(train_losses(run))
+    logged_before = len(losses(run))
     assert logged_before < 40
     finished(launch(run))
     finished(straight)
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
     ref, got = final_state(reference), final_state(run)
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     resume = next(r for r in read_records(run) if r["kind"] == "resume")
@@ -342,7 +339,7 @@ def test_a_kill_during_a_background_write_resumes_from_the_checkpoint_before(tmp
     assert [t.stat().st_size >= 1 << 20 for t in temps] == ([] if point == "start" else [True])
     finished(launch(run))
     reference = straight_run(run)
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
     ref, got = final_state(reference), final_state(run)
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
@@ -362,7 +359,7 @@ def test_a_stop_signal_waits_for_the_write_in_flight_before_it_says_checkpointed
     proc.send_signal(signal.SIGUSR2)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == EXIT_REQUEUE, out
-    stopped = len(train_losses(run))
+    stopped = len(losses(run))
     saved = [s for s, _ in RunFolder(run).list_checkpoints()]
     assert saved[-1] == stopped and 4 in saved and checkpoint.load_latest(run)["step"] == stopped
     end = [r for r in read_records(run) if r["kind"] == "end"][-1]
@@ -370,7 +367,7 @@ def test_a_stop_signal_waits_for_the_write_in_flight_before_it_says_checkpointed
     assert end["why"] == "checkpointed" and rows[4]["landed_s"] >= 3 and "error" not in rows[4]
     finished(launch(run))
     reference = straight_run(run)
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
 
 
 def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, data_dir):
@@ -382,7 +379,7 @@ def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, dat
     straight = launch(reference)
     run = write_config(tmp_path / "killed", cfg)
     proc = launch(run)
-    wait_until(lambda: len(train_losses(run)) >= 6, "6 steps", 240, proc=proc, every=0.05)
+    wait_until(lambda: len(losses(run)) >= 6, "6 steps", 240, proc=proc, every=0.05)
     proc.kill()
     proc.wait()
     assert not RunFolder(run).list_checkpoints()
@@ -393,7 +390,7 @@ def test_sigkill_before_the_first_checkpoint_leaves_each_step_once(tmp_path, dat
     step_records = [(r["kind"], r["step"]) for r in read_records(run) if r["kind"] in ("train", "eval", "diag")]
     assert step_records == [(r["kind"], r["step"]) for r in read_records(reference)
                             if r["kind"] in ("train", "eval", "diag")]  # each step once, in order
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
     (resume,) = [r for r in read_records(run) if r["kind"] == "resume"]
     assert resume["from_step"] == 0 and resume["dropped"] == logged_before
 
@@ -407,7 +404,7 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     run = write_config(tmp_path / "run", cfg)
     floor = step_floor_env(tmp_path / "site", 2.0)
     proc = launch(run, extra={k: v for k, v in floor.items() if os.environ.get(k) != v})
-    wait_until(lambda: len(train_losses(run)) >= 1, "the first step", 240, proc=proc, every=0.05)
+    wait_until(lambda: len(losses(run)) >= 1, "the first step", 240, proc=proc, every=0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
@@ -416,7 +413,7 @@ def test_ctrl_c_twice_stops_at_once_without_a_checkpoint(tmp_path, data_dir):
     assert "stopped without a checkpoint" in out and "Traceback" not in out
     assert RunFolder(run).list_checkpoints() == []
     end = [r for r in read_records(run) if r["kind"] == "end"]  # said in its records: stopped, not failed (#33)
-    assert [(e["why"], e["step"]) for e in end] == [("interrupted", train_losses(run)[-1][0])]
+    assert [(e["why"], e["step"]) for e in end] == [("interrupted", losses(run)[-1][0])]
     from zbpscale.jobs.state import decide
     from zbpscale.run.snapshot import Snapshot
 
@@ -467,7 +464,7 @@ def test_a_disk_that_fills_during_a_background_write_is_one_line_and_training_go
         and "the checkpoint of step 4 was not written" in warned[0] and "training goes on" in warned[0], out
     assert [s for s, _ in RunFolder(run).list_checkpoints()] == [2, 6]  # 2 was kept: the newest whole one then
     assert torch.load(RunFolder(run).checkpoint(2), map_location="cpu", weights_only=True)["step"] == 2
-    assert train_losses(run) == train_losses(reference)
+    assert losses(run) == losses(reference)
     ref, got = final_state(reference), final_state(run)
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     (end,) = [r for r in read_records(run) if r["kind"] == "end"]
@@ -589,7 +586,7 @@ def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, m
     with pytest.raises(TrainingDiverged, match=r"step 3: loss nan.*stopped before the optimizer update in"):
         train(small_cfg(data_dir, steps=6), tmp_path / "run")
     assert all(torch.isfinite(p).all() for p in built[0].parameters())
-    assert [s for s, _ in train_losses(tmp_path / "run")] == [0, 1, 2]
+    assert [s for s, _ in losses(tmp_path / "run")] == [0, 1, 2]
     assert read_records(tmp_path / "run")[-1]["why"] == "diverged"
 
 
@@ -623,7 +620,7 @@ def test_a_failing_fast_path_trains_to_the_end_on_the_fallback(tmp_path, data_di
 
     plain = dataclasses.replace(SMALL, zbp=ZBPConfig(n=fused.CPU_MIN_N, impl="plain"))
     train(small_cfg(data_dir, model=plain, diag_every=3), tmp_path / "plain")
-    assert train_losses(run) == train_losses(tmp_path / "plain") and len(train_losses(run)) == 6
+    assert losses(run) == losses(tmp_path / "plain") and len(losses(run)) == 6
 
     records = read_records(run)
     start, diags = records[0], [r for r in records if r["kind"] == "diag"]
@@ -661,7 +658,7 @@ def test_a_stop_while_compiling_is_a_stop_not_a_compiler_failure(tmp_path, data_
     assert "warning" not in out.err and fused.failed == {} and read_records(run) == []
     monkeypatch.undo()  # the compiler works again
     assert train(small_cfg(data_dir, model=dataclasses.replace(SMALL, zbp=ZBPConfig(n=4))), run) == "completed"
-    assert [s for s, _ in train_losses(run)] == list(range(6))
+    assert [s for s, _ in losses(run)] == list(range(6))
 
 
 def test_progress_lines_leave_the_first_step_out_of_the_eta(tmp_path, data_dir, capsys):

@@ -37,7 +37,7 @@ EARLY_GAP_S = 10.0
 """An early ask (a folder changed) comes no sooner than this after the last ask."""
 SETTLE_S = 5.0
 """An early ask waits this long after the change is first seen: the folder changes before the scheduler does."""
-STALE_S = 120.0
+HEARTBEAT_STALE_S = 120.0
 """A heartbeat older than this (the trainer rewrites it every few seconds while it steps) suggests a dead job."""
 
 
@@ -59,7 +59,7 @@ def poll_s_of(target: str | Path | None) -> float:
     return POLL_S if kept is None else kept.poll_s
 
 
-def folder_marks(run: Snapshot, *, now: float, stale_s: float = STALE_S) -> tuple:
+def folder_marks(run: Snapshot, *, now: float, stale_s: float = HEARTBEAT_STALE_S) -> tuple:
     """What of a look at a run folder, when it changes, suggests that the scheduler has news: the number of
     attempts events the scheduler's account did not write (a submit, a start, an end by the job itself), the
     COMPLETE marker, and whether the heartbeat has gone stale."""

@@ -10,9 +10,9 @@ something outside it watches the attempt's progress, from the run folder:
 Progress is the heartbeat (rank 0 rewrites it every few seconds while it steps); it counts only once this attempt
 has made its first step (set-up and the estimator's compile are not steps). The step a hang is named after is the
 last one this attempt's records hold (metrics.jsonl's last train record, written as each step ends): the
-heartbeat, rewritten at most every HEARTBEAT_S (train/metrics.py), may lag it by many steps (`steps_done`).
-When the heartbeat is older than `step_timeout_s` + GRACE_S (the trainer's watchdog gets the first word: a blocked
-collective is its to report) and this attempt has no end record yet (in attempts.jsonl or metrics.jsonl), the
+heartbeat, rewritten at most every TRAINER_BEAT_S (train/metrics.py), may lag it by many steps (`steps_done`).
+When the heartbeat is older than `step_timeout_s` + WATCHDOG_FIRST_S (the trainer's watchdog gets the first word: a
+blocked collective is its to report) and this attempt has no end record yet (in attempts.jsonl or metrics.jsonl), the
 watcher:
   1. writes what it can see of each rank's process into the job's log (its state, e.g. `T (stopped)` or
      `D (disk sleep)`; its kernel stack where readable): a frozen Python process cannot print its own stacks;
@@ -38,7 +38,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.train.metrics import tail_records
 
-GRACE_S = 15.0
+WATCHDOG_FIRST_S = 15.0
 """How long past step_timeout_s the outside watcher waits: the trainer's own watchdog (which fires at
 step_timeout_s, and writes the stacks itself) acts first when it can."""
 CHECK_S = 2.0
@@ -73,7 +73,7 @@ def check(run_dir: Path, *, since: float, timeout_s: float, now: float | None = 
     if timeout_s <= 0 or beat.get("time", 0) < since:
         return None
     silent = now - beat["time"]
-    if silent <= timeout_s + GRACE_S:
+    if silent <= timeout_s + WATCHDOG_FIRST_S:
         return None
     if _ended_since(run_dir, since):
         return None

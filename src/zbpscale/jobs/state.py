@@ -41,7 +41,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import End, History, record
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import age
-from zbpscale.train.metrics import HEARTBEAT_S
+from zbpscale.train.metrics import TRAINER_BEAT_S
 
 State = Literal["running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken",
                 "complete"]
@@ -110,7 +110,7 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
         last_sign = beat if beat is not None and beat >= started else started
         bound = stall_after_s
         if bound is None:  # the run's own: set-up and the estimator's compile are no steps; a beat every few s
-            bound = max(stall_bound(run), STALL_S if last_sign == started else 2 * HEARTBEAT_S)
+            bound = max(stall_bound(run), STALL_S if last_sign == started else 2 * TRAINER_BEAT_S)
         if now - last_sign > bound:
             return RunState("stalled", f"no heartbeat for {age(now - last_sign)} (stalled after {age(bound)})",
                             next="leave")

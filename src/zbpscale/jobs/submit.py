@@ -279,7 +279,7 @@ def look(sweep: Sweep, runs: list[PlannedRun], *, poller: Poller | None = None, 
     return {r.name: r for r in decided}, view
 
 
-SUBMIT_STALE_S = 120.0
+SUBMIT_LOCK_STALE_S = 120.0
 """A sweep's submit lease not renewed for this long (its thread renews it every few seconds) is a submit gone."""
 
 
@@ -287,13 +287,13 @@ SUBMIT_STALE_S = 120.0
 def sweep_lock(sweep: Sweep, *, wait_s: float = 900.0, poll_s: float = 0.2):
     """One submit at a time plans and submits a sweep (two terminals or login nodes, a cron job and a person): the
     others wait, then see its jobs. lease.try_lock on <sweep folder>/.submit.lock, renewed by a thread while the
-    submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_STALE_S later. A
+    submit lives: a holder that died on this node is seen at once, one on another node SUBMIT_LOCK_STALE_S later. A
     submit that wrote nothing beside its lock (one refused) removes the folders it made for it: it leaves nothing."""
     path = sweep.jobs_dir / ".submit.lock"
     made = [p for p in (sweep.jobs_dir, *sweep.jobs_dir.parents) if not p.exists()]  # made by this submit's lock
-    lock, holder = wait_lock(path, stale_after_s=SUBMIT_STALE_S, wait_s=wait_s, poll_s=poll_s, waiting=lambda holder:
-                             print(f"another submit of sweep {sweep.name} is under way ({holder}): waiting for it",
-                                   flush=True))
+    lock, holder = wait_lock(path, stale_after_s=SUBMIT_LOCK_STALE_S, wait_s=wait_s, poll_s=poll_s,
+                             waiting=lambda holder: print(f"another submit of sweep {sweep.name} is under way "
+                                                          f"({holder}): waiting for it", flush=True))
     if lock is None:
         raise ConfigError(f"another submit of sweep {sweep.name} ({holder}) still holds {path} after {wait_s:.0f} s",
                           hint="let it finish, or stop it, then submit again")

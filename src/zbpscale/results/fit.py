@@ -3,7 +3,7 @@
     fit_gap_law(params, gaps_by_seed)      gap = a N^b: Huber loss on log gap through every (seed, size) point
     fit_loss_law(params, losses_by_seed)   L = E + A N^-alpha: Huber loss on log L, L-BFGS-B from a grid of starts
     bootstrap(...)                         the paired bootstrap over seeds behind both intervals
-    t_quantile, t_cdf                      Student's t
+    t_quantile, t_cdf                      Student's t (scipy.stats)
 
 The fits. Both are made on log values with the Huber loss (quadratic within `delta` of the curve, linear
 beyond: one wild point pulls the fit by a bounded amount), as Hoffmann et al. (2022) fit their loss law and
@@ -22,7 +22,7 @@ linear in the seeds (least squares) it is exactly the t interval of the seeds' o
 level under normal noise; for the Huber fits, the multiplier and the prediction it carries the same calibration.
 tests/test_fit.py measures its coverage on synthetic ladders against the nominal 68 % and 95 %.
 Caveats: every seed must be at every fitted size; an interval covers seed noise only, not a ladder that bends
-away from the law. Torch-free; numpy inside the functions, scipy for the loss law.
+away from the law. Torch-free; numpy inside the functions, scipy for the loss law and Student's t.
 """
 
 from __future__ import annotations
@@ -250,36 +250,15 @@ def fit_loss_law(params, losses_by_seed, *, delta: float = LOSS_DELTA, resamples
 
 
 # ------------------------------------------------------------------------------------------------ Student's t
-def _t_density_integral(t: float, dof: int) -> float:
-    """P(0 < T < t) for Student's t, by Simpson's rule (1e-9 absolute)."""
-    import numpy as np
-
-    norm = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
-    x = np.linspace(0.0, t, 2001)
-    f = norm * (1 + x * x / dof) ** (-(dof + 1) / 2)
-    return float((x[1] - x[0]) / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum()))
-
-
 def t_cdf(t: float, dof: int) -> float:
-    """P(T <= t) for Student's t with `dof` degrees of freedom: closed form for 1 and 2, else numeric."""
-    if dof == 1:
-        return 0.5 + math.atan(t) / math.pi
-    if dof == 2:
-        return 0.5 + t / (2 * math.sqrt(2 + t * t))
-    return 0.5 + math.copysign(_t_density_integral(abs(t), dof), t)
+    """P(T <= t) for Student's t with `dof` degrees of freedom (scipy.stats)."""
+    from scipy import stats
+
+    return float(stats.t.cdf(t, dof))
 
 
 def t_quantile(p: float, dof: int) -> float:
-    """The p-quantile of Student's t with `dof` degrees of freedom (p in [0.5, 1)): closed form for 1 and 2,
-    else bisection on the distribution function."""
-    if dof == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if dof == 2:
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    low, high = 0.0, 1.0
-    while t_cdf(high, dof) < p:
-        low, high = high, 2 * high
-    while high - low > 1e-10:
-        mid = (low + high) / 2
-        low, high = (mid, high) if t_cdf(mid, dof) < p else (low, mid)
-    return (low + high) / 2
+    """The p-quantile of Student's t with `dof` degrees of freedom (scipy.stats)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(p, dof))

@@ -23,7 +23,6 @@ from zbpscale.results.fit import (
     fit_loss_law,
     huber_line,
     resample_counts,
-    t_cdf,
     t_interval,
 )
 from zbpscale.results.gaps import Curves, GapPoint, full_table
@@ -215,8 +214,12 @@ class Rise:
 
     @property
     def p_rises(self) -> float:
-        """One-sided p of the paired t test against 'the gap does not rise' (t with seeds - 1 d.o.f.)."""
-        return 1 - t_cdf(self.t, len(self.values) - 1) if not math.isnan(self.t) else math.nan
+        """One-sided p of the paired t test against 'the gap does not rise' (scipy's ttest_1samp, greater)."""
+        from scipy import stats
+
+        if math.isnan(self.t):  # one seed, or seeds that all agree: no spread to test against
+            return math.nan
+        return float(stats.ttest_1samp(self.values, 0.0, alternative="greater").pvalue)
 
     def interval(self, level: float) -> tuple[float, float]:
         return t_interval(self.mean, self.sd / math.sqrt(len(self.values)), len(self.values) - 1, level)

@@ -25,7 +25,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 
 STEP_KINDS = ("train", "eval", "diag")
-HEARTBEAT_S = 5.0
+TRAINER_BEAT_S = 5.0
 """How often the trainer rewrites heartbeat.json while it steps (MetricsLog's default)."""
 
 
@@ -337,7 +337,7 @@ class MetricsLog:
     has it. `guard()`, asked before every write (records, heartbeat, the trackers' flush and close), raises
     errors.LeaseLost once the run folder is no longer this trainer's (the trainer's lease, train/loop.py)."""
 
-    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = HEARTBEAT_S,
+    def __init__(self, run_dir: Path, *, enabled: bool = True, heartbeat_s: float = TRAINER_BEAT_S,
                  guard: Callable[[], None] = lambda: None):
         self.run_dir, self.enabled, self.heartbeat_s, self.guard = Path(run_dir), enabled, heartbeat_s, guard
         self._pid_start = process_start_time(os.getpid())  # with the pid, names this process (pids are reused)

@@ -25,7 +25,7 @@ speaks (the local queue's queued and running are PENDING and RUNNING)."""
 UNKNOWN = "UNKNOWN"  # the scheduler did not answer: the job may be alive, so nothing acts on it
 DRIVER_DOWN = "DRIVER_DOWN"  # a local-queue job whose driver is not running (its entry still waits)
 NEVER_REASON = "DependencyNeverSatisfied"  # squeue: the job waits for a job that failed (its data prep)
-GRACE_S = 180.0
+UNSEEN_JOB_GRACE_S = 180.0
 """How long after its submission a job that no source lists yet counts as queued ("not yet visible")."""
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from zbpscale.errors import ZbpError
 from zbpscale.jobs.executors import slurm_commands as slurm
-from zbpscale.jobs.executors.base import ALIVE, GRACE_S, NEVER_REASON, UNKNOWN, Executor, JobView, View
+from zbpscale.jobs.executors.base import ALIVE, NEVER_REASON, UNKNOWN, UNSEEN_JOB_GRACE_S, Executor, JobView, View
 from zbpscale.run.folder import RunFolder, job_log
 from zbpscale.run.history import record
 from zbpscale.tables import plural
@@ -96,7 +96,7 @@ class SlurmExecutor(Executor):
             elif not sub.get("ended") and accounted is not None and _array_listed(job, queued):
                 view.jobs[job] = JobView("CANCELLED", words="cancelled before it started (squeue lists its array, "
                                          "not it, and accounting has no record of it)", source="squeue")
-            elif not sub.get("ended") and now - sub.get("time", 0) < sub.get("grace_s", GRACE_S):
+            elif not sub.get("ended") and now - sub.get("time", 0) < sub.get("grace_s", UNSEEN_JOB_GRACE_S):
                 view.jobs[job] = JobView("PENDING", source="submit",
                                          reason="submitted, not yet visible to the scheduler")
             # else: gone from squeue, and accounting has no (current) word on it

@@ -44,7 +44,7 @@ from zbpscale.train.metrics import tail_records
 
 RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
 TICK_S = 0.2
-HEARTBEAT_S = 2.0
+DRIVER_INFO_S = 2.0  # the driver rewrites its info file (pid, GPUs, entries) this often
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
 TRAINER_EXITS = {"completed": EXIT_OK, "checkpointed": EXIT_REQUEUE, "hung": EXIT_HUNG, "diverged": EXIT_DIVERGED,
                  "failed": EXIT_USAGE}
@@ -72,7 +72,7 @@ class Driver:
         log(f"driver {os.getpid()} on {socket.gethostname()}: GPUs {self.inventory or 'none'}")
         try:
             while True:
-                if not lock.renew():  # judged gone (silent past queue.STALE_S) and replaced: it has the queue now
+                if not lock.renew():  # judged gone (silent past QUEUE_LEASE_STALE_S) and replaced: it has the queue
                     log(f"another driver has taken the queue over ({lock.taken_by()}): driver exits")
                     return 0
                 self.tick()
@@ -105,7 +105,7 @@ class Driver:
             if e.state == "running":
                 self.watch(e, now)
         self.start_ready(now)
-        if now - self.beat >= HEARTBEAT_S:
+        if now - self.beat >= DRIVER_INFO_S:
             self.q.write_driver_info(self.info())
             self.beat = now
 

@@ -36,7 +36,7 @@ from zbpscale.lease import kernel_held, lease_path, live_holder, read_holder, tr
 QUEUE_DIR = ".localq"
 LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (run/history.py's words)
 SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see base.ALIVE)
-STALE_S = 300.0
+QUEUE_LEASE_STALE_S = 300.0
 """A queue lease not renewed for this long is its holder gone (seen from another node: on this one, its pid says).
 The driver renews every tick, and is slowest before its first (the GPU inventory may import torch); a submit
 holds submit.lock for a few file writes and the driver's start-up (ensure_driver: at most 20 s)."""
@@ -175,13 +175,13 @@ class LocalQueue:
     @contextlib.contextmanager
     def submit_lock(self, poll_s: float = 0.02):
         """Hold submit.lock (waiting for it) while entries are added."""
-        lock, _ = wait_lock(self.dir / "submit.lock", stale_after_s=STALE_S, wait_s=math.inf, poll_s=poll_s)
+        lock, _ = wait_lock(self.dir / "submit.lock", stale_after_s=QUEUE_LEASE_STALE_S, wait_s=math.inf, poll_s=poll_s)
         with lock:
             yield
 
     def try_driver_lock(self):
         """The held driver lock (a lease.Lock: renew it, release it), or None when another driver holds it."""
-        return try_lock(self.dir / "driver.lock", stale_after_s=STALE_S)[0]
+        return try_lock(self.dir / "driver.lock", stale_after_s=QUEUE_LEASE_STALE_S)[0]
 
     def driver_alive(self) -> bool:
         """Whether a driver holds the queue: its lease names a process not provably gone (on this node: its pid
@@ -190,7 +190,7 @@ class LocalQueue:
         path = self.dir / "driver.lock"
         if read_holder(lease_path(path)) is None:
             return kernel_held(path)
-        return live_holder(path, stale_after_s=STALE_S) is not None
+        return live_holder(path, stale_after_s=QUEUE_LEASE_STALE_S) is not None
 
     def start_driver(self) -> None:
         """Start a detached driver (its own session: the terminal closing or Ctrl-C does not reach it)."""
