@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import config_json
+from conftest import config_json, losses
 from zbpscale.jobs.status import collect_rows, exit_code
-from zbpscale.train.metrics import tail_records
+from zbpscale.train.metrics import diverged, tail_records
 
 
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
@@ -171,7 +171,8 @@ def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):
 
 def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
     """metrics.glance, status's one read of metrics.jsonl, against tail_records and read_jsonl: the first record,
-    the latest train and eval records, the first train record and every eval, torn lines skipped."""
+    the latest train and eval records, the first train record and the eval with the highest val loss (all that
+    `diverged` needs of them), torn lines skipped."""
     from zbpscale.files import read_jsonl
     from zbpscale.train.metrics import glance
 
@@ -186,8 +187,41 @@ def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
     path.write_text("\n".join(lines) + "\n" + '{"kind": "train", "step": 300')  # a torn last line
     seen, whole, tails = glance(path), read_jsonl(path), tail_records(path, ("train", "eval"))
     assert seen.first == whole[0] and (seen.train, seen.eval) == (tails["train"], tails["eval"])
-    assert seen.steps == [whole[1]] + [r for r in whole if r["kind"] == "eval"] and len(seen.steps) == 7
+    evals = [r for r in whole if r["kind"] == "eval"]
+    assert seen.steps == [whole[1], max(evals, key=lambda r: r["val_loss"])] and len(evals) == 6
+    assert diverged(seen.steps, {}) == diverged(whole, {})
     assert glance(tmp_path / "none.jsonl") == glance(tmp_path) == type(seen)()  # no file, a folder: nothing
+
+
+def test_a_glance_through_the_heartbeat_s_index_is_the_glance_of_the_whole_file(tmp_path):
+    """#54 item 2: the glance of a file's first part (at every line boundary) followed by that of the rest is the
+    glance of the whole (`then`); through an index of the first part (`glance_index`, what the trainer's heartbeat
+    carries), `glance_from` reads only the rest and gives the whole file's glance; an index the file no longer
+    starts with (a resume rewrote it: the check differs), or none, gives it too, from the whole file."""
+    from zbpscale.train.metrics import glance, glance_from, glance_index, glance_of
+
+    path = tmp_path / "m.jsonl"
+    lines = [json.dumps({"kind": "start", "time": 1.0, "step": 0})]
+    for i in range(60):
+        lines.append(json.dumps({"kind": "train", "step": i, "loss": 10.0 - i / 10}))
+        if i % 7 == 6:
+            lines.append(json.dumps({"kind": "eval", "step": i, "val_loss": [8.0, 9.5, 9.5, float("nan")][i % 4]}))
+    lines += [json.dumps({"kind": "end", "step": 59, "why": "completed"}), json.dumps({"kind": "start", "step": 60})]
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(data)
+    whole = glance(path)
+    assert whole.worst["val_loss"] != whole.worst["val_loss"] and whole.end and whole.start["step"] == 60  # a NaN
+    bounds = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")]
+    for at in bounds:
+        assert glance_of(data[:at]).then(glance_of(data[at:])) == whole, at
+        index = json.loads(json.dumps(glance_index(glance_of(data[:at]), data[:at], at)))  # through JSON
+        assert glance_from(path, index) == whole, at
+    index = glance_index(glance_of(data[:bounds[60]]), data[:bounds[60]], bounds[60])
+    kept = [ln for ln in lines if json.loads(ln).get("step", 0) < 30]  # a resume from step 30 rolled the file back
+    redone = [json.dumps({"kind": "train", "step": i, "loss": 5.0 + i / 100}) for i in range(30, 90)]  # and went on
+    path.write_text("\n".join(kept + redone) + "\n")
+    assert path.stat().st_size > bounds[60] and glance_from(path, index) == glance(path) != whole
+    assert glance_from(path, None) == glance_from(path, {"at": "x"}) == glance(path)
 
 
 LN_VOCAB = math.log(50257)  # the loss of a uniform guess over GPT-2's vocabulary: where a fresh model starts
@@ -201,6 +235,36 @@ DIVERGED = [  # train loss by step, val loss by step -> (step, val loss, start) 
     ({0: 9.0}, {}, None),  # no eval yet
     ({0: 10.951}, {15: 7.4, 31: math.nan}, (31, math.nan, 10.951)),  # a NaN is not below its start
 ]
+
+
+def test_status_rows_are_the_same_with_and_without_the_heartbeat_s_index(tmp_path, data_dir):
+    """#54 item 2: the index is a cache. A run trained in two attempts (stopped at step 8, resumed: the second's
+    heartbeat holds the index) gives status the same rows with the index and with it removed from heartbeat.json."""
+    from zbpscale.train.loop import train
+    from zbpscale.train.schema import ModelConfig, TrainConfig
+
+    cfg = TrainConfig(model=ModelConfig(n_layer=1, n_head=2, d_model=32, max_seq_len=32), data_dir=str(data_dir),
+                      steps=12, global_batch=4, lr=3e-3, warmup_steps=2, eval_every=3, eval_batches=1,
+                      ckpt_every=6, ckpt_every_s=0, device="cpu")
+    run = tmp_path / "jobs" / "idx" / "nano-bp"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    from zbpscale import signals
+
+    stop_after = lambda: 12 if len(losses(run)) >= 8 else 0  # noqa: E731 - SIGUSR2 once 8 steps are logged
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(signals, "received", stop_after)
+        assert train(cfg, run) == "checkpointed"
+    assert train(cfg, run) == "completed"  # the second attempt resumed from its stop's checkpoint
+    beat = json.loads((run / "heartbeat.json").read_text())
+    assert beat["glance"]["at"] <= (run / "metrics.jsonl").stat().st_size and beat["glance"]["records"]["worst"]
+    def rows() -> list[dict]:  # but the heartbeat's age, which grows between the two looks
+        return [{k: v for k, v in row.items() if k != "heartbeat_age_s"} for row in collect_rows(run.parent)]
+
+    with_index = rows()
+    (run / "heartbeat.json").write_text(json.dumps({k: v for k, v in beat.items() if k != "glance"}))
+    without = rows()
+    assert with_index == without and with_index[0]["val_loss"] is not None and with_index[0]["step"] == 12
 
 
 @pytest.mark.parametrize("train, evals, flagged", DIVERGED)

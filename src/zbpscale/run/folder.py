@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder
@@ -76,21 +77,21 @@ class RunFolder:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    config = property(lambda self: self.path / "config.json")
-    plan = property(lambda self: self.path / "plan.json")
-    metrics = property(lambda self: self.path / "metrics.jsonl")
-    heartbeat = property(lambda self: self.path / "heartbeat.json")
-    attempts = property(lambda self: self.path / "attempts.jsonl")
-    checkpoints = property(lambda self: self.path / "checkpoints")
-    logs = property(lambda self: self.path / "logs")
-    complete = property(lambda self: self.path / "COMPLETE")
-    cancel = property(lambda self: self.path / "CANCEL")
-    trainer_lock = property(lambda self: self.path / ".trainer.lock")
-    trainer_lease = property(lambda self: lease_path(self.trainer_lock))
-    ranks = property(lambda self: self.path / ".ranks")
-    trackers = property(lambda self: self.path / "trackers.json")  # what trackers keep across attempts (W&B id)
-    tensorboard = property(lambda self: self.path / "tensorboard")  # TensorBoard's event files
-    wandb = property(lambda self: self.path / "wandb")  # W&B's folder (offline runs: offline-run-*)
+    config = cached_property(lambda self: self.path / "config.json")
+    plan = cached_property(lambda self: self.path / "plan.json")
+    metrics = cached_property(lambda self: self.path / "metrics.jsonl")
+    heartbeat = cached_property(lambda self: self.path / "heartbeat.json")
+    attempts = cached_property(lambda self: self.path / "attempts.jsonl")
+    checkpoints = cached_property(lambda self: self.path / "checkpoints")
+    logs = cached_property(lambda self: self.path / "logs")
+    complete = cached_property(lambda self: self.path / "COMPLETE")
+    cancel = cached_property(lambda self: self.path / "CANCEL")
+    trainer_lock = cached_property(lambda self: self.path / ".trainer.lock")
+    trainer_lease = cached_property(lambda self: lease_path(self.trainer_lock))
+    ranks = cached_property(lambda self: self.path / ".ranks")
+    trackers = cached_property(lambda self: self.path / "trackers.json")  # what trackers keep across attempts (W&B id)
+    tensorboard = cached_property(lambda self: self.path / "tensorboard")  # TensorBoard's event files
+    wandb = cached_property(lambda self: self.path / "wandb")  # W&B's folder (offline runs: offline-run-*)
 
     RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
     """The run's small files, by attribute: what `zbpscale collect` copies into a results bundle."""

@@ -116,10 +116,13 @@ class Snapshot:
 
     @cached_property
     def glance(self) -> Glance:
-        """What status shows of metrics.jsonl (train/metrics.py's Glance)."""
-        from zbpscale.train.metrics import glance_of
+        """What status shows of metrics.jsonl (train/metrics.py's Glance): through the heartbeat's index of it, the
+        bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
+        from zbpscale.train.metrics import glance_from, glance_of
 
-        return glance_of(self.metrics)
+        if "metrics" in self.__dict__:
+            return glance_of(self.metrics)
+        return glance_from(self.folder.metrics, self.heartbeat.get("glance"))
 
     @property
     def own(self) -> dict[str, Record]:

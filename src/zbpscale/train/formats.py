@@ -94,11 +94,20 @@ def migrate(config: dict) -> dict:
         raise ConfigError(f"written in config format {version!r}; this zbpscale reads formats 1 to {FORMAT}",
                           hint="upgrade zbpscale to the release that wrote it" if newer else
                           "restore it, or train in a new run folder")
-    config = copy.deepcopy(config)
+    config = copy.deepcopy(config) if version < FORMAT else _copied(config)  # a migration may edit nested fields
     config.pop("format", None)
     for step in range(version, FORMAT):
         MIGRATIONS[step](config)
     return {"format": FORMAT, **config}
+
+
+def _copied(value):
+    """A copy of a JSON value (dicts and lists copied all the way down): what deepcopy gives, without its memo."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
 
 
 def changed_fields(before: dict, after: dict, prefix: str = "") -> list[str]:

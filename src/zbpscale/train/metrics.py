@@ -201,6 +201,7 @@ class Heartbeat(TypedDict, total=False):
     fallbacks: list[str]
     trackers_off: list[str]  # trackers turned off in this attempt, one line each (train/trackers.py)
     ckpt: CheckpointTally  # this attempt's saves (rewritten at once after each)
+    glance: dict  # status's index of metrics.jsonl (glance_index): the glance of its first `at` bytes (a cache)
 
 
 Record = Union[StartRecord, ResumeRecord, TrainRecord, EvalRecord, DiagRecord, EndRecord]
@@ -345,6 +346,7 @@ class MetricsLog:
         self.path = self.folder.metrics
         self._last_beat = 0.0
         self._fh = None
+        self._glanced: tuple[Glance, bytes, int] | None = None  # the glance of the file so far, its end, its size
         self.trackers = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -369,8 +371,16 @@ class MetricsLog:
         self.guard()
         if self._fh is None:
             self._fh = open_append(self.path)
-        self._fh.write(json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n")
+            self._fh.flush()
+            with open(self.path, "rb") as fh:  # what the file holds before this attempt's first record
+                data = fh.read(self._fh.tell())
+            self._glanced = (glance_of(data), data[-CHECK_BYTES:], len(data))
+        line = json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n"  # ASCII: as many bytes as chars
+        self._fh.write(line)
         self._fh.flush()
+        line = line.encode()
+        glanced, end, size = self._glanced
+        self._glanced = (glanced.then(glance_of(line)), (end + line)[-CHECK_BYTES:], size + len(line))
         if self.trackers is not None:
             self.trackers.record(kind, fields)
 
@@ -393,6 +403,8 @@ class MetricsLog:
         check_fields(Heartbeat, extra)
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
                 "pid_start": self._pid_start, **extra}
+        if self._glanced is not None:
+            beat["glance"] = glance_index(*self._glanced)
         atomic_write(self.folder.heartbeat, json.dumps(beat) + "\n", before_rename=self.guard)
 
     def close(self) -> None:
@@ -443,20 +455,42 @@ def _kind_of(line: bytes) -> str | None:
 
 @dataclass(frozen=True)
 class Glance:
-    """What `zbpscale status` shows of a run's metrics.jsonl (`glance`); {} where the file has no such record."""
+    """What `zbpscale status` shows of a run's metrics.jsonl (`glance`); {} where the file has no such record. Two
+    glances of consecutive parts of a file merge into the glance of both (`then`): the trainer keeps the glance of
+    what it has written in its heartbeat (`GlanceIndex`), and status reads only the bytes after it."""
 
     first: Record = field(default_factory=dict)
     """Its first record: the first attempt's start record."""
+    train0: TrainRecord = field(default_factory=dict)
+    """The first train record."""
     train: TrainRecord = field(default_factory=dict)
     """The latest train record."""
     eval: EvalRecord = field(default_factory=dict)
     """The latest eval record."""
-    steps: list[Record] = field(default_factory=list)
-    """The first train record (step 0) and every eval record, in order: what `diverged` reads."""
+    worst: EvalRecord = field(default_factory=dict)
+    """The first eval record with the highest val loss (a NaN the highest): all that `diverged` needs of the evals."""
     start: StartRecord = field(default_factory=dict)
     """The latest start record (the latest attempt's)."""
     end: EndRecord = field(default_factory=dict)
     """The latest end record."""
+
+    @property
+    def steps(self) -> list[Record]:
+        """The first train record and the worst eval record, in order: what `diverged` reads."""
+        return [r for r in (self.train0, self.worst) if r]
+
+    def then(self, later: Glance) -> Glance:
+        """The glance of this part of a file followed by the part `later` is the glance of."""
+        worst = later.worst if later.worst and (not self.worst or _badness(later.worst) > _badness(self.worst)) \
+            else self.worst
+        return Glance(first=self.first or later.first, train0=self.train0 or later.train0,
+                      train=later.train or self.train, eval=later.eval or self.eval, worst=worst,
+                      start=later.start or self.start, end=later.end or self.end)
+
+
+def _badness(record: EvalRecord) -> float:
+    loss = record["val_loss"]
+    return math.inf if math.isnan(loss) else loss
 
 
 def glance(path: Path) -> Glance:
@@ -467,17 +501,55 @@ def glance(path: Path) -> Glance:
         return Glance()
 
 
-def glance_of(data: bytes) -> Glance:
+def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
     """The records status shows of a metrics.jsonl's bytes. Only the lines returned are decoded, found by the
     `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
-    their parsing. Torn lines (a writer killed mid-line) are skipped."""
-    train0 = next(_records_of(data, "train"), None)
-    latest = next(_records_of(data, "train", backwards=True), {})
-    evals = list(_records_of(data, "eval"))
-    return Glance(first=_decoded(data, 0) or {}, train=latest, eval=evals[-1] if evals else {},
-                  steps=([train0] if train0 is not None else []) + evals,
+    their parsing. Torn lines (a writer killed mid-line) are skipped. `known`: the glance of the bytes before
+    these, whose first and first train records stand (they are not looked for here)."""
+    evals = [r for r in _records_of(data, "eval") if r.get("val_loss") is not None]
+    worst = max(evals, key=_badness) if evals else {}
+    latest = next(_records_of(data, "eval", backwards=True), {})
+    first = known.first if known and known.first else _decoded(data, 0) or {}
+    train0 = known.train0 if known and known.train0 else next(_records_of(data, "train"), {})
+    return Glance(first=first, train0=train0,
+                  train=next(_records_of(data, "train", backwards=True), {}), eval=latest, worst=worst,
                   start=next(_records_of(data, "start", backwards=True), {}),
                   end=next(_records_of(data, "end", backwards=True), {}))
+
+
+CHECK_BYTES = 64
+"""A glance index names the file's bytes it covers by their length and the CRC-32 of their last CHECK_BYTES."""
+
+
+def glance_index(glanced: Glance, data_end: bytes, size: int) -> dict:
+    """The heartbeat's `glance` field (Heartbeat.glance): `glanced`, the glance of a metrics.jsonl's first `size`
+    bytes, whose last bytes are `data_end` (at least the last CHECK_BYTES of them)."""
+    import zlib
+
+    return {"at": size, "check": zlib.crc32(data_end[-CHECK_BYTES:]) if size else 0,
+            "records": {k: v for k, v in glanced.__dict__.items() if v}}
+
+
+def glance_from(path: Path, index: dict | None) -> Glance:
+    """`glance(path)` read through the heartbeat's index: the index's glance of the bytes it covers, then the glance
+    of the bytes after them, read alone. The whole file is read when the index is missing (an older release, or a
+    run that has not stepped yet) or no longer covers the file's start (a resume rewrote it; the check differs)."""
+    import zlib
+
+    try:
+        at, check, records = int(index["at"]), index["check"], index["records"]
+        with open(path, "rb") as fh:
+            fh.seek(max(0, at - CHECK_BYTES))
+            data = fh.read()
+        head = min(at, CHECK_BYTES)
+        if len(data) < head or (zlib.crc32(data[:head]) if at else 0) != check:
+            return glance(path)
+        known = Glance(**{k: upgraded(v) for k, v in records.items() if k in Glance.__dataclass_fields__})
+        return known.then(glance_of(data[head:], known=known))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return glance(path)
+    except OSError:
+        return Glance()
 
 
 def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:
@@ -503,7 +575,7 @@ def _decoded(data: bytes, start: int) -> dict | None:
     """The record on the line beginning at `start`; None when it is torn or not JSON."""
     end = data.find(b"\n", start)
     try:
-        record = json.loads(data[start:end if end >= 0 else len(data)])
+        record = json.loads(data[start:end if end >= 0 else len(data)].decode())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return upgraded(record) if isinstance(record, dict) else None
