@@ -429,8 +429,9 @@ def test_fault_a_direct_run_stopped_by_sigterm_is_not_running(tmp_path):
 
 def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
     """The README's own example before the first submit: the console script, no traceback, exit 3 (unfinished),
-    every planned run listed as new with its planned steps; a mistyped sweep file and an --only that matches
-    nothing are one line each, exit 2 (it used to print empty tables and exit 0, 'all complete')."""
+    every planned run listed as new with its planned steps (--json), the table said in one line; a mistyped sweep
+    file and an --only that matches nothing are one line each, exit 2 (it used to print empty tables and exit 0,
+    'all complete')."""
     from zbpscale.jobs.sweep import expand, load_sweep
 
     repo = Path(__file__).resolve().parents[1]
@@ -443,6 +444,11 @@ def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
     planned = {r.name: r.size.steps for r in expand(load_sweep(tmp_path / "sweeps" / "ladder.py"))}
     assert {r["run"]: (r["state"], r["steps"]) for r in rows} == {n: ("new", s) for n, s in planned.items()}
     assert not (tmp_path / "jobs").exists()  # status writes nothing
+    shown = subprocess.run(["zbpscale", "status", "sweeps/ladder.py"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)  # #60: the table of `new 0/96 0%` rows is one line, with the command
+    assert shown.returncode == 3 and shown.stdout.splitlines() == [
+        f"sweep ladder: nothing submitted yet ({len(rows)} runs planned); start it with "
+        "python -m zbpscale.submit sweeps/ladder.py"], shown.stdout
     for args in (["sweeps/lader.py"], ["sweeps/ladder.py", "--only", "zzz*"]):  # a typo; a pattern matching nothing
         bad = subprocess.run(["zbpscale", "status", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
@@ -740,3 +746,38 @@ def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, f
     assert states == {"a-bp": "running", "b-bp": "stalled", "c-bp": "queued", "d-bp": "failed", "e-bp": "stopped",
                       "f-bp": "cancelled", "g-bp": "complete", "h-bp": "failed", "i-bp": "new",
                       "j-bp": "running", "k-bp": "broken", "l-bp": "failed"}, states
+
+
+def test_the_t_p_f_column_is_explained_under_the_table_and_in_help(tmp_path, capsys):
+    """#60: the legend of T/P/F is a line under the table (piped: the plain table) and in `status --help`."""
+    import argparse
+
+    from zbpscale.jobs import status as command
+
+    make_run(tmp_path / "legend", "tiny-bp", done=10, complete=True)
+    assert status(capsys, str(tmp_path / "legend")) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "T/P/F" in out[1] and out[4] == command.LEGEND and out[4].startswith("T/P/F: each run's time limits")
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.LEGEND in " ".join(parser.format_help().split())
+
+
+def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(tmp_path):
+    """#60: the plan printed to a pipe: no line ends in spaces (its title was padded to the table's width), and
+    every run shows its total and its non-embedding parameter count (N, what the fits and figures use)."""
+    from zbpscale.jobs.sweep import load_sweep
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "mini_ladder.py").write_text((repo / "sweeps" / "mini_ladder.py").read_text())
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", "sweeps/mini_ladder.py", "--dry-run", "--executor",
+                          "local"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("sweep mini_ladder: ") and not [ln for ln in lines if ln != ln.rstrip()]
+    sizes = {s.name: s for s in load_sweep(tmp_path / "sweeps" / "mini_ladder.py").sizes}
+    for name, size in sizes.items():
+        row = next(ln for ln in lines if f"│ {name}-bp" in ln)
+        assert f"{size.params / 1e6:,.1f}M" in row and f"{size.params_non_embedding / 1e6:,.2f}M" in row, row

@@ -240,6 +240,15 @@ def plain_table(name: str, rows: list[dict], width: int | None = None) -> list[s
     return [title(name, rows), line({c: c for c in columns}), *(line(d) for d in shown)]
 
 
+LEGEND = "T/P/F: each run's time limits / preemptions / failures so far (its requeues and restarts)"
+"""The line under a table that shows the T/P/F column (and in `status --help`)."""
+
+
+def unsubmitted(rows: list[dict]) -> bool:
+    """A sweep none of whose runs was submitted or trained yet: every row new, without a job or a folder."""
+    return bool(rows) and all(r["state"] == "new" and not r["job"] and not Path(r["dir"]).exists() for r in rows)
+
+
 def footer(rows: list[dict]) -> str:
     """The count per state, and GPU-hours used / planned where any run asks for GPUs ('+?': a run without a
     plan, e.g. one trained by hand)."""
@@ -297,6 +306,7 @@ def render(sweeps: list[tuple[str, list[dict]]], width: int):
     parts = []
     for name, rows in sweeps:
         parts += [table(name, rows, width), Text(footer(rows))]
+        parts += [Text(LEGEND)] if "T/P/F" in fitted(rows, width, boxed=True)[1] else []
         parts += [Text(line, style=STYLE[state]) for line, state in notes(rows)]
     return Group(*parts)
 
@@ -304,12 +314,16 @@ def render(sweeps: list[tuple[str, list[dict]]], width: int):
 def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
     lines = []
     for name, rows in sweeps:
-        lines += plain_table(name, rows) + [footer(rows)] + [line for line, _ in notes(rows)]
+        lines += plain_table(name, rows) + [footer(rows)]
+        lines += [LEGEND] if "T/P/F" in fitted(rows, terminal_width(), boxed=False)[1] else []
+        lines += [line for line, _ in notes(rows)]
     return "\n".join(lines)
 
 
 def show(data: list[tuple[str, list[dict]]]) -> None:
     """The tables: boxed on a terminal, plain lines when stdout is not one; as wide as tables.terminal_width."""
+    if not data:
+        return
     if not on_terminal():
         print(plain(data), flush=True)
         return
@@ -368,6 +382,7 @@ def add_arguments(p) -> None:
                    help="instead of the states: each run's held hours, goodput (training / held) and the split into "
                         "start-up, checkpoint saves, lost work and other, the queue wait beside, and a sweep total "
                         "(from the run folders alone)")
+    p.epilog = f"{p.epilog}\n\n{LEGEND}." if p.epilog else f"{LEGEND}."
     p.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
                    help="a running job silent this long is stalled (default: the run's step_timeout_s, or 900 "
                         "when it has none)")
@@ -398,7 +413,12 @@ def run(args) -> int:
     if args.watch:
         data = watch(gather, data, args.watch)
     else:
-        show(data)
+        for name, rows in data:
+            if unsubmitted(rows):  # one line, not a table of `new 0/96 0%`
+                sweep_file = args.target if args.target and args.target.endswith(".py") else "<its sweep file>"
+                print(f"sweep {name}: nothing submitted yet ({plural(len(rows), 'run')} planned); start it with "
+                      f"python -m zbpscale.submit {sweep_file}", flush=True)
+        show([(name, rows) for name, rows in data if not unsubmitted(rows)])
     return exit_code([r for _, rows in data for r in rows])
 
 

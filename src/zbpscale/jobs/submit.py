@@ -68,7 +68,7 @@ def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[s
         micro, accum = batch_plan(cfg, res.world_size)  # the trainer's own split; a bad one is an error here too
         hours = run.estimated_hours()
         rows.append({
-            "run": run.name, "seed": run.seed, "params": run.size.params,
+            "run": run.name, "seed": run.seed, "params": run.size.params, "n": run.size.params_non_embedding,
             "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
@@ -202,9 +202,9 @@ def tracker_lines(sweep: Sweep, path: str) -> list[str]:
     return lines
 
 
-PLAN_COLUMNS = ("run", "params", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes", "est. h",
-                "GPU-h", "action")
-PLAN_KEEP = ("run", "action", "params", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
+PLAN_COLUMNS = ("run", "params", "N", "tokens", "steps", "batch", "micro x accum x world", "GPUs x nodes",
+                "est. h", "GPU-h", "action")
+PLAN_KEEP = ("run", "action", "params", "N", "tokens", "GPU-h", "steps", "batch", "GPUs x nodes", "est. h",
              "micro x accum x world")
 """The plan's columns in the order they are given up on a narrow terminal (the last first; `tables`)."""
 
@@ -216,7 +216,8 @@ def plan_cells(r: dict) -> dict[str, str]:
     def fmt_h(h: float) -> str:
         return "?" if math.isnan(h) else f"{h:,.1f}"
 
-    return {"run": r["run"], "params": f"{r['params'] / 1e6:,.1f}M", "tokens": fmt_tokens(r["tokens"]),
+    return {"run": r["run"], "params": f"{r['params'] / 1e6:,.1f}M", "N": f"{r['n'] / 1e6:,.2f}M",
+            "tokens": fmt_tokens(r["tokens"]),
             "steps": f"{r['steps']:,}", "batch": str(r["global_batch"]),
             "micro x accum x world": f"{r['micro']} x {r['accum']} x {r['world']}",
             "GPUs x nodes": f"{r['gpus']} x {r['nodes']}", "est. h": fmt_h(r["hours"]), "GPU-h": fmt_h(r["gpu_hours"]),
@@ -231,12 +232,13 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     shown = [plan_cells(r) for r in rows]
     columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
     title = f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}"
-    table = Table(title=title, title_justify="left")
+    table = Table()
     for col in columns:
         table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
     for cells in shown:
         table.add_row(*(cells[c] for c in columns))
     console, piped = Console(width=width), not on_terminal()  # piped: the table fits $COLUMNS, the prose is unwrapped
+    print(title, flush=True)  # its own line: as a table's title it was padded to the table's width
     console.print(table)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
@@ -247,6 +249,8 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     if total:
         console.print(seed_cost(sweep, rows), soft_wrap=piped)
     console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
+    console.print("params: all parameters; N: non-embedding parameters, what the fits and figures put on their axis",
+                  soft_wrap=piped)
 
 
 def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
