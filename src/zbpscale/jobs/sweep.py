@@ -28,8 +28,8 @@ from zbpscale.train.schema import (
     ModelConfig,
     TrainConfig,
     flops_per_token,
-    model_config,
     n_params,
+    shape_from_yaml,
     tracker_error,
 )
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
@@ -86,10 +86,12 @@ class Resources:
 
 @dataclass(frozen=True, kw_only=True)
 class Size:
-    """One rung of the ladder: a model preset with its batch, budget, learning rate and resources."""
+    """One rung of the ladder: a model shape (a preset, or one of your own) with its batch, budget, learning rate and
+    resources."""
 
     name: str
-    """A model preset (`zbpscale sizes`)."""
+    """A model preset (`zbpscale sizes`), or, with `model`, a name of your own: one folder-name segment without '-'
+    (run names are `{size}-{arm}[-s{seed}]`), e.g. m760."""
     global_batch: int
     """Sequences per optimizer step, across all ranks."""
     micro_batch: int = 0
@@ -107,11 +109,22 @@ class Size:
     """Context length; 0 = the preset's."""
     resources: Resources = field(default_factory=Resources)
     """What one run of this size asks for."""
+    model: ModelConfig | str | None = None
+    """The model's shape: None, the preset `name`; a ModelConfig of your own (any field but zbp, the arm's); or the
+    path of a YAML file of those fields (relative to the sweep file's folder), e.g. configs/model/m760.yaml. After
+    load, the ModelConfig (a YAML file's path is kept in `model_file`)."""
+    model_file: str = ""
+    """The YAML file the shape was read from ("" for a preset or a ModelConfig): set at load, not given."""
 
     def __post_init__(self) -> None:
-        if self.name not in SIZES:
-            raise field_error("Size", "name", f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}",
-                              hint=did_you_mean(self.name, SIZES, say=repr) or "zbpscale sizes lists them")
+        if self.model is None:
+            if self.name not in SIZES:
+                raise field_error("Size", "name", f"unknown size {self.name!r}; allowed: {', '.join(SIZES)}",
+                                  hint=did_you_mean(self.name, SIZES, say=repr) or "zbpscale sizes lists them; a "
+                                  "shape of your own: Size(name=..., model=ModelConfig(n_layer=..., n_head=..., "
+                                  "d_model=...)) or model='configs/model/<name>.yaml'")
+        else:
+            self._own_shape()
         label = f"Size {self.name}: "
         for name, ok, want in (("global_batch", is_int(self.global_batch) and self.global_batch >= 1,
                                 "an integer >= 1"),
@@ -128,23 +141,51 @@ class Size:
                                 "an integer >= 0 (0: the preset's)")):
             need("Size", label, name, getattr(self, name), ok, want)
 
-    def model(self, zbp: ZBPConfig | None = None) -> ModelConfig:
+    def _own_shape(self) -> None:
+        """Check a size of your own (its name, its shape) and put its shape in `model` as a ModelConfig."""
+        problem = segment_problem(self.name) if isinstance(self.name, str) else f"must be a name, got {self.name!r}"
+        if problem is None and "-" in self.name:
+            problem = f"must not hold '-' (run names are size-arm-seed), got {self.name!r}"
+        if problem:
+            raise field_error("Size", "name", f"Size name {problem}", hint="e.g. name='m760'")
+        if self.name in SIZES:
+            raise field_error("Size", "name", f"Size name {self.name!r} is a preset's: a shape of your own needs a "
+                              "name of its own", hint="e.g. name='m760', or leave out model= to train the preset")
+        shape = self.model
+        if isinstance(shape, (str, Path)):
+            path = Path(shape) if Path(shape).is_absolute() or _LOADING is None else _LOADING.parent / shape
+            try:
+                shape = shape_from_yaml(path)
+            except ConfigError as err:
+                raise field_error("Size", "model", f"Size {self.name}: {err.args[0]}", hint=err.hint) from None
+            object.__setattr__(self, "model_file", str(self.model))
+        elif not isinstance(shape, ModelConfig):
+            raise field_error("Size", "model", f"Size {self.name}: model must be a ModelConfig or a YAML file's path, "
+                              f"got {type(shape).__name__}", hint="e.g. model=ModelConfig(n_layer=24, n_head=16, "
+                              "d_model=1536)")
+        elif shape.zbp is not None:
+            raise field_error("Size", "model", f"Size {self.name}: its ModelConfig sets zbp, which is an arm's",
+                              hint="leave zbp out of the size's shape; arm('zbp_n16') gives it")
+        object.__setattr__(self, "model", shape)
+
+    def shape(self, zbp: ZBPConfig | None = None) -> ModelConfig:
+        """The model of this size (its preset's shape, or its own), with the arm's estimator `zbp`."""
         overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
-        return model_config(self.name, zbp=zbp, **overrides)
+        return dataclasses.replace(self.model if self.model is not None else SIZES[self.name], zbp=zbp, **overrides)
 
     @property
     def params(self) -> int:
-        return n_params(self.model())
+        return n_params(self.shape())
 
     @property
     def params_non_embedding(self) -> int:
         """N of the scaling laws (the gap's, the lr law's): parameters without the token tables and the LM head."""
-        return n_params(self.model(), embeddings=False)
+        return n_params(self.shape(), embeddings=False)
 
     @property
     def steps(self) -> int:
         tokens = self.tokens or self.tokens_per_param * self.params
-        return max(1, math.ceil(tokens / (self.global_batch * self.model().max_seq_len)))
+        return max(1, math.ceil(tokens / (self.global_batch * self.shape().max_seq_len)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -509,7 +550,7 @@ class PlannedRun:
 
     def train_config(self) -> TrainConfig:
         size, steps = self.size, self.steps
-        fields = dict(model=size.model(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
+        fields = dict(model=size.shape(self.arm.zbp), data_dir=str(data_path(self.sweep)), steps=steps,
                       global_batch=size.global_batch, micro_batch=size.micro_batch, lr=size.lr,
                       warmup_steps=int(size.warmup_frac * steps), seed=self.seed,
                       device="cuda" if size.resources.gpus_per_node else "cpu", trackers=tuple(self.sweep.trackers))
@@ -541,8 +582,8 @@ class PlannedRun:
         res = self.size.resources
         if not res.gpus:
             return math.nan
-        flops = flops_per_token(self.size.model()) * self.steps * self.size.global_batch \
-            * self.size.model().max_seq_len
+        flops = flops_per_token(self.size.shape()) * self.steps * self.size.global_batch \
+            * self.size.shape().max_seq_len
         seconds = flops / (res.gpus * self.sweep.gpu_peak_tflops * 1e12 * self.sweep.assumed_mfu)
         return seconds * self.arm.ratio(self.size.name) / 3600
 
@@ -622,8 +663,13 @@ def not_found(path: str | Path) -> ConfigError:
     return ConfigError(f"no sweep file or sweep folder at {path}", hint=hint)
 
 
+_LOADING: Path | None = None
+"""The sweep file being loaded (load_sweep): a size's YAML model file is found relative to its folder."""
+
+
 def load_sweep(path: str | Path) -> Sweep:
     """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
+    global _LOADING
     path = Path(path)
     if not path.is_file():
         raise not_found(path)
@@ -631,7 +677,11 @@ def load_sweep(path: str | Path) -> Sweep:
     source = path.read_text()
     try:
         code = compile(source, str(path), "exec")
-        exec(code, namespace)  # noqa: S102 - a sweep file is the user's own Python
+        _LOADING = path
+        try:
+            exec(code, namespace)  # noqa: S102 - a sweep file is the user's own Python
+        finally:
+            _LOADING = None
     except SyntaxError as err:
         raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
     except Exception as err:

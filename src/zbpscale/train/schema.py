@@ -59,7 +59,7 @@ class ModelConfig:
         if self.pos_emb not in POS_EMBS:
             raise ConfigError(f"ModelConfig.pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
         if self.pos_emb == "rope" and self.head_dim % 2:
-            raise ConfigError(f"ModelConfig: rope needs an even head dim, got {self.head_dim}")
+            raise ConfigError(f"ModelConfig: rope needs an even head dim (d_model / n_head), got {self.head_dim}")
         if not isinstance(self.d_ff, int) or self.d_ff < 0:
             raise ConfigError(f"ModelConfig.d_ff must be an integer >= 0 (0 = automatic), got {self.d_ff!r}")
         if self.zbp is not None and not isinstance(self.zbp, ZBPConfig):
@@ -92,6 +92,59 @@ SIZES: dict[str, ModelConfig] = {
 }
 
 
+SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "zbp")
+"""A model shape's fields: every ModelConfig field but the arm's estimator (zbp)."""
+
+
+def shape_of(fields, source: str, lines: dict[str, int] | None = None) -> ModelConfig:
+    """The model shape `fields` (a mapping of SHAPE_FIELDS, e.g. a YAML file's) gives; a ConfigError naming `source`
+    (and, given `lines`, the line of the key at fault: `source:line`) for an unknown key (with a did-you-mean),
+    a missing one or a bad value (heads that do not divide the width, an odd head dim for rope, ...)."""
+    lines = lines or {}
+
+    def where(key: str | None) -> str:
+        return f"{source}:{lines[key]}" if key in lines else source
+
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{source} holds a {type(fields).__name__}, not a mapping of a model shape's fields",
+                          hint="e.g. n_layer: 24, n_head: 16, d_model: 1536 (one per line)")
+    for key in fields:
+        if key == "zbp":
+            raise ConfigError(f"{where(key)}: zbp is an arm's setting, not a size's", hint="remove it from the shape")
+        if key not in SHAPE_FIELDS:
+            hint = did_you_mean(str(key), SHAPE_FIELDS, say=repr) or f"fields: {', '.join(SHAPE_FIELDS)}"
+            raise ConfigError(f"{where(key)}: a model shape has no field {key!r}", hint=hint)
+    missing = [k for k in ("n_layer", "n_head", "d_model") if k not in fields]
+    if missing:
+        raise ConfigError(f"{source}: a model shape needs {', '.join(missing)}", hint="e.g. n_layer: 24, n_head: 16, "
+                          "d_model: 1536; every other field has a default")
+    try:
+        return ModelConfig(**fields)
+    except ConfigError as err:
+        named = [k for k in fields if k in err.args[0]]  # the field the error names, for its line
+        raise ConfigError(f"{where(named[0] if named else None)}: {err.args[0]}", hint=err.hint) from None
+
+
+def shape_from_yaml(path) -> ModelConfig:
+    """The model shape of a YAML file whose keys are SHAPE_FIELDS (`configs/model/m760.yaml`); a ConfigError with
+    `file:line` for a YAML error, an unknown key or a bad value."""
+    import yaml
+
+    try:
+        text = open(path).read()
+    except OSError as err:
+        raise ConfigError(f"{path} cannot be read ({err.strerror})", hint="check the model file's path") from None
+    try:
+        node, fields = yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{at}: not valid YAML ({getattr(err, 'problem', None) or err})",
+                          hint="one `field: value` per line, e.g. n_layer: 24") from None
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    return shape_of(fields, str(path), lines)
+
+
 def model_config(size: str, **overrides) -> ModelConfig:
     """The preset `size`, with any field replaced (e.g. zbp=ZBPConfig(n=16), max_seq_len=256)."""
     if size not in SIZES:
@@ -117,15 +170,51 @@ def flops_per_token(cfg: ModelConfig) -> float:
     return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.max_seq_len * cfg.d_model
 
 
-def size_table() -> str:
-    """A plain-text table of the presets: shape and parameter counts."""
-    rows = ["size   layers  heads  d_model  d_ff   seq   params   non-embedding"]
-    for name, c in SIZES.items():
-        rows.append(
-            f"{name:<6} {c.n_layer:>6} {c.n_head:>6} {c.d_model:>8} {c.hidden:>5} {c.max_seq_len:>5} "
-            f"{n_params(c) / 1e6:>7.1f}M {n_params(c, embeddings=False) / 1e6:>12.2f}M"
-        )
+def size_table(shapes: dict[str, ModelConfig] | None = None, notes: dict[str, str] | None = None) -> str:
+    """A plain-text table of model shapes (default: the presets): shape, parameter counts, forward-backward FLOPs per
+    token; `notes`: a last column (where a shape comes from)."""
+    shapes, notes = shapes or SIZES, notes or {}
+    wide = max(6, *(len(name) for name in shapes))
+    head = f"{'size':<{wide}} layers  heads  d_model  d_ff   seq    params  non-embedding  FLOPs/token"
+    rows = [head + ("  from" if notes else "")]
+    for name, c in shapes.items():
+        rows.append((f"{name:<{wide}} {c.n_layer:>6} {c.n_head:>6} {c.d_model:>8} {c.hidden:>5} {c.max_seq_len:>5} "
+                     f"{n_params(c) / 1e6:>8.1f}M {n_params(c, embeddings=False) / 1e6:>13.2f}M "
+                     f"{flops_per_token(c):>12.3g}" + (f"  {notes[name]}" if name in notes else "")).rstrip())
     return "\n".join(rows)
+
+
+ASPECT = (32, 128)
+"""d_model / n_layer of the shapes `shapes_near` proposes: the presets' span (s60 32 ... s1b 128)."""
+
+
+def shapes_near(params: float, *, count: int = 5, within: float = 0.1, **fields) -> list[ModelConfig]:
+    """Shapes whose non-embedding parameter count is within `within` of `params`, by a stated rule: a head dim of
+    64, d_model a multiple of 64, d_model / n_layer in ASPECT (the presets' span), d_ff automatic; the `count`
+    nearest to the target first (ties: the aspect nearer 64). `fields`: other ModelConfig fields (max_seq_len, ...)."""
+    found = []
+    for layers in range(1, 129):
+        for d in range(64, 16385, 64):
+            if not ASPECT[0] <= d / layers <= ASPECT[1]:
+                continue
+            shape = ModelConfig(n_layer=layers, n_head=d // 64, d_model=d, **fields)
+            off = abs(n_params(shape, embeddings=False) / params - 1)
+            if off <= within:
+                found.append((off, abs(math.log(d / layers / 64)), shape))
+    return [shape for *_, shape in sorted(found, key=lambda f: (f[0], f[1]))[:count]]
+
+
+def parse_count(text: str) -> float:
+    """'760M', '1.2B', '85K', '5e8' as a number; a ConfigError otherwise."""
+    units = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
+    text = str(text).strip()
+    try:
+        value = float(text[:-1]) * units[text[-1].upper()] if text and text[-1].upper() in units else float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ConfigError(f"--params must be a parameter count, e.g. 760M or 1.2B, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,13 +375,3 @@ def derived_numbers(cfg: TrainConfig, world_size: int) -> dict:
         "arm": "bp" if cfg.model.zbp is None else f"zbp n={cfg.model.zbp.n} {cfg.model.zbp.scheme} "
                                                    f"{cfg.model.zbp.probe} cores={cfg.model.zbp.cores}",
     }
-
-
-# ------------------------------------------------------------------------------------------ `zbpscale sizes`
-def add_arguments(parser) -> None:
-    """`zbpscale sizes` takes no arguments."""
-
-
-def run(args) -> int:
-    print(size_table())
-    return 0
