@@ -718,3 +718,45 @@ def test_a_cpu_trainer_keeps_its_freed_buffers_instead_of_faulting_them_in_again
     got = {arm: bench.one(arm, "nano", 11, 8, data_dir, tmp_path / arm) for arm in ("without", "with")}
     assert got["with"]["faults"] < got["without"]["faults"] / 3, {arm: r["faults"] for arm, r in got.items()}
     assert got["with"]["losses"] == got["without"]["losses"] and len(got["with"]["losses"]) == 11
+
+
+def test_a_run_from_yaml_files_is_the_run_its_fields_give_by_flags(tmp_path, data_dir):
+    """#60 item 3: the seed study's command line, `--model m.yaml --train arm.yaml` (files `zbpscale init --configs`
+    writes, then edited), trains the run the same fields give by flags: config.json equal, losses and final weights
+    bitwise; a training file with an unknown key, or --size beside --model, is one line naming the mistake."""
+    import yaml
+
+    from zbpscale.examples import write_configs
+
+    written, _ = write_configs(tmp_path)
+    assert {p.relative_to(tmp_path).as_posix() for p in written} >= {"configs/model/nano.yaml",
+                                                                      "configs/train/zbp_n16.yaml"}
+    fields = yaml.safe_load((tmp_path / "configs" / "train" / "zbp_n16.yaml").read_text())
+    fields["zbp"]["n"] = 4
+    fields.update(global_batch=8, lr=3e-3, warmup_steps=2, eval_every=3, eval_batches=2, ckpt_every=0,
+                  ckpt_every_s=0, device="cpu")
+    (tmp_path / "zbp_n4.yaml").write_text(yaml.safe_dump(fields))
+    by_flags = [sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "flags"), "--size", "nano",
+                "--arm", "zbp_n4", "--data", str(data_dir), "--steps", "6", "--set", "global_batch=8", "--set",
+                "lr=3e-3", "--set", "warmup_steps=2", "--set", "eval_every=3", "--set", "eval_batches=2", "--set",
+                "ckpt_every=0", "--set", "ckpt_every_s=0", "--set", "device=cpu"]
+    by_files = [sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "files"), "--model",
+                str(tmp_path / "configs" / "model" / "nano.yaml"), "--train", str(tmp_path / "zbp_n4.yaml"),
+                "--data", str(data_dir), "--steps", "6"]
+    for command in (by_flags, by_files):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=trainer_env(1))
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = (json.loads(RunFolder(tmp_path / d).config.read_text()) for d in ("flags", "files"))
+    assert a == b and a["model"]["zbp"]["n"] == 4
+    assert losses(tmp_path / "flags") == losses(tmp_path / "files")
+    ref, got = final_state(tmp_path / "flags"), final_state(tmp_path / "files")
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    (tmp_path / "bad.yaml").write_text("lr: 0.001\nglobal_bacth: 8\n")
+    unknown = "bad.yaml:2: a training config has no field 'global_bacth' (hint: did you mean 'global_batch'?)"
+    both = [str(tmp_path / "configs" / "model" / "nano.yaml"), "--steps", "2"]
+    for extra, words in ((["--train", str(tmp_path / "bad.yaml")], unknown),
+                         (["--size", "nano", "--model", *both], "--size and --model both give the model's shape")):
+        bad = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "bad"), "--data",
+                              str(data_dir), *extra], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert not (tmp_path / "bad").exists()

@@ -9,7 +9,10 @@ A clone's `sweeps/` holds links to these files. A study kept outside the clone s
     zbpscale init ~/study       # ~/study/sweeps/{smoke,mini_ladder,ladder}.py, to edit and submit there
 
 A sweep's relative paths (jobs/, data/) start at the folder that holds its sweeps/, so the study's runs, data and
-results stay in it. A file already there is kept, never overwritten.
+results stay in it. A file already there is kept, never overwritten. `--configs` also writes the presets' shapes and
+the arms' training fields as YAML (configs/model/<size>.yaml, configs/train/<arm>.yaml), the layout of the study
+this grew out of: `python -m zbpscale.train --model configs/model/s124.yaml --train configs/train/zbp_n16.yaml`, or
+a sweep's `Size(name=..., model="configs/model/s124.yaml")` once edited into a shape of your own.
 """
 
 from __future__ import annotations
@@ -48,14 +51,64 @@ def init(folder: Path) -> tuple[list[Path], list[Path]]:
     return written, kept
 
 
+ARMS = ("bp", "zbp_n16", "zbp_n64")
+"""The arms `init --configs` writes a training file for."""
+
+
+def config_files() -> dict[str, str]:
+    """{relative path: YAML text} of the presets' shapes and the arms' training fields (`init --configs`); each
+    file spells the dataclasses' fields as config.json does (train/schema.py reads them back)."""
+    import dataclasses
+
+    import yaml
+
+    from zbpscale.train.schema import SIZES, TrainConfig
+    from zbpscale.zbp import arm_zbp_config
+
+    files = {}
+    for name, shape in SIZES.items():
+        fields = {k: v for k, v in dataclasses.asdict(shape).items() if k != "zbp"}
+        files[f"configs/model/{name}.yaml"] = (f"# the {name} preset's shape (zbpscale sizes); any ModelConfig field "
+                                               "but zbp\n" + yaml.safe_dump(fields, sort_keys=False))
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+                if f.default is not dataclasses.MISSING and f.name not in ("model", "data_dir", "steps")}
+    for arm in ARMS:
+        zbp = arm_zbp_config(arm)
+        fields = {"zbp": dataclasses.asdict(zbp) if zbp else None,
+                  **{k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}}
+        files[f"configs/train/{arm}.yaml"] = (f"# the {arm} arm: zbp, its estimator, and TrainConfig's fields "
+                                              "(defaults; data_dir, steps: here or as flags)\n"
+                                              + yaml.safe_dump(fields, sort_keys=False))
+    return files
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", nargs="?", default=".", help="the study folder (default: this one)")
+    p.add_argument("--configs", action="store_true", help="also write configs/model/<size>.yaml for each preset and "
+                                                          "configs/train/<arm>.yaml for bp, zbp_n16, zbp_n64")
+
+
+def write_configs(folder: Path) -> tuple[list[Path], list[Path]]:
+    """`config_files()` into `folder` (a file already there is kept); (written, kept)."""
+    written, kept = [], []
+    for relative, text in config_files().items():
+        path = Path(folder) / relative
+        if path.exists():
+            kept.append(path)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written, kept
 
 
 def run(args: argparse.Namespace) -> int:
     from zbpscale.text import shown_path
 
     written, kept = init(Path(args.folder))
+    if args.configs:
+        more = write_configs(Path(args.folder))
+        written, kept = written + more[0], kept + more[1]
     for path in written:
         print(f"wrote {shown_path(path)}")
     for path in kept:

@@ -3,8 +3,11 @@
     python -m zbpscale.train --run-dir jobs/try/tiny-bp --size tiny --arm bp --data data/embedded --steps 200
     torchrun --nproc-per-node 8 -m zbpscale.train --run-dir ... (same flags)
     python -m zbpscale.train --run-dir jobs/try/tiny-bp      # continue a run from its folder
+    python -m zbpscale.train --model configs/model/m124.yaml --train configs/train/zbp_n16.yaml --run-dir ...
 
-The flags build a TrainConfig (or repeat an existing run's config.json); `train` does the rest.
+The flags build a TrainConfig (or repeat an existing run's config.json); `train` does the rest. YAML files spell the
+same fields: --model a shape's (as --size's preset), --train the training fields and the arm's zbp (flags given
+beside them win).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ def _parse(argv: list[str] | None):
   python -m zbpscale.train --run-dir jobs/try/tiny-bp      continue it
   torchrun --nproc-per-node 8 -m zbpscale.train --run-dir jobs/try/s60-bp \\
       --size s60 --data data/fineweb --steps 4600
+  python -m zbpscale.train --run-dir jobs/try/m124-zbp_n16 \\
+      --model configs/model/m124.yaml --train configs/train/zbp_n16.yaml
 
 A run's config.json fixes every setting: the command that made it, or --run-dir alone, continues it. Ctrl-C (or
 SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
@@ -41,7 +46,11 @@ exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3
 took the run over while this one was paused""")
     p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
     p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
-    p.add_argument("--arm", default="bp", help="bp, zbp_n16, zbp_n64, zbp_n4_fwd, ...")
+    p.add_argument("--model", metavar="YAML", help="a model shape's file instead of --size (its keys: ModelConfig's "
+                                                   "fields, e.g. n_layer: 12)")
+    p.add_argument("--train", metavar="YAML", help="a file of training fields (TrainConfig's, and zbp: the arm's "
+                                                   "estimator, e.g. zbp: {n: 16})")
+    p.add_argument("--arm", help="bp (the default), zbp_n16, zbp_n64, zbp_n4_fwd, ...")
     p.add_argument("--data", help="prepared data folder")
     p.add_argument("--steps", type=int, help="optimizer steps")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -53,7 +62,8 @@ def config_from_args(args) -> TrainConfig:
     """A TrainConfig from the command line, or the run folder's config.json for an existing run (whose settings
     flags may repeat, never change)."""
     folder = RunFolder(args.run_dir)
-    given = [f"--{k} {getattr(args, k)}" for k in ("size", "data", "steps") if getattr(args, k) is not None]
+    given = [f"--{k} {getattr(args, k)}" for k in ("size", "model", "train", "arm", "data", "steps")
+             if getattr(args, k) is not None]
     given += [f"--set {item}" for item in args.set]
     saved = folder.read_config()
     if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
@@ -71,19 +81,50 @@ def config_from_args(args) -> TrainConfig:
                           "made it); to train longer or differently, start a new run folder")
     if not given:
         raise ConfigError(f"{folder.config} does not exist",
-                          hint="give --size, --arm, --data and --steps for a new run")
-    missing = [f"--{k}" for k in ("size", "data", "steps") if getattr(args, k) is None]
+                          hint="give --size (or --model), --arm, --data and --steps (or --train) for a new run")
+    if args.size and args.model:
+        raise ConfigError("--size and --model both give the model's shape", hint="give one of them")
+    trained = _train_file(args)
+    missing = [f"--{k}" for k, field in (("size", None), ("data", "data_dir"), ("steps", "steps"))
+               if getattr(args, k) is None and (k != "size" or not args.model) and field not in trained]
     if missing:
-        raise ConfigError(f"missing {', '.join(missing)} for a new run")
+        raise ConfigError(f"missing {', '.join(missing)} for a new run"
+                          + (" (or in the --train file)" if args.train and missing != ["--size"] else ""))
     return _asked(args, None)
 
 
+def _train_file(args) -> dict:
+    """The fields of the --train file ({} without one)."""
+    from zbpscale.train.schema import train_fields_from_yaml
+
+    return train_fields_from_yaml(args.train) if args.train else {}
+
+
 def _asked(args, base: TrainConfig | None) -> TrainConfig:
-    """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new."""
-    from zbpscale.train.schema import model_config
+    """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new. The
+    --train file's fields come first, the flags on top; the model is --size's preset or --model's shape, with the
+    arm's estimator (--arm, else the --train file's zbp)."""
+    from zbpscale.train.formats import FORMAT
+    from zbpscale.train.schema import model_config, shape_from_yaml
     from zbpscale.zbp import arm_zbp_config
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    trained = _train_file(args)
+    if args.arm is not None and trained.get("zbp") is not None:
+        raise ConfigError(f"--arm {args.arm} and the zbp of {args.train} both give the arm", hint="give one of them")
+    shape = model_config(args.size) if args.size else shape_from_yaml(args.model) if args.model else None
+    if shape is not None or trained:  # a new shape or a training file: the config.json they spell, checked as one
+        if shape is None:
+            shape = dataclasses.replace(base.model, zbp=None)
+        zbp = arm_zbp_config(args.arm) if args.arm is not None else None
+        spelled = {"format": FORMAT, **({} if base is None else {k: v for k, v in base.to_dict().items()
+                                                                 if k not in ("format", "model")}),
+                   **{k: v for k, v in trained.items() if k != "zbp"},
+                   "model": {**dataclasses.asdict(shape), "zbp": dataclasses.asdict(zbp) if zbp else
+                             trained.get("zbp")}}
+        spelled.setdefault("data_dir", args.data)
+        spelled.setdefault("steps", args.steps)
+        base = TrainConfig.from_dict(spelled, source=args.train or args.model or "the flags")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -92,9 +133,7 @@ def _asked(args, base: TrainConfig | None) -> TrainConfig:
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
                               hint=did_you_mean(key, settable, say=lambda c: f"--set {c}={value}") if sep else None)
         overrides[key] = parse_field_value(key, value, fields[key].type)
-    model = model_config(args.size, zbp=arm_zbp_config(args.arm)) if args.size else base.model
-    if base is None:
-        return TrainConfig(model=model, data_dir=args.data, steps=args.steps, **overrides)
+    model = base.model if args.arm is None else dataclasses.replace(base.model, zbp=arm_zbp_config(args.arm))
     return dataclasses.replace(base, model=model, data_dir=args.data or base.data_dir, steps=args.steps or base.steps,
                                **overrides)
 

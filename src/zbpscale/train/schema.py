@@ -125,24 +125,55 @@ def shape_of(fields, source: str, lines: dict[str, int] | None = None) -> ModelC
         raise ConfigError(f"{where(named[0] if named else None)}: {err.args[0]}", hint=err.hint) from None
 
 
-def shape_from_yaml(path) -> ModelConfig:
-    """The model shape of a YAML file whose keys are SHAPE_FIELDS (`configs/model/m760.yaml`); a ConfigError with
-    `file:line` for a YAML error, an unknown key or a bad value."""
+def read_yaml(path) -> tuple[object, dict[str, int]]:
+    """A YAML file's value and, for a mapping, the line of each top-level key; a ConfigError with `file:line` for
+    a file that cannot be read or parsed."""
     import yaml
 
     try:
         text = open(path).read()
     except OSError as err:
-        raise ConfigError(f"{path} cannot be read ({err.strerror})", hint="check the model file's path") from None
+        raise ConfigError(f"{path} cannot be read ({err.strerror})", hint="check the file's path") from None
     try:
-        node, fields = yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
+        node, value = yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{at}: not valid YAML ({getattr(err, 'problem', None) or err})",
                           hint="one `field: value` per line, e.g. n_layer: 24") from None
     lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    return value, lines
+
+
+def shape_from_yaml(path) -> ModelConfig:
+    """The model shape of a YAML file whose keys are SHAPE_FIELDS (`configs/model/m760.yaml`); a ConfigError with
+    `file:line` for a YAML error, an unknown key or a bad value."""
+    fields, lines = read_yaml(path)
     return shape_of(fields, str(path), lines)
+
+
+def train_fields_from_yaml(path) -> dict:
+    """The training fields of a YAML file (`configs/train/zbp_n16.yaml`): TrainConfig's fields but `model`, and
+    `zbp`, the arm's estimator (a mapping of ZBPConfig's fields; null or absent: bp), as config.json spells them;
+    a ConfigError with `file:line` for an unknown key (with a did-you-mean). Values are checked when the config is
+    built from them (TrainConfig.from_dict, the trainer's own rules)."""
+    fields, lines = read_yaml(path)
+    if fields is None:
+        return {}
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{path} holds a {type(fields).__name__}, not a mapping of training fields",
+                          hint="e.g. lr: 3.0e-4, global_batch: 256, zbp: {n: 16} (one per line)")
+    for key in fields:
+        if key not in TRAIN_FIELDS:
+            where = f"{path}:{lines[key]}" if key in lines else str(path)
+            hint = "the model's shape is --model's file" if key in SHAPE_FIELDS or key == "model" else \
+                did_you_mean(str(key), TRAIN_FIELDS, say=repr) or f"fields: {', '.join(TRAIN_FIELDS)}"
+            raise ConfigError(f"{where}: a training config has no field {key!r}", hint=hint)
+    if fields.get("zbp") is not None and not isinstance(fields["zbp"], dict):
+        where = f"{path}:{lines['zbp']}" if "zbp" in lines else str(path)
+        raise ConfigError(f"{where}: zbp must be a mapping of the estimator's fields, or null for bp",
+                          hint="e.g. zbp: {n: 16, scheme: central}")
+    return fields
 
 
 def model_config(size: str, **overrides) -> ModelConfig:
@@ -331,6 +362,10 @@ def tracker_error(trackers, label: str) -> ConfigError | None:
         return ConfigError(f"{label} names an unknown tracker {unknown[0]!r}",
                            hint=did_you_mean(unknown[0], known(), say=repr) or f"trackers: {', '.join(known())}")
     return None
+
+
+TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name != "model") + ("zbp",)
+"""The keys of a training YAML file (train_fields_from_yaml): TrainConfig's fields but model, and the arm's zbp."""
 
 
 RESUME_SAFE = ("eval_every", "eval_batches", "ckpt_every", "ckpt_every_s", "keep_ckpts", "step_timeout_s",
