@@ -37,6 +37,28 @@ def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict
     return [c for c in columns if c in kept]
 
 
+def plain_lines(columns: list[str], rows: list[dict[str, str]], left: set[str] | frozenset[str] = frozenset()
+                ) -> list[str]:
+    """A table as plain text lines (pipes, files, logs): the header, then each row, columns two spaces apart,
+    words (`left`) left-aligned and numbers right-aligned, no line ending in spaces."""
+    wide = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+    return ["  ".join(r[c].ljust(wide[c]) if c in left else r[c].rjust(wide[c]) for c in columns).rstrip()
+            for r in [{c: c for c in columns}, *rows]]
+
+
+def boxed(columns: list[str], rows: list[dict[str, str]], left: set[str] | frozenset[str] = frozenset(), *,
+          title: str | None = None, markup=lambda row_index, column, text: text):
+    """The same table boxed for a terminal (a rich Table); `markup(i, column, text)` styles a cell of row i."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for c in columns:
+        table.add_column(c, justify="left" if c in left else "right", no_wrap=True)
+    for i, r in enumerate(rows):
+        table.add_row(*(markup(i, c, r[c]) for c in columns))
+    return table
+
+
 def plural(n: int, word: str) -> str:
     """'1 run', '2 runs'."""
     return f"{n} {word}" + ("" if n == 1 else "s")

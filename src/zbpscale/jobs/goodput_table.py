@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zbpscale.jobs.runs import Run
 from zbpscale.run.goodput import BUCKETS, Goodput, read
-from zbpscale.tables import age, fit_columns, on_terminal, terminal_width
+from zbpscale.tables import age, boxed, fit_columns, on_terminal, plain_lines, terminal_width
 
 WORDS = {"training": "training", "startup": "start-up", "saves": "saves", "lost": "lost", "other": "other"}
 """How the tables name each part of held time (run/goodput.py's BUCKETS)."""
@@ -87,11 +87,7 @@ def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
             lines.append("no run has started")
             continue
         shown = _cells(found)
-        kept = _fit(shown, terminal_width(), boxed=False)
-        width = {h: max([len(h)] + [len(c[h]) for c in shown]) for h in kept}
-        line = lambda d: "  ".join(d[h].ljust(width[h]) if h in LEFT else d[h].rjust(width[h])  # noqa: E731
-                                   for h in kept).rstrip()
-        lines += [line({h: h for h in kept}), *(line(c) for c in shown), footer(found)]
+        lines += [*plain_lines(_fit(shown, terminal_width(), boxed=False), shown, LEFT), footer(found)]
     return "\n".join(lines)
 
 
@@ -101,7 +97,6 @@ def show(sweeps: list[tuple[str, list[dict]]]) -> None:
         print(plain(sweeps), flush=True)
         return
     from rich.console import Console, Group
-    from rich.table import Table
     from rich.text import Text
 
     width, parts = terminal_width(), []
@@ -110,11 +105,7 @@ def show(sweeps: list[tuple[str, list[dict]]]) -> None:
             parts += [Text(title(name)), Text("no run has started")]
             continue
         shown = _cells(found)
-        kept = _fit(shown, width, boxed=True)
-        t = Table(title=title(name), title_justify="left")
-        for h in kept:
-            t.add_column(h, justify="left" if h in LEFT else "right", no_wrap=True)
-        for r, c in zip(found, shown):
-            t.add_row(*(f"[bold]{c[h]}[/]" if r["run"] == TOTAL else c[h] for h in kept))
-        parts += [t, Text(footer(found))]
+        parts += [boxed(_fit(shown, width, boxed=True), shown, LEFT, title=title(name),
+                        markup=lambda i, col, text, found=found: f"[bold]{text}[/]" if found[i]["run"] == TOTAL
+                        else text), Text(footer(found))]
     Console(width=width).print(Group(*parts))

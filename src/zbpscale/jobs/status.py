@@ -48,7 +48,17 @@ from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import age, fit_columns, fmt_tokens, on_terminal, plural, seed_count, terminal_width
+from zbpscale.tables import (
+    age,
+    boxed,
+    fit_columns,
+    fmt_tokens,
+    on_terminal,
+    plain_lines,
+    plural,
+    seed_count,
+    terminal_width,
+)
 from zbpscale.train.metrics import Divergence, diverged
 
 
@@ -219,25 +229,16 @@ def fitted(rows: list[dict], width: int, *, boxed: bool) -> tuple[list[dict[str,
 
 
 def table(name: str, rows: list[dict], width: int):
-    from rich.table import Table
-
     shown, columns, left = fitted(rows, width, boxed=True)
-    t = Table(title=title(name, rows), title_justify="left")
-    for col in columns:
-        t.add_column(col, justify="left" if col in left else "right", no_wrap=True)
-    for r, c in zip(rows, shown):
-        t.add_row(*(f"[{STYLE[r['state']]}]{c[col]}[/]" if col == "state" else c[col] for col in columns))
-    return t
+    return boxed(columns, shown, left, title=title(name, rows),
+                 markup=lambda i, col, text: f"[{STYLE[rows[i]['state']]}]{text}[/]" if col == "state" else text)
 
 
 def plain_table(name: str, rows: list[dict], width: int | None = None) -> list[str]:
     """The same table as plain text lines (for files, pipes and logs), the columns that fit `width` (default:
     tables.terminal_width)."""
     shown, columns, left = fitted(rows, width or terminal_width(), boxed=False)
-    wide = {c: max([len(c)] + [len(r[c]) for r in shown]) for c in columns}
-    line = lambda d: "  ".join(d[c].ljust(wide[c]) if c in left else d[c].rjust(wide[c])  # noqa: E731
-                               for c in columns).rstrip()
-    return [title(name, rows), line({c: c for c in columns}), *(line(d) for d in shown)]
+    return [title(name, rows), *plain_lines(columns, shown, left)]
 
 
 LEGEND = "T/P/F: each run's time limits / preemptions / failures so far (its requeues and restarts)"

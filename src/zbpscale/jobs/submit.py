@@ -42,7 +42,7 @@ from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import fit_columns, fmt_tokens, on_terminal, plural, seed_count, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, on_terminal, plain_lines, plural, seed_count, terminal_width
 from zbpscale.text import matches, patterns, select, shown_path
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
@@ -532,13 +532,12 @@ def results_table(sweep: Sweep, runs: list[PlannedRun], path: str) -> list[str]:
     from zbpscale.results.summary import summarize
     from zbpscale.tables import age
 
-    rows = [("run", "val loss", "tokens", "wall time")]
+    rows = []
     for r in runs:
         s = summarize(r.run_dir, name=r.name, size=r.size.name, arm=r.arm.name, seed=r.seed, state=("", None))
-        rows.append((r.name, "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}", fmt_tokens(s.tokens),
-                     age(s.wall_time_s)))
-    width = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join([row[0].ljust(width[0])] + [c.rjust(w) for c, w in zip(row[1:], width[1:])]) for row in rows]
+        rows.append({"run": r.name, "val loss": "-" if s.final_val_loss is None else f"{s.final_val_loss:.3f}",
+                     "tokens": fmt_tokens(s.tokens), "wall time": age(s.wall_time_s)})
+    lines = plain_lines(["run", "val loss", "tokens", "wall time"], rows, {"run"})
     out = default_out(sweep.jobs_dir)
     commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}"]
     pad = max(map(len, commands)) + 3
