@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
@@ -121,8 +122,16 @@ class History:
     def read(cls, run_dir: Path) -> History:
         return cls(tuple(read_attempts(run_dir)))
 
+    @cached_property
+    def _by_event(self) -> dict[str, list[dict]]:
+        """The events of each kind, in order (status asks a history for them some 30 times a run)."""
+        found: dict[str, list[dict]] = {}
+        for a in self.events:
+            found.setdefault(a.get("event"), []).append(a)
+        return found
+
     def _of(self, event: str, job: str | None = None) -> list[dict]:
-        return [a for a in self.events if a.get("event") == event and (job is None or a.get("job_id") == job)]
+        return [a for a in self._by_event.get(event, ()) if job is None or a.get("job_id") == job]
 
     @property
     def submitted(self) -> Submitted:
