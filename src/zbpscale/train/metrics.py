@@ -457,7 +457,7 @@ def _kind_of(line: bytes) -> str | None:
 class Glance:
     """What `zbpscale status` shows of a run's metrics.jsonl (`glance`); {} where the file has no such record. Two
     glances of consecutive parts of a file merge into the glance of both (`then`): the trainer keeps the glance of
-    what it has written in its heartbeat (`GlanceIndex`), and status reads only the bytes after it."""
+    what it has written in its heartbeat (`glance_index`), and status reads only the bytes after it."""
 
     first: Record = field(default_factory=dict)
     """Its first record: the first attempt's start record."""
@@ -480,7 +480,7 @@ class Glance:
         return [r for r in (self.train0, self.worst) if r]
 
     def then(self, later: Glance) -> Glance:
-        """The glance of this part of a file followed by the part `later` is the glance of."""
+        """The glance of this part of a file and the part after it, whose glance is `later`."""
         worst = later.worst if later.worst and (not self.worst or _badness(later.worst) > _badness(self.worst)) \
             else self.worst
         return Glance(first=self.first or later.first, train0=self.train0 or later.train0,
