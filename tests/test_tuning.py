@@ -199,6 +199,34 @@ def test_a_sweep_that_tunes_its_one_size_chooses_without_a_law(tmp_path):
     assert next(r for r in runs if r.name == "nano-zbp_n4").waits_for == ("nano-zbp_n4-lr1e-3",)  # grown at its edge
 
 
+def test_a_tuning_run_stopped_and_resumed_trains_as_its_straight_run(tmp_path, data_dir):
+    """A grid run on a part of the budget (Tune.budget=0.5: its own steps, its cosine over them) stopped by a stop
+    signal at step 3 and resumed trains bit for bit as it does straight: resume works for tuning runs as for any."""
+    import torch
+
+    from conftest import losses
+    from zbpscale import signals
+    from zbpscale.train import checkpoint
+    from zbpscale.train.loop import train
+
+    sweep = load_sweep(write(tmp_path, budget=0.5, steps=12, data=str(data_dir)))
+    run = next(r for r in tuning.planned(sweep)[0] if r.role == "tuning")
+    cfg = run.train_config()
+    assert cfg.steps == 6 and run.name == "nano-bp-lr2e-3"
+    folders = {name: tmp_path / name for name in ("straight", "stopped")}
+    for folder in folders.values():
+        folder.mkdir()
+        RunFolder(folder).config.write_text(json.dumps(cfg.to_dict()))
+    assert train(cfg, folders["straight"]) == "completed"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(signals, "received", lambda: 12 if len(losses(folders["stopped"])) >= 3 else 0)
+        assert train(cfg, folders["stopped"]) == "checkpointed"
+    assert train(cfg, folders["stopped"]) == "completed"
+    assert losses(folders["stopped"]) == losses(folders["straight"]) and len(losses(folders["straight"])) == 6
+    a, b = (checkpoint.load_latest(f)["model"] for f in folders.values())
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 # ------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
