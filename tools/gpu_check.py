@@ -229,20 +229,25 @@ def _bench_impls() -> list[str]:
     return [i for i in module.IMPLS if i != "plain"]
 
 
+def _json_of(cmd: list[str], log: Path, out: Path, what: str):
+    """Run a benchmark tool on the GPU, its JSON into `out` and its stderr into `log`; its parsed JSON, or
+    PartFailed naming the tool and `what` it measured."""
+    with open(out, "w") as fh, open(log, "a") as err:
+        err.write(f"$ {' '.join(cmd)}\n")
+        err.flush()
+        code = subprocess.run(cmd, stdout=fh, stderr=err, env=_env("cuda"), cwd=REPO, timeout=300).returncode
+    if code != 0:
+        raise PartFailed(f"{Path(cmd[1]).name} {what} exited {code} (see {log.name})")
+    return json.loads(out.read_text())
+
+
 def part_bench(args, log: Path) -> dict:
     shapes, ratios = {}, {}
     for (name, d, layers, heads, arms), impl in ((shape, impl) for shape in SHAPES for impl in _bench_impls()):
         # one estimator per call, each against its own BP: at s1b's shape every model in a call holds ~16 GB
         cmd = [sys.executable, "tools/bench_step.py", "--device", "cuda", "--d", str(d), "--layers", str(layers),
                "--heads", str(heads), "--seq", "1024", "--batch", "8", "--arms", arms, "--impl", impl, "--json"]
-        out = log.with_name(f"bench_{name}_{impl}.json")
-        with open(out, "w") as fh, open(log, "a") as err:
-            err.write(f"$ {' '.join(cmd)}\n")
-            err.flush()
-            code = subprocess.run(cmd, stdout=fh, stderr=err, env=_env("cuda"), cwd=REPO, timeout=300).returncode
-        if code != 0:
-            raise PartFailed(f"bench_step.py at the {name} shape ({impl}) exited {code} (see {log.name})")
-        records = json.loads(out.read_text())
+        records = _json_of(cmd, log, log.with_name(f"bench_{name}_{impl}.json"), f"at the {name} shape ({impl})")
         shapes[f"{name}/{impl}"] = records
         with open(log, "a") as fh:
             fh.write(f"# {name}: d={d} L={layers} H={heads}\n")
@@ -260,15 +265,8 @@ def part_bench(args, log: Path) -> dict:
 def part_checkpoint(args, log: Path) -> dict:
     cmd = [sys.executable, "tools/bench_checkpoint.py", "--sizes", "s350", "--repeat", "2", "--device", "cuda",
            "--no-trained", "--json"]
-    out = log.with_name("checkpoint.json")
-    with open(out, "w") as fh, open(log, "a") as err:
-        err.write(f"$ {' '.join(cmd)}\n")
-        err.flush()
-        code = subprocess.run(cmd, stdout=fh, stderr=err, env=_env("cuda"), cwd=REPO, timeout=300).returncode
-    if code != 0:
-        raise PartFailed(f"bench_checkpoint.py exited {code} (see {log.name})")
-    sync, background = (next(r for r in json.loads(out.read_text()) if r["way"] == way)
-                        for way in ("synchronous", "background"))
+    rows = _json_of(cmd, log, log.with_name("checkpoint.json"), "for s350")
+    sync, background = (next(r for r in rows if r["way"] == way) for way in ("synchronous", "background"))
     return {"s350_synchronous_s": sync["blocked_s"], "s350_background_s": background["blocked_s"],
             "s350_background_first_s": background["first_blocked_s"], "s350_landed_s": background["landed_s"],
             "bytes": sync["bytes"]}
