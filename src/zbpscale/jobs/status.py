@@ -306,8 +306,9 @@ def render(sweeps: list[tuple[str, list[dict]]], width: int):
 
     parts = []
     for name, rows in sweeps:
-        parts += [table(name, rows, width), Text(footer(rows))]
-        parts += [Text(LEGEND)] if "T/P/F" in fitted(rows, width, boxed=True)[1] else []
+        shown = table(name, rows, width)
+        parts += [shown, Text(footer(rows))]
+        parts += [Text(LEGEND)] if any(c.header == "T/P/F" for c in shown.columns) else []
         parts += [Text(line, style=STYLE[state]) for line, state in notes(rows)]
     return Group(*parts)
 
@@ -315,8 +316,9 @@ def render(sweeps: list[tuple[str, list[dict]]], width: int):
 def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
     lines = []
     for name, rows in sweeps:
-        lines += plain_table(name, rows) + [footer(rows)]
-        lines += [LEGEND] if "T/P/F" in fitted(rows, terminal_width(), boxed=False)[1] else []
+        title_line, head, *body = plain_table(name, rows)
+        lines += [title_line, head, *body, footer(rows)]
+        lines += [LEGEND] if "T/P/F" in head.split() else []
         lines += [line for line, _ in notes(rows)]
     return "\n".join(lines)
 
@@ -414,12 +416,13 @@ def run(args) -> int:
     if args.watch:
         data = watch(gather, data, args.watch)
     else:
+        waiting = {name for name, rows in data if unsubmitted(rows)}  # one line each, not a table of `new 0/96 0%`
         for name, rows in data:
-            if unsubmitted(rows):  # one line, not a table of `new 0/96 0%`
+            if name in waiting:
                 sweep_file = args.target if args.target and args.target.endswith(".py") else "<its sweep file>"
                 print(f"sweep {name}: nothing submitted yet ({plural(len(rows), 'run')} planned); start it with "
                       f"python -m zbpscale.submit {sweep_file}", flush=True)
-        show([(name, rows) for name, rows in data if not unsubmitted(rows)])
+        show([(name, rows) for name, rows in data if name not in waiting])
     return exit_code([r for _, rows in data for r in rows])
 
 

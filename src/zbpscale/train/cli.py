@@ -70,7 +70,7 @@ def config_from_args(args) -> TrainConfig:
         cfg = TrainConfig.from_dict(saved, source=str(folder.config))
         if not given:
             return cfg
-        have, want = cfg.to_dict(), _asked(args, cfg).to_dict()
+        have, want = cfg.to_dict(), _asked(args, cfg, _train_file(args)).to_dict()
         if want == have:  # the command that made it, run again: continue
             return cfg
         state = f"complete after {cfg.steps} steps" if folder.complete.exists() else f"{cfg.steps} steps planned"
@@ -90,7 +90,7 @@ def config_from_args(args) -> TrainConfig:
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run"
                           + (" (or in the --train file)" if args.train and missing != ["--size"] else ""))
-    return _asked(args, None)
+    return _asked(args, None, trained)
 
 
 def _train_file(args) -> dict:
@@ -100,16 +100,15 @@ def _train_file(args) -> dict:
     return train_fields_from_yaml(args.train) if args.train else {}
 
 
-def _asked(args, base: TrainConfig | None) -> TrainConfig:
+def _asked(args, base: TrainConfig | None, trained: dict) -> TrainConfig:
     """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new. The
     --train file's fields come first, the flags on top; the model is --size's preset or --model's shape, with the
-    arm's estimator (--arm, else the --train file's zbp)."""
+    arm's estimator (--arm, else the --train file's zbp); `trained`: the --train file's fields (_train_file)."""
     from zbpscale.train.formats import FORMAT
     from zbpscale.train.schema import model_config, shape_from_yaml
     from zbpscale.zbp import arm_zbp_config
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    trained = _train_file(args)
     if args.arm is not None and trained.get("zbp") is not None:
         raise ConfigError(f"--arm {args.arm} and the zbp of {args.train} both give the arm", hint="give one of them")
     shape = model_config(args.size) if args.size else shape_from_yaml(args.model) if args.model else None
