@@ -103,9 +103,11 @@ def losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
 
-def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: float = 0.2) -> None:
+def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: float = 0.2,
+               run: Path | None = None) -> None:
     """Poll `predicate` every `every` seconds until it holds; fail saying `what` was not seen within `timeout`
-    seconds, or (given `proc`, a Popen) that the process exited first, with its output."""
+    seconds (with `run`'s state: what a failure on a CI machine leaves to read), or (given `proc`, a Popen) that the
+    process exited first, with its output."""
     import time
 
     t0 = time.monotonic()
@@ -114,9 +116,24 @@ def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: 
             raise AssertionError(f"{what}: the process exited first ({proc.returncode}): {proc.communicate()}")
         if time.monotonic() - t0 > timeout:
             note_limit(timeout, time.monotonic() - t0, True)
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            state = f"\n{run_state(run)}" if run is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{state}")
         time.sleep(every)
     note_limit(timeout, time.monotonic() - t0, False)
+
+
+def run_state(run: Path, lines: int = 40) -> str:
+    """A run folder's attempts and the tail of each of its job logs (stack frames left out), as text."""
+    parts = []
+    for path in [run / "attempts.jsonl", *sorted((run / "logs").glob("*.out"))]:
+        try:
+            text = path.read_text(errors="replace").splitlines()
+        except OSError as err:
+            parts.append(f"--- {path.name}: {err}")
+            continue
+        kept = [line for line in text if not line.startswith(("  File ", "    "))]
+        parts.append(f"--- {path.name} (last {lines} of {len(kept)} lines)\n" + "\n".join(kept[-lines:]))
+    return "\n".join(parts)
 
 
 def pytest_xdist_auto_num_workers(config):

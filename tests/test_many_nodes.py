@@ -123,7 +123,7 @@ def checkpointed_2_node_run(tmp_path: Path, name: str, data_dir: Path, env: dict
     submit(write_sweep(tmp_path, name, data_dir, steps=STEPS, nodes=2, ckpt_every=10, **sweep), env)
     run = tmp_path / "jobs" / name / "nano-bp"
     (job,) = job_ids(run)
-    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20", run=run)
     return run, job
 
 
@@ -187,18 +187,20 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     (job,) = job_ids(run)
     starts = lambda: sum(a["event"] == "start" for a in read_attempts(run))  # noqa: E731
 
-    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20")
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000020.pt").exists(), "a checkpoint at step 20", run=run)
     subprocess.run(["kill", "-USR2", str(rank_pid(run, 1))], check=True)
-    wait_until(lambda: starts() == 2, "the requeue after USR2 to rank 1")
+    wait_until(lambda: starts() == 2, "the requeue after USR2 to rank 1", run=run)
     (why, _), = ends(run)
     end = [r for r in read_records(run) if r["kind"] == "end"][-1]
     assert why == "preempted" and end["why"] == "checkpointed"
     assert (run / "checkpoints" / f"ckpt_{end['step'] + 1:08d}.pt").exists()  # the step every rank stopped at
+    log = "".join(p.read_text(errors="replace") for p in (run / "logs").glob("*_log.out"))
+    assert f"checkpointed at step {end['step'] + 1} on a stop signal to 1 other rank(s)" in log  # not a CANCEL
 
-    wait_until(lambda: starts() == 2 and len(losses(run)) >= end["step"] + 15, "the second attempt to train")
+    wait_until(lambda: starts() == 2 and len(losses(run)) >= end["step"] + 15, "the second attempt to train", run=run)
     stopped = rank_pid(run, 1)
     subprocess.run(["kill", "-STOP", str(stopped)], check=True)
-    wait_until(lambda: starts() == 3, "the restart after the hang")
+    wait_until(lambda: starts() == 3, "the restart after the hang", run=run)
     why, reason = ends(run)[-1]
     assert why == "hung" and f"rank 1 (pid {stopped}" in reason and "restart 1/3" in reason, reason
     new, old = [a for a in read_attempts(run) if a["event"] == "start"][-1:-3:-1]
@@ -207,7 +209,7 @@ def test_three_faults_of_many_nodes_each_end_in_a_true_state_and_the_run_resumes
     assert "every thread's stack" in log and "File " in log  # faulthandler's dump
 
     resumed = [r for r in read_records(run) if r["kind"] == "resume"][-1]["from_step"]
-    wait_until(lambda: rank_pid(run, 1) != stopped and len(losses(run)) >= resumed + 15, "the third attempt")
+    wait_until(lambda: rank_pid(run, 1) != stopped and len(losses(run)) >= resumed + 15, "the third attempt", run=run)
     slurm_local.stop_daemon(folder, "slurmd-node2")
     try:
         subprocess.run(["kill", "-9", str(rank_pid(run, 1))], check=True)
@@ -237,8 +239,8 @@ def test_the_watchdog_on_the_local_queue(tmp_path, data_dir):
     sweep = write_sweep(tmp_path, "lhung", data_dir, steps=40, tasks=2, ckpt_every=10, step_timeout_s=5)
     submit(sweep, dict(os.environ), executor="local")
     run = tmp_path / "jobs" / "lhung" / "nano-bp"
-    wait_until(lambda: (run / "checkpoints" / "ckpt_00000010.pt").exists(), "a checkpoint at step 10")
+    wait_until(lambda: (run / "checkpoints" / "ckpt_00000010.pt").exists(), "a checkpoint at step 10", run=run)
     subprocess.run(["kill", "-STOP", str(rank_pid(run, 1))], check=True)
-    wait_until(lambda: ends(run) and ends(run)[-1][0] == "completed", "the run to finish after the hang", timeout=300)
+    wait_until(lambda: ends(run) and ends(run)[-1][0] == "completed", "the run to finish after the hang", run=run)
     assert [w for w, _ in ends(run)] == ["hung", "completed"], ends(run)
     assert RunFolder(run).complete.exists() and [s for s, _ in losses(run)] == list(range(40))

@@ -80,6 +80,18 @@ def test_ladder_sbatch_scripts_match_the_golden_file():
         assert f"#SBATCH {line}\n" in s1b
 
 
+def test_a_rank_that_fails_ends_its_step():
+    """srun ends the whole step when one rank exits non-zero (a hung rank's watchdog, a crash): its stopped or
+    blocked peers would otherwise hold the allocation until the time limit."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    run = expand(load_sweep(REPO / "sweeps" / "ladder.py"))[0]
+    script = _make_sbatch_string(command="python -u -m submitit.core._submit FOLDER", folder="/jobs/FOLDER",
+                                 **sbatch_parameters(run))
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--kill-on-bad-exit=1" in srun.split(), srun
+
+
 def test_only_selects_by_pattern():
     everything = expand(load_sweep(REPO / "sweeps" / "ladder.py"))
     assert [r.name for r in select(everything, "*-lr*")] == [r.name for r in everything if r.role == "tuning"]

@@ -295,8 +295,11 @@ def _train(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, on_hang: Callable
         return "checkpointed"
 
     def hung(reason: str) -> None:  # rank 0, from the watchdog's thread while the loop is blocked
-        r.log.write("end", step=dog.step - 1, why="hung", reason=reason, **r.end_fields())
-        r.log.close()
+        try:
+            r.log.write("end", step=dog.step - 1, why="hung", reason=reason, **r.end_fields())
+            r.log.close()
+        except OSError as err:  # a full disk: the job layer still records the hang and ends the attempt
+            print(f"watchdog: the end record was not written ({err})", file=sys.stderr, flush=True)
         if on_hang is not None:
             on_hang(reason)
 
@@ -351,7 +354,7 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
     for step in range(r.start, cfg.steps):
         t0 = time.perf_counter()
         time_due = cfg.ckpt_every_s > 0 and time.monotonic() - last_ckpt >= cfg.ckpt_every_s
-        loss, grad_norm, lr, stop_votes, time_votes = _step(r, step, time_due)
+        loss, grad_norm, lr, stop, time_votes = _step(r, step, time_due)
         done, step_time = step + 1, time.perf_counter() - t0
         r.done = done
         r.stepped(step_time)
@@ -380,12 +383,11 @@ def _loop(r: _Run, dog: Watchdog) -> Why:
             last_print = time.monotonic()
         # ---- checkpoint: periodic, by wall time, or because a signal asked for one ----
         periodic = cfg.ckpt_every and done % cfg.ckpt_every == 0
-        if (periodic or time_votes or stop_votes) and done < cfg.steps:
-            _save(r, done, background=not stop_votes)  # a stop's checkpoint is written before the exit says so
+        if (periodic or time_votes or stop) and done < cfg.steps:
+            _save(r, done, background=not stop)  # a stop's checkpoint is written before the exit says so
             last_ckpt = time.monotonic()
         dog.beat(done)
-        if stop_votes:  # some rank got a stop signal (maybe not this one: it may say 0), or rank 0 saw CANCEL
-            stop = f"signal {signals.received()}" if signals.received() else "the run folder's CANCEL stamp"
+        if stop:
             break
     return _finish(r, done, stop)
 
@@ -569,9 +571,9 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
             _, loss = r.ddp(x.to(env.device), y.to(env.device))
         (loss / r.accum).backward()
         loss_sum += loss.detach()
-    # ---- one small collective: global loss, stop request, wall-clock checkpoint due ----
-    loss_g, stop_votes, time_votes = dist.all_reduce_sum(
-        [loss_sum.item() / r.accum, float(signals.received() != 0 or r.cancel_stamped()),
+    # ---- one small collective: global loss, stop requests (a signal, the CANCEL stamp), wall-clock checkpoint due ----
+    loss_g, signalled, cancelled, time_votes = dist.all_reduce_sum(
+        [loss_sum.item() / r.accum, float(signals.received() != 0), float(r.cancel_stamped()),
          float(time_due and env.is_main)], env)
     loss_g /= env.world_size
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
@@ -585,7 +587,16 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
             f"optimizer update in {r.run_dir}", hint="lower the learning rate or check the data")
     r.optimizer.step()
     r.optimizer.zero_grad(set_to_none=True)
-    return loss_g, grad_norm, lr, stop_votes, time_votes
+    return loss_g, grad_norm, lr, _stop_cause(signalled, cancelled), time_votes
+
+
+def _stop_cause(signalled: float, cancelled: float) -> str | None:
+    """What the ranks voted to stop on, in words, or None: a stop signal (maybe to other ranks only: SLURM may
+    signal one node first), else rank 0's sight of the run folder's CANCEL stamp."""
+    if signalled:
+        here = signals.received()
+        return f"signal {here}" if here else f"a stop signal to {signalled:g} other rank(s)"
+    return "the run folder's CANCEL stamp" if cancelled else None
 
 
 def _save(r: _Run, done: int, *, background: bool) -> None:
@@ -641,7 +652,7 @@ def _finish(r: _Run, done: int, stop: str | None) -> Why:
     else:
         r.log.write("end", step=done - 1, why="checkpointed", reason=f"{stop}: requeue me", **r.end_fields())
         if env.is_main:
-            again = ("run again to continue" if stop.startswith("signal") else
+            again = ("run again to continue" if "CANCEL" not in stop else
                      f"submitting the sweep again lifts it (or remove {RunFolder(r.run_dir).cancel}) to continue")
             print(f"checkpointed at step {done} on {stop}; {again}", flush=True)
     r.beat(done, force=True)

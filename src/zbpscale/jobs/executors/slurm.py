@@ -223,6 +223,9 @@ def sbatch_parameters(run: PlannedRun) -> dict:
         "signal_delay_s": run.sweep.signal_delay_s,
         "stderr_to_stdout": True,
         "additional_parameters": {"requeue": True, **{k: v for k, v in res.extra_sbatch}},
+        # a rank that ends with a non-zero status ends its step: its peers, blocked on it in a collective or
+        # stopped, would otherwise hold the step (and the allocation) until the time limit
+        "srun_args": ["--kill-on-bad-exit=1"],
     }
     if res.gpus_per_node:
         params["gpus_per_node"] = res.gpus_per_node

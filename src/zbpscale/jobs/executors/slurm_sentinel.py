@@ -131,14 +131,23 @@ def record_hung_end(run_dir: Path, job_id: str, reason: str, max_crashes: int, s
     return retry.ok
 
 
-def kill_step() -> None:
+def kill_step(*, tries: int = 6, wait_s: float = 5.0) -> None:
     """End this job step at once, every task on every node (SIGKILL: a frozen rank, here or on another node,
-    would keep it alive for ever; its peers are blocked on it). The batch script then decides (`step_ended`)."""
+    would keep it alive for ever; its peers are blocked on it). The batch script then decides (`step_ended`).
+    A refusal (a controller too busy to answer in time) is said and asked again, up to `tries` times: nothing
+    else ends a step that a stopped rank holds."""
     step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
-    try:
-        subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as err:
-        print(f"scancel --signal=KILL {step} did not go through ({err})", file=sys.stderr, flush=True)
+    for attempt in range(1, tries + 1):
+        try:
+            done = subprocess.run(["scancel", "--signal=KILL", step], capture_output=True, text=True, timeout=60)
+            if done.returncode == 0:
+                return
+            why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        except (OSError, subprocess.SubprocessError) as err:
+            why = str(err)
+        print(f"scancel --signal=KILL {step} did not go through ({why}); try {attempt}/{tries}", file=sys.stderr,
+              flush=True)
+        time.sleep(wait_s)
 
 
 def requeue(job_id: str) -> None:
