@@ -122,6 +122,14 @@ def wait_until(predicate, what: str, timeout: float = 300, *, proc=None, every: 
     note_limit(timeout, time.monotonic() - t0, False)
 
 
+def unwrapped(text: str) -> str:
+    """Output with the prose that tables.wrap folded joined back into one line each (a line that begins with spaces
+    continues the one before it): for assertions on what a note says, not on where the terminal's width broke it."""
+    import re
+
+    return re.sub(r"\n +", " ", text)
+
+
 def run_state(run: Path, lines: int = 40) -> str:
     """A run folder's attempts and the tail of each of its job logs (stack frames left out), as text."""
     parts = []

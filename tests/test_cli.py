@@ -4,7 +4,7 @@ mistake compared with the one-line contract (no traceback, non-zero exit)."""
 import subprocess
 import sys
 
-from conftest import config_json, venv_seeing_this_python, wait_until
+from conftest import config_json, unwrapped, venv_seeing_this_python, wait_until
 from zbpscale.train.schema import SIZES, n_params
 
 
@@ -162,7 +162,7 @@ def test_runs_go_to_the_sweeps_project_folder_from_any_directory(tmp_path):
     sweep = home / "sweeps" / "smoke.py"
     plan = zbpscale("submit", sweep, "--dry-run", "--executor", "local", cwd=elsewhere)
     assert plan.returncode == 0, plan.stderr
-    assert f"runs in {home / 'jobs' / 'smoke'}; data in {home / 'data' / 'embedded'}" in plan.stdout
+    assert f"runs in {home / 'jobs' / 'smoke'}; data in {home / 'data' / 'embedded'}" in unwrapped(plan.stdout)
     done = home / "jobs" / "smoke" / "tiny-bp"  # a run finished earlier, as the trainer leaves it
     done.mkdir(parents=True)
     (done / "config.json").write_text(config_json(steps=20, global_batch=8))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import config_json, losses
+from conftest import config_json, losses, unwrapped
 from zbpscale.jobs.status import collect_rows, exit_code
 from zbpscale.train.metrics import diverged, tail_records
 
@@ -446,7 +446,7 @@ def test_a_sweep_file_not_yet_submitted_shows_its_planned_runs_as_new(tmp_path):
     assert not (tmp_path / "jobs").exists()  # status writes nothing
     shown = subprocess.run(["zbpscale", "status", "sweeps/ladder.py"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=120)  # #60: the table of `new 0/96 0%` rows is one line, with the command
-    assert shown.returncode == 3 and shown.stdout.splitlines() == [
+    assert shown.returncode == 3 and unwrapped(shown.stdout).splitlines() == [
         f"sweep ladder: nothing submitted yet ({len(rows)} runs planned); start it with "
         "python -m zbpscale.submit sweeps/ladder.py"], shown.stdout
     for args in (["sweeps/lader.py"], ["sweeps/ladder.py", "--only", "zzz*"]):  # a typo; a pattern matching nothing
@@ -748,15 +748,18 @@ def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, f
                       "j-bp": "running", "k-bp": "broken", "l-bp": "failed"}, states
 
 
-def test_the_t_p_f_column_is_explained_under_the_table_and_in_help(tmp_path, capsys):
+def test_the_t_p_f_column_is_explained_under_the_table_and_in_help(tmp_path, capsys, monkeypatch):
     """#60: the legend of T/P/F is a line under the table (piped: the plain table) and in `status --help`."""
     import argparse
 
     from zbpscale.jobs import status as command
 
     make_run(tmp_path / "legend", "tiny-bp", done=10, complete=True)
+    monkeypatch.setenv("COLUMNS", "80")
     assert status(capsys, str(tmp_path / "legend")) == 0
-    out = capsys.readouterr().out.splitlines()
+    shown = capsys.readouterr().out
+    assert max(len(line) for line in shown.splitlines()) <= 80  # the legend folds at the width
+    out = unwrapped(shown).splitlines()
     assert "T/P/F" in out[1] and out[4] == command.LEGEND and out[4].startswith("T/P/F: each run's time limits")
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
@@ -781,3 +784,15 @@ def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(t
     for name, size in sizes.items():
         row = next(ln for ln in lines if f"│ {name}-bp" in ln)
         assert f"{size.params / 1e6:,.1f}M" in row and f"{size.params_non_embedding / 1e6:,.2f}M" in row, row
+
+    # $COLUMNS unset: 80 columns. The notes fold under their first line; what they say is what they said at 200.
+    narrow = subprocess.run([sys.executable, "-m", "zbpscale.submit", "sweeps/mini_ladder.py", "--dry-run",
+                             "--executor", "local"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    assert narrow.returncode == 0, narrow.stdout + narrow.stderr
+    folded = narrow.stdout.splitlines()
+    too_wide = [ln for ln in folded if len(ln) > 80 and len(ln.split()) > 2]  # only a word longer than a line may
+    assert not too_wide and not [ln for ln in folded if ln != ln.rstrip()], too_wide
+    assert any(ln.startswith("      ") for ln in folded)  # a note folded under its text
+    notes = [ln for ln in unwrapped(out.stdout).splitlines() if ln.startswith("note: ")]
+    assert len(notes) >= 3 and notes == [ln for ln in unwrapped(narrow.stdout).splitlines() if ln.startswith("note: ")]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import unwrapped
 from zbpscale.errors import ConfigError
 from zbpscale.jobs.executors.slurm import sbatch_parameters
 from zbpscale.jobs.state import RunState
@@ -260,7 +261,7 @@ def test_plan_checks_the_batch_against_prepared_data(tmp_path, data_dir, tasks, 
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == code, out.stderr
-    assert expect in (out.stdout + out.stderr).replace("\n", " ")
+    assert expect in unwrapped(out.stdout + out.stderr)
     assert "Traceback" not in out.stderr and not (tmp_path / "fit").exists()  # a dry run writes nothing
 
 
@@ -358,7 +359,7 @@ def test_the_plan_counts_the_seeds_and_what_they_cost(capsys):
     # a tuning run is no seed's cost: the grid's GPU-hours are the tuning note's (submit's tuning_notes)
     one = dataclasses.replace(sweep, seeds=(0,))
     assert f"one seed (0): no seed-to-seed spread, so no error bars; each further seed (Sweep.seeds) adds " \
-        f"{per_seed:,.1f} GPU-hours" in plan(expand(one), one)
+        f"{per_seed:,.1f} GPU-hours" in unwrapped(plan(expand(one), one))
 
 
 @pytest.mark.parametrize("ratio, message", [
@@ -380,8 +381,8 @@ def test_fault_a_garbled_run_folder_is_planned_as_broken_and_left_alone(tmp_path
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "broken" in out.stdout and "mini-bp: broken run folder:" in out.stdout.replace("\n", " ")
-    assert "config.json is not valid JSON" in out.stdout.replace("\n", " ")
+    assert "broken" in out.stdout and "mini-bp: broken run folder:" in unwrapped(out.stdout)
+    assert "config.json is not valid JSON" in unwrapped(out.stdout)
 
 
 def test_job_control_imports_no_torch(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import unwrapped
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import tuning
 from zbpscale.jobs.sweep import expand, load_sweep, lr_text
@@ -237,7 +238,8 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     first = subprocess.run(command + ["--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.stdout.count("wait (tuning)") == 6  # every final run
-    assert "nano-bp: lr waits for 3 tuning runs (nano-bp-lr2e-3, nano-bp-lr4e-3, nano-bp-lr8e-3)" in first.stdout
+    plan = unwrapped(first.stdout)
+    assert "nano-bp: lr waits for 3 tuning runs (nano-bp-lr2e-3, nano-bp-lr4e-3, nano-bp-lr8e-3)" in plan
     out = subprocess.run(command + ["--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "tuning: the lr of" in out.stdout and re.search(r"all \d+ runs complete", out.stdout), out.stdout
@@ -265,7 +267,7 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     assert " grid " in status.stdout and "lr" in status.stdout.splitlines()[1]  # the lr column, grid runs marked
     edges = [f"{s}-{a}: lr" for (s, a), c in tuned.choices.items() if c.edge]  # never taken silently
     assert all(any(line.startswith(e) and "the optimum may lie beyond it" in line
-                   for line in status.stdout.splitlines()) for e in edges), status.stdout
+                   for line in unwrapped(status.stdout).splitlines()) for e in edges), status.stdout
     bundle = tmp_path / "results" / "tuned"
     for args in (["collect", str(path)], ["plot", str(bundle)]):
         done = subprocess.run([sys.executable, "-m", "zbpscale.cli", *args], cwd=tmp_path, capture_output=True,

@@ -4,7 +4,8 @@
 A table is never wider than the terminal, or than $COLUMNS when written to a pipe or a file (80 columns when
 neither says): columns whose every cell is empty are given up first, then columns of short values in an order
 each table states (least useful first), until the rest fits, and columns of text fold. Status's tables are boxed
-on a terminal and plain lines elsewhere. `--json` (status) is the form for programs.
+on a terminal and plain lines elsewhere. `--json` (status) is the form for programs. Prose under a table (notes,
+totals, a legend) wraps at the same width (`wrap`), its later lines indented under its first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,19 @@ def terminal_width() -> int:
     """The width output is fitted to, in columns: the terminal's; $COLUMNS when stdout is a pipe or a file (or
     $COLUMNS set on a terminal); 80 when neither says (shutil.get_terminal_size)."""
     return shutil.get_terminal_size().columns
+
+
+def wrap(text: str, prefix: str = "", *, width: int | None = None) -> str:
+    """`prefix` + `text` in lines of at most `width` (terminal_width) characters, each line after the first
+    indented under the text (2 spaces without a prefix); a word longer than a line (a path, a command) stays whole.
+    The text's own line breaks are kept."""
+    import textwrap
+
+    indent = " " * (len(prefix) or 2)
+    width = width or terminal_width()
+    return "\n".join(textwrap.fill(line, width, initial_indent=prefix if i == 0 else indent, subsequent_indent=indent,
+                                   break_long_words=False, break_on_hyphens=False)
+                     for i, line in enumerate(text.splitlines() or [""]))
 
 
 def on_terminal() -> bool:

@@ -58,6 +58,7 @@ from zbpscale.tables import (
     plural,
     seed_count,
     terminal_width,
+    wrap,
 )
 from zbpscale.train.metrics import Divergence, diverged
 
@@ -317,9 +318,9 @@ def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
     lines = []
     for name, rows in sweeps:
         title_line, head, *body = plain_table(name, rows)
-        lines += [title_line, head, *body, footer(rows)]
-        lines += [LEGEND] if "T/P/F" in head.split() else []
-        lines += [line for line, _ in notes(rows)]
+        lines += [title_line, head, *body, wrap(footer(rows))]
+        lines += [wrap(LEGEND)] if "T/P/F" in head.split() else []
+        lines += [wrap(line) for line, _ in notes(rows)]
     return "\n".join(lines)
 
 
@@ -420,8 +421,8 @@ def run(args) -> int:
         for name, rows in data:
             if name in waiting:
                 sweep_file = args.target if args.target and args.target.endswith(".py") else "<its sweep file>"
-                print(f"sweep {name}: nothing submitted yet ({plural(len(rows), 'run')} planned); start it with "
-                      f"python -m zbpscale.submit {sweep_file}", flush=True)
+                print(wrap(f"sweep {name}: nothing submitted yet ({plural(len(rows), 'run')} planned); start it "
+                           f"with python -m zbpscale.submit {sweep_file}"), flush=True)
         show([(name, rows) for name, rows in data if name not in waiting])
     return exit_code([r for _, rows in data for r in rows])
 

@@ -42,7 +42,7 @@ from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import fit_columns, fmt_tokens, on_terminal, plain_lines, plural, seed_count, terminal_width
+from zbpscale.tables import fit_columns, fmt_tokens, plain_lines, plural, seed_count, terminal_width, wrap
 from zbpscale.text import matches, patterns, select, shown_path
 from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
@@ -237,20 +237,19 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
         table.add_column(col, justify="left" if col in ("run", "action") else "right", no_wrap=True)
     for cells in shown:
         table.add_row(*(cells[c] for c in columns))
-    console, piped = Console(width=width), not on_terminal()  # piped: the table fits $COLUMNS, the prose is unwrapped
     print(title, flush=True)  # its own line: as a table's title it was padded to the table's width
-    console.print(table)
+    Console(width=width).print(table)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
     cpu = "; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows) else ""
-    console.print(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
-                  f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
-                  soft_wrap=piped)
+    print(wrap(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
+               f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
+               width=width))
     if total:
-        console.print(seed_cost(sweep, rows), soft_wrap=piped)
-    console.print(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", soft_wrap=True)
-    console.print("params: all parameters; N: non-embedding parameters, what the fits and figures put on their axis",
-                  soft_wrap=piped)
+        print(wrap(seed_cost(sweep, rows), width=width))
+    print(wrap(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", width=width))
+    print(wrap("params: all parameters; N: non-embedding parameters, what the fits and figures put on their axis",
+               width=width), flush=True)
 
 
 def seed_cost(sweep: Sweep, rows: list[dict]) -> str:
@@ -349,7 +348,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         notes += [f"trackers: {line}" for line in tracker_lines(sweep, path)]
         print_plan(sweep, plan_rows(runs, actions, states))
         for note in notes:
-            print(f"note: {note}")
+            print(wrap(note, "note: "))
         try:  # what the submit refuses, the dry run refuses (without importing torch), at the sweep file's line
             back.check(todo, quick=dry_run)
         except ConfigError as err:
