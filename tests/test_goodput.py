@@ -25,9 +25,11 @@ from conftest import trainer_env, wait_until
 from zbpscale.cli import main
 from zbpscale.files import read_json
 from zbpscale.run import goodput
+from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import record
-from zbpscale.train.metrics import SETUP_PHASES, read_records
+from zbpscale.run.snapshot import Snapshot
+from zbpscale.train.metrics import SETUP_PHASES, indexed_tail, read_records
 from zbpscale.train.schema import ModelConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,6 +95,36 @@ def test_a_kill_9_past_a_checkpoint_is_lost_work_of_the_steps_past_it(tmp_path, 
     assert second.restart == pytest.approx(starts[1]["time"] - events[2]["time"], abs=1e-9)
     assert g.training == pytest.approx(sum(r["step_time"] for r in train_records(run)), rel=1e-12)  # log_every 1
     assert second.saves == ends[0]["ckpt_s"] > 0 and first.saves == resume["before"]["ckpt_s"] > 0
+
+    # #54 item 2: the heartbeat's index is a cache. Read through it (the fold of what it covers, then the records
+    # after it), the attempts are those of every record read; without it, the same.
+    index = beat_now = read_json(folder.heartbeat)["glance"]
+    assert index["fold"] and indexed_tail(folder.metrics, index) is not None  # the index serves: not the whole file
+    assert Snapshot(run).fold.state == Fold.of(read_records(run)).state
+    folder.heartbeat.write_text(json.dumps({**read_json(folder.heartbeat), "glance": {
+        k: v for k, v in beat_now.items() if k != "fold"}}))
+    assert goodput.read_attempts(run) == [first, second]
+
+
+def test_a_fold_through_json_goes_on_as_the_fold_of_the_whole_file():
+    """The fold of a metrics file's first records, written as JSON (the heartbeat's index) and fed the rest, is the
+    fold of every record, at every record boundary: two attempts, a resume, an end with and one without ckpt_s."""
+    records = [{"kind": "resume", "time": 0.5, "redo_s": 9.0, "before": {"time": 0.4, "ckpt_s": 0.25, "x": 1}},
+               {"kind": "start", "time": 1.0, "step": 0, "setup_s": {"total": 0.7}}]
+    records += [{"kind": "train", "time": 2.0 + i, "step": 2 * i + 1, "step_time": 0.5} for i in range(5)]
+    records += [{"kind": "end", "time": 7.5, "step": 9, "why": "checkpointed", "ckpt_s": 0.3},
+                {"kind": "resume", "time": 8.0, "redo_s": 1.5, "before": {"time": 7.4}},
+                {"kind": "start", "time": 9.0, "step": 6}]
+    records += [{"kind": "train", "time": 10.0 + i, "step": 6 + i, "step_time": 0.25} for i in range(4)]
+    records += [{"kind": "eval", "time": 14.5, "step": 9, "val_loss": 3.0}, {"kind": "end", "time": 15.0}]
+    whole = Fold.of(records)
+    beat = {"time": 16.0, "ckpt": {"s": 0.1}}
+    assert [round(t.training, 9) for t in whole.trained(beat)] == [0.5 * (2 + 2 + 2 + 2 + 2), 0.25 * 4]
+    for at in range(len(records) + 1):
+        fold = Fold(json.loads(json.dumps(Fold.of(records[:at]).state)))
+        for r in records[at:]:
+            fold.feed(r)
+        assert fold.state == whole.state and fold.trained(beat) == whole.trained(beat), at
 
 
 # ------------------------------------------------------------------------ a hand-built run folder

@@ -6,8 +6,9 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json),
 and the in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
 
-The run folders' heartbeats carry the glance index a trainer writes (all but the last 20 records); after the
-timed rounds it is removed and the rows gathered again, which must be the same (the index is a cache).
+The run folders' heartbeats carry the index a trainer writes (the glance and goodput's fold of all but the last
+20 records); after the timed rounds it is removed and the rows gathered, and `status --goodput` run, again: both
+must give the same as with it (the index is a cache).
 
   python tools/bench_status.py
   python tools/bench_status.py --runs 100 --records 20000
@@ -26,7 +27,8 @@ import time
 from pathlib import Path
 
 from zbpscale.jobs.status import collect_rows
-from zbpscale.train.metrics import glance_index, glance_of
+from zbpscale.run.goodput import Fold
+from zbpscale.train.metrics import glance_index, glance_of, records_of
 from zbpscale.train.schema import TrainConfig, model_config
 
 
@@ -46,7 +48,8 @@ def build(folder: Path, runs: int, records: int, *, index: bool = True) -> None:
     at = len(("\n".join(lines[:-20]) + "\n").encode())
     beat = {"step": records, "time": now - 10}
     if index:
-        beat["glance"] = glance_index(glance_of(metrics[:at]), metrics[:at], at)
+        beat["glance"] = glance_index(glance_of(metrics[:at]), metrics[:at], at,
+                                      fold=Fold.of(records_of(metrics[:at])).state)
     for i in range(runs):
         run = folder / f"s{i // 3:04d}-{('bp', 'zbp_n16', 'zbp_n64')[i % 3]}"
         run.mkdir(parents=True)
@@ -81,10 +84,15 @@ def drop_caches() -> bool:
 
 
 def status_s(folder: Path, *extra: str) -> float:
+    return timed_status(folder, *extra)[0]
+
+
+def timed_status(folder: Path, *extra: str) -> tuple[float, str]:
+    """(seconds, stdout) of `zbpscale status DIR *extra` in a fresh process."""
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), *extra], capture_output=True,
-                   check=False)
-    return time.perf_counter() - t
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), *extra], capture_output=True,
+                         text=True, check=False)
+    return time.perf_counter() - t, out.stdout
 
 
 def main(argv=None) -> int:
@@ -101,7 +109,8 @@ def main(argv=None) -> int:
         print(f"built {args.runs} run folders in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
-                  "rows in process", "rows in process, no index")
+                  "rows in process", "rows in process, no index", "status --goodput --json",
+                  "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
         if args.cold:
             times["zbpscale status DIR, caches dropped"] = []
@@ -113,6 +122,8 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             rows = collect_rows(folder)
             times["rows in process"].append(time.perf_counter() - t)
+            took, accounted = timed_status(folder, "--goodput", "--json")
+            times["status --goodput --json"].append(took)
         assert len(rows) == args.runs
         for beat in folder.glob("*/heartbeat.json"):  # the index is a cache: the same rows without it
             beat.write_text(json.dumps({k: v for k, v in json.loads(beat.read_text()).items() if k != "glance"}))
@@ -120,6 +131,9 @@ def main(argv=None) -> int:
             t = time.perf_counter()
             without = collect_rows(folder)
             times["rows in process, no index"].append(time.perf_counter() - t)
+            took, unindexed = timed_status(folder, "--goodput", "--json")
+            times["status --goodput --json, no index"].append(took)
+        assert unindexed == accounted, "goodput differs without the heartbeats' index"
 
         def aged(rs: list[dict]) -> list[dict]:
             return [{k: v for k, v in r.items() if k != "heartbeat_age_s"} for r in rs]

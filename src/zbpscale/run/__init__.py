@@ -9,6 +9,8 @@
                 collect and submit decide and show a run from)
     goodput.py  where the wall time held by a run's jobs went (training, start-up, saves, lost work, other; the
                 queue wait beside), from attempts.jsonl, metrics.jsonl and the heartbeat read as plain JSON
+    fold.py     the trainer's attempts folded over metrics.jsonl's records (goodput's reading of the file), whose
+                state the trainer keeps in its heartbeat's index so that goodput reads only the records after it
 
 How an attempt ended (`why`: completed, checkpointed, timeout, preempted, cancelled, crashed, hung, diverged,
 failed, interrupted) is the word of both the trainer's end record and the attempts' end events, and what

@@ -28,7 +28,8 @@ sign of life: the trainer's latest record or heartbeat, else its start. A run tr
 has one attempt per trainer start record, from train() being called (setup_s' total before its start record) to its
 last sign of life, and no queue. A sweep's figures are its runs' seconds summed (wall seconds, not GPU-seconds).
 The record types read here are train/metrics.py's (StartRecord, TrainRecord, EndRecord, ResumeRecord, Heartbeat) and
-run/history.py's events, read as plain JSON: this module sits below the trainer.
+run/history.py's events, read as plain JSON: this module sits below the trainer. metrics.jsonl is read as its Fold
+(run/fold.py): through the heartbeat's index, only the records written after the latest heartbeat.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from zbpscale.run.fold import Fold, Trained
 from zbpscale.run.snapshot import Snapshot
 
 BUCKETS = ("training", "startup", "saves", "lost", "other")
@@ -105,62 +107,16 @@ def read_attempts(run: Path | Snapshot) -> list[Attempt]:
     """The accounted attempts of one run folder (or a look at one: its attempts, metrics and heartbeat as read
     there), oldest first."""
     look = run if isinstance(run, Snapshot) else Snapshot(run)
-    return account(list(look.history.events), look.records, look.heartbeat)
+    return account(list(look.history.events), look.fold, look.heartbeat)
 
 
-@dataclass
-class _Trained:
-    """One attempt of the trainer, as its records say it."""
-
-    first: float  # its start record: the first step begins
-    setup: float  # setup_s' total (0: not recorded)
-    last: float  # its last sign of life
-    training: float
-    saves: float
-    lost: float
-
-
-def _trained(records: list[dict], beat: dict) -> list[_Trained]:
-    """The trainer's attempts: each start record with the records after it; a resume record belongs to the
-    attempt it starts and says what the attempt before lost (redo_s) and saved (before.ckpt_s)."""
-    segments, resume = [], {}
-    for r in records:
-        if r.get("kind") == "start" and "time" in r:
-            segments.append((r, resume, []))
-            resume = {}
-        elif r.get("kind") == "resume":
-            resume = r
-        elif segments:
-            segments[-1][2].append(r)
-    found = []
-    for i, (start, _, rest) in enumerate(segments):
-        after = segments[i + 1][1] if i + 1 < len(segments) else {}  # the next attempt's resume record
-        before = after.get("before", {})
-        end = next((r for r in reversed(rest) if r.get("kind") == "end"), {})
-        live = beat if i == len(segments) - 1 and beat.get("time", 0) >= start["time"] else {}
-        seen = max([start["time"], live.get("time", 0.0)] + [r["time"] for r in rest if "time" in r])
-        last = max(seen, before.get("time", 0.0))
-        if "ckpt_s" in end:
-            saves = end["ckpt_s"]
-        else:
-            saves = before.get("ckpt_s", live.get("ckpt", {}).get("s", 0.0))
-        training, done = 0.0, start.get("step", 0)
-        for r in rest:
-            if r.get("kind") == "train" and "step_time" in r:
-                training += r["step_time"] * max(1, r["step"] + 1 - done)
-                done = r["step"] + 1
-        found.append(_Trained(first=start["time"], setup=start.get("setup_s", {}).get("total", 0.0), last=last,
-                              training=training, saves=saves, lost=after.get("redo_s", 0.0)))
-    return found
-
-
-def account(events: list[dict], records: list[dict], beat: dict) -> list[Attempt]:
+def account(events: list[dict], records: list[dict] | Fold, beat: dict) -> list[Attempt]:
     """The attempts of a run, each split into BUCKETS with its queue wait and restart time, from its attempts
-    events, its metrics records (in file order) and its heartbeat (see the module's docstring)."""
-    trained = _trained(records, beat)
+    events, its metrics records (in file order, or their Fold) and its heartbeat (see the module's docstring)."""
+    trained = (records if isinstance(records, Fold) else Fold.of(records)).trained(beat)
     starts = [e for e in events if e.get("event") == "start" and "time" in e]
     ends = [_end_event(events, starts, j) for j in range(len(starts))]
-    mine: dict[int, list[_Trained]] = {}
+    mine: dict[int, list[Trained]] = {}
     alone = []
     for t in trained:
         j = max((i for i, s in enumerate(starts) if s["time"] <= t.first), default=None)
@@ -198,7 +154,7 @@ def _queue(events: list[dict], start: dict) -> float:
     return start["time"] - waited
 
 
-def _split(start: float, end: float, ended: str, trained: list[_Trained], queue: float) -> Attempt:
+def _split(start: float, end: float, ended: str, trained: list[Trained], queue: float) -> Attempt:
     held = max(0.0, end - start)
     if not trained:
         return Attempt(start=start, end=start + held, ended=ended, first_step=None, queue=queue, startup=held,

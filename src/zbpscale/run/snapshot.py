@@ -9,8 +9,8 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
                  says why the trainer would refuse it
     heartbeat    heartbeat.json ({} when there is none)
     plan         plan.json ({} when there is none)
-    metrics      metrics.jsonl's bytes, from which `records` (every record) and `glance` (what status shows) are
-                 parsed; `own` is the trainer's latest start and end records
+    metrics      metrics.jsonl's bytes, from which `records` (every record), `glance` (what status shows) and
+                 `fold` (what goodput reads) are parsed; `own` is the trainer's latest start and end records
     complete     whether COMPLETE is there
 """
 
@@ -26,6 +26,7 @@ from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
 
 if TYPE_CHECKING:
+    from zbpscale.run.fold import Fold
     from zbpscale.train.metrics import Glance, Record
     from zbpscale.train.schema import TrainConfig
 
@@ -123,6 +124,26 @@ class Snapshot:
         if "metrics" in self.__dict__:
             return glance_of(self.metrics)
         return glance_from(self.folder.metrics, self.heartbeat.get("glance"))
+
+    @cached_property
+    def fold(self) -> Fold:
+        """Goodput's fold over metrics.jsonl's records (run/goodput.py): through the heartbeat's index, the records
+        the trainer wrote after its latest heartbeat alone (every record without an index, or once read)."""
+        from zbpscale.run.fold import Fold
+        from zbpscale.train.metrics import indexed_tail, records_of
+
+        index = self.heartbeat.get("glance")
+        if "metrics" not in self.__dict__ and isinstance(index, dict) and isinstance(index.get("fold"), dict):
+            try:
+                tail = indexed_tail(self.folder.metrics, index)
+            except OSError:
+                tail = None
+            if tail is not None:
+                fold = Fold(index["fold"])
+                for record in records_of(tail):
+                    fold.feed(record)
+                return fold
+        return Fold.of(self.records)
 
     @property
     def own(self) -> dict[str, Record]:

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Literal, TypedDict, Union
 
 from zbpscale.files import atomic_write, check_fields, open_append
 from zbpscale.proc import process_start_time, process_started_at
+from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 
@@ -347,6 +348,7 @@ class MetricsLog:
         self._last_beat = 0.0
         self._fh = None
         self._glanced: tuple[Glance, bytes, int] | None = None  # the glance of the file so far, its end, its size
+        self._fold: Fold | None = None  # goodput's fold over the file's records so far
         self.trackers = None
         if enabled:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -375,12 +377,15 @@ class MetricsLog:
             with open(self.path, "rb") as fh:  # what the file holds before this attempt's first record
                 data = fh.read(self._fh.tell())
             self._glanced = (glance_of(data), data[-CHECK_BYTES:], len(data))
-        line = json.dumps({"kind": kind, "time": time.time(), **fields}) + "\n"  # ASCII: as many bytes as chars
+            self._fold = Fold.of(records_of(data))
+        record = {"kind": kind, "time": time.time(), **fields}
+        line = json.dumps(record) + "\n"  # ASCII: as many bytes as chars
         self._fh.write(line)
         self._fh.flush()
         line = line.encode()
         glanced, end, size = self._glanced
         self._glanced = (glanced.then(glance_of(line)), (end + line)[-CHECK_BYTES:], size + len(line))
+        self._fold.feed(json.loads(line))  # as a reader decodes it
         if self.trackers is not None:
             self.trackers.record(kind, fields)
 
@@ -404,7 +409,7 @@ class MetricsLog:
         beat = {"step": step, "tokens": tokens, "time": now, "host": socket.gethostname(), "pid": os.getpid(),
                 "pid_start": self._pid_start, **extra}
         if self._glanced is not None:
-            beat["glance"] = glance_index(*self._glanced)
+            beat["glance"] = glance_index(*self._glanced, fold=self._fold.state)
         atomic_write(self.folder.heartbeat, json.dumps(beat) + "\n", before_rename=self.guard)
 
     def close(self) -> None:
@@ -521,31 +526,44 @@ CHECK_BYTES = 64
 """A glance index names the file's bytes it covers by their length and the CRC-32 of their last CHECK_BYTES."""
 
 
-def glance_index(glanced: Glance, data_end: bytes, size: int) -> dict:
+def glance_index(glanced: Glance, data_end: bytes, size: int, fold: dict | None = None) -> dict:
     """The heartbeat's `glance` field (Heartbeat.glance): `glanced`, the glance of a metrics.jsonl's first `size`
-    bytes, whose last bytes are `data_end` (at least the last CHECK_BYTES of them)."""
+    bytes, whose last bytes are `data_end` (at least the last CHECK_BYTES of them), and `fold`, the state of
+    goodput's Fold over the same bytes' records (run/goodput.py)."""
     import zlib
 
     return {"at": size, "check": zlib.crc32(data_end[-CHECK_BYTES:]) if size else 0,
-            "records": {k: v for k, v in glanced.__dict__.items() if v}}
+            "records": {k: v for k, v in glanced.__dict__.items() if v}, **({"fold": fold} if fold else {})}
+
+
+def indexed_tail(path: Path, index: dict | None) -> bytes | None:
+    """The bytes of a metrics.jsonl after those its heartbeat's index covers, or None when the index is missing (an
+    older release, or a run that has not stepped yet) or no longer covers the file's start (a resume rewrote it: the
+    check differs). OSError when the file cannot be read."""
+    import zlib
+
+    try:
+        at, check = int(index["at"]), index["check"]
+    except (TypeError, KeyError, ValueError):
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(max(0, at - CHECK_BYTES))
+        data = fh.read()
+    head = min(at, CHECK_BYTES)
+    if len(data) < head or (zlib.crc32(data[:head]) if at else 0) != check:
+        return None
+    return data[head:]
 
 
 def glance_from(path: Path, index: dict | None) -> Glance:
     """`glance(path)` read through the heartbeat's index: the index's glance of the bytes it covers, then the glance
-    of the bytes after them, read alone. The whole file is read when the index is missing (an older release, or a
-    run that has not stepped yet) or no longer covers the file's start (a resume rewrote it; the check differs)."""
-    import zlib
-
+    of the bytes after them, read alone; the whole file where the index does not serve (`indexed_tail`)."""
     try:
-        at, check, records = int(index["at"]), index["check"], index["records"]
-        with open(path, "rb") as fh:
-            fh.seek(max(0, at - CHECK_BYTES))
-            data = fh.read()
-        head = min(at, CHECK_BYTES)
-        if len(data) < head or (zlib.crc32(data[:head]) if at else 0) != check:
+        tail = indexed_tail(path, index)
+        if tail is None:
             return glance(path)
-        known = Glance(**{k: upgraded(v) for k, v in records.items() if k in Glance.__dataclass_fields__})
-        return known.then(glance_of(data[head:], known=known))
+        known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
+        return known.then(glance_of(tail, known=known))
     except (TypeError, KeyError, ValueError, AttributeError):
         return glance(path)
     except OSError:
