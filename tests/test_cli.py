@@ -22,10 +22,11 @@ def test_sizes_lists_every_preset_with_its_closed_form_count():
         assert line.split()[6] == f"{n_params(cfg) / 1e6:.1f}M"
 
 
-def test_the_readme_size_table_is_the_code_s():
-    """Every preset, in order, with the numbers `zbpscale sizes` prints (micro was missing)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("| size | layers |"):].split("\n\n")[0].splitlines()[2:]
+def test_the_size_table_of_the_docs_is_the_code_s():
+    """docs/method.md's size table (the README's, before #56): every preset, in order, with the numbers
+    `zbpscale sizes` prints (micro was missing)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "method.md").read_text()
+    table = page[page.index("| size | layers |"):].split("\n\n")[0].splitlines()[2:]
     printed = run_cli("sizes").stdout.splitlines()[1:]
     assert [row.strip("|").split("|")[0].strip() for row in table] == list(SIZES)
     for row, line in zip(table, printed):

@@ -6,7 +6,8 @@ Compared:
     losses and validation losses against the same release's straight run of the same config. Bit for bit where the
     checkpoint's numerics fingerprint (torch build, CPU model and ISA; 1 thread) is this machine's and the release
     computed ZBP as today's does; within a relative 1e-4 otherwise (bit for bit across CPU models is not promised:
-    README "What bit for bit means"; the ZBP probe bits changed at 6d57bee, after the format-1 release);
+    docs/reproducibility.md "What bit for bit means"; the ZBP probe bits changed at 6d57bee, after the format-1
+    release);
   - the fields of each config format in train/formats.py against the dataclasses (a new field without a migration
     fails here), and each migration against a literal table;
   - SLURM jobs pickled by older releases' code (submitit's own pickles, in the fixtures), unpickled and run by

@@ -30,9 +30,9 @@ Parts (each passes or fails on its own; the exit status is 1 if any failed):
            gradient cosine positive
 
 Everything is written under --out: gpu_check.json (the summary; a copy named gpu_check-<date>-<gpu>.json to commit
-under docs/gpu/), one log per part, the runs' folders. At the end the figures to paste into sweeps/ladder.py and
-the README are printed. On CPU the resume, ranks, sweep and diag parts run at the nano size: that is how the test
-suite checks this script without a GPU.
+under docs/gpu/), one log per part, the runs' folders. At the end the figures to paste into sweeps/ladder.py, the
+README and docs/ (gpu.md, benchmarks.md) are printed. On CPU the resume, ranks, sweep and diag parts run at the nano
+size: that is how the test suite checks this script without a GPU.
 """
 
 from __future__ import annotations
@@ -534,14 +534,14 @@ def main(argv=None) -> int:
         dated = args.out / f"gpu_check-{summary['date'][:10]}-{gpu}.json"
         dated.write_text(json.dumps(summary, indent=1) + "\n")
         print(paste_block(summary), flush=True)
-        print(f"[gpu_check] commit {dated.name} under docs/gpu/; the README's GPU figures come from it", flush=True)
+        print(f"[gpu_check] commit {dated.name} under docs/gpu/; the GPU figures of docs/ come from it", flush=True)
     print(f"[gpu_check] {len(parts) - len(failed)} of {len(parts)} parts passed; summary in "
           f"{args.out / 'gpu_check.json'}", flush=True)
     return 1 if failed else 0
 
 
 def paste_block(summary: dict) -> str:
-    """What to paste into sweeps/ladder.py and the README from this run (only what it measured)."""
+    """What to paste into sweeps/ladder.py, the README and docs/ from this run (only what it measured)."""
     parts, lines = summary["parts"], [f"# ---- from gpu_check {summary['date']} on {summary.get('gpu')} "
                                       f"(torch {summary['torch']}, triton {summary.get('triton')})"]
     ratios = parts.get("bench", {}).get("ladder_step_time_ratio_closed")
@@ -550,12 +550,13 @@ def paste_block(summary: dict) -> str:
         lines += [f'        arm("{arm}", step_time_ratio={json.dumps(by_size)}),' for arm, by_size in ratios.items()]
     if parts.get("compile", {}).get("variants"):
         c = parts["compile"]
-        lines.append(f"# README: {c['variants']} kernel variants compiled for sm_90/sm_80, max {c['max_registers']} "
-                     f"registers, {c['spilling']} spilling; {c['compared_on_gpu']} compared on the GPU")
+        lines.append(f"# docs/gpu.md: {c['variants']} kernel variants compiled for sm_90/sm_80, "
+                     f"max {c['max_registers']} registers, {c['spilling']} spilling; "
+                     f"{c['compared_on_gpu']} compared on the GPU")
     if parts.get("checkpoint", {}).get("s350_background_s") is not None:
         c = parts["checkpoint"]
-        lines.append(f"# README: s350 checkpoint from the GPU: {c['s350_synchronous_s']:.2f} s synchronous, "
-                     f"{c['s350_background_s']:.2f} s blocked in the background "
+        lines.append(f"# docs/benchmarks.md: s350 checkpoint from the GPU: {c['s350_synchronous_s']:.2f} s "
+                     f"synchronous, {c['s350_background_s']:.2f} s blocked in the background "
                      f"(first {c['s350_background_first_s']:.2f} s), landed in {c['s350_landed_s']:.1f} s")
     if parts.get("ladder", {}).get("wall_s"):
         lines.append(f"# README: mini ladder on one GPU: {parts['ladder']['wall_s']:.0f} s ({parts['ladder']['data']})")

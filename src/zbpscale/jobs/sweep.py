@@ -365,8 +365,8 @@ class Sweep:
     train: tuple[tuple[str, object], ...] = ()
     """TrainConfig fields shared by all runs, e.g. (("eval_every", 500), ("diag_every", 1000))."""
     trackers: tuple[str, ...] = ()
-    """Experiment trackers every run reports to besides its metrics.jsonl: "tensorboard", "wandb" (README "Watching
-    a sweep"; `pip install 'zbpscale[trackers]'`). A bare name (trackers="tensorboard") is taken as one."""
+    """Experiment trackers every run reports to besides its metrics.jsonl: "tensorboard", "wandb"
+    (docs/trackers.md; `pip install 'zbpscale[trackers]'`). A bare name (trackers="tensorboard") is taken as one."""
     root: str = "jobs"
     """Where run folders live: <root>/<name>/<run> (e.g. a scratch filesystem); a relative root starts at
     `home`."""

@@ -17,7 +17,7 @@ MIGRATIONS that turns the previous format into it, and a row above (tests/test_u
 
 Caveat: a format names fields, not numerics. Two releases that write the same fields may compute differently
 (the ZBP probe stream changed at 6d57bee, 2026-11-30): the checkpoint's numerics fingerprint and the resume
-record say what a resumed run can keep; README "Upgrading in the middle of a sweep".
+record say what a resumed run can keep; docs/upgrading.md "Upgrading in the middle of a sweep".
 """
 
 from __future__ import annotations

@@ -487,7 +487,8 @@ def _checkpointed_by(records: list, start: int) -> dict | None:
 
 def _world_note(cfg: TrainConfig, before: dict | None, numbers: dict) -> str | None:
     """One line when this attempt has another number of ranks than the one whose checkpoint it resumes, saying
-    what that changes (README: the same run on another GPU count); None when the number is the same or unknown."""
+    what that changes (docs/reproducibility.md, "The same run on another GPU count"); None when the number is the
+    same or unknown."""
     world, world_from = numbers["world_size"], (before or {}).get("world_size")
     if world_from is None or world_from == world:
         return None

@@ -76,7 +76,7 @@ class Tracker:
     rewrites: ClassVar[bool] = False
     """True: it can hide what it showed from a step on (TensorBoard's purge_step), so that the steps an attempt
     redoes after a resume are shown with their new values. False (W&B): a step it holds is not sent again (a
-    resumed run redoes it bit for bit: README "What bit for bit means")."""
+    resumed run redoes it bit for bit: docs/reproducibility.md "What bit for bit means")."""
     known: ClassVar[dict[str, type["Tracker"]]] = {}
     """Every tracker by name: a subclass with a name registers itself."""
 

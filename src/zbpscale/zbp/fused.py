@@ -70,7 +70,7 @@ NEXT = {"closed": "fused", "fused": "plain"}
 """Where 'auto' goes when a path fails."""
 COST = {"fused": "direct queries, n exp per entry instead of O(1): steps ~1.2x slower at n=64 on CPU",
         "plain": "materialises the n probes (n x the core's memory): steps ~2-3x slower at n=16 on CPU"}
-"""What falling back to a path costs, for the warning (README, Benchmarks)."""
+"""What falling back to a path costs, for the warning (docs/benchmarks.md)."""
 CORE_KINDS = {"attn": "softmax", "ffn": "swiglu"}
 """The model's physical cores and the box kind each one is."""
 
