@@ -620,9 +620,9 @@ def plotted(bundle: Path, **options) -> tuple:
 
     figs, save = {}, plot_module._save
 
-    def keep(fig, out, name):
+    def keep(fig, out, name, formats=("png", "pdf")):
         figs[name] = fig
-        return save(fig, out, name)
+        return save(fig, out, name, formats)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(plot_module, "_save", keep)

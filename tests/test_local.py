@@ -223,8 +223,8 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_pyth
         ("tiny-bp", "complete", 20, "local"), ("tiny-zbp_n4", "complete", 20, "local")]
     assert all(r["val_loss"] == [x for x in read_records(tmp_path / "jobs" / "smoke" / r["run"])
                                  if x["kind"] == "eval"][-1]["val_loss"] for r in rows)
-    # it ends with what the runs reached, from their records, and the next two commands (#24)
-    tail = out.stdout.splitlines()[-5:]
+    # it ends with what the runs reached, from their records, and the next commands (#24; #56: the report)
+    tail = out.stdout.splitlines()[-6:]
     assert tail[0].split() == ["run", "val", "loss", "tokens", "wall", "time"]
     for line, r in zip(tail[1:3], rows):
         name, val, tokens, wall = line.split()
@@ -235,6 +235,7 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_pyth
     assert tail[3].split() == ["next:", "zbpscale", "collect", "sweeps/smoke.py", "#", "results", "bundle", "in",
                                "results/smoke"]
     assert tail[4].split()[:3] == ["zbpscale", "plot", "results/smoke"] and tail[3].index("#") == tail[4].index("#")
+    assert tail[5].split()[:3] == ["zbpscale", "report", "results/smoke"] and tail[5].index("#") == tail[3].index("#")
 
 
 def test_queue_survives_the_death_of_the_submitting_terminal(tmp_path, data_dir):

@@ -280,6 +280,12 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     for (size, arm), choice in tuned.choices.items():  # the table's choice is the one the final runs trained at
         assert f"| {size} | {arm} | {choice.lrs} lrs | {lr_text(choice.lr)} |" in table
         assert finals[f"{size}-{arm}"].lr == choice.lr
+    # #56: the report of the sweep file (its bundle, brought up to date first) has the lr section and its figure
+    done = subprocess.run([sys.executable, "-m", "zbpscale.cli", "report", str(path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and f"wrote {bundle / 'report.html'}" in done.stdout, done.stdout + done.stderr
+    page = (bundle / "report.html").read_text()
+    assert '<section id="lr">' in page and 'id="lr_sensitivity-' in page
 
 
 # ------------------------------------------------------------------------------------------ the bundle

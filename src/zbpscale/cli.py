@@ -61,6 +61,10 @@ exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a 
   zbpscale plot results/smoke      table.md, claims.md and figures/
 
 figures/: loss curves, the gap against scale, c and rho_k."""),
+    "report": ("zbpscale.results.report", "the study in one self-contained HTML page (no server, no network)",
+               """examples:
+  zbpscale report results/smoke                 results/smoke/report.html
+  zbpscale report sweeps/ladder.py -o l.html    collects the sweep first"""),
     "upload": ("zbpscale.results.upload",
                "push a results folder to a private Hugging Face dataset repo (token: HF_TOKEN)",
                """example:

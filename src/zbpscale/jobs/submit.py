@@ -538,10 +538,11 @@ def results_table(sweep: Sweep, runs: list[PlannedRun], path: str) -> list[str]:
                      "tokens": fmt_tokens(s.tokens), "wall time": age(s.wall_time_s)})
     lines = plain_lines(["run", "val loss", "tokens", "wall time"], rows, {"run"})
     out = default_out(sweep.jobs_dir)
-    commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}"]
+    commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}", f"zbpscale report {shown_path(out)}"]
     pad = max(map(len, commands)) + 3
     return lines + [f"next: {commands[0]:<{pad}}# results bundle in {shown_path(out)}",
-                    f"      {commands[1]:<{pad}}# its figures and table.md"] + \
+                    f"      {commands[1]:<{pad}}# its figures and table.md",
+                    f"      {commands[2]:<{pad}}# the study in one HTML page"] + \
         [f"      {line}" for line in tracker_lines(sweep, path)]
 
 

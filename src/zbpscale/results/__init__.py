@@ -9,6 +9,7 @@
                     best lr next to each arm's own
     table.py        table.md: the runs over seeds, then one row per run
     collect.py, plot.py, upload.py    the commands
+    report.py       `zbpscale report`: the study in one self-contained HTML page (plot's figures as inline SVG)
 
 May import: the shared modules, zbpscale.run (the run folder and its history), train's record types
 (zbpscale.train.metrics), zbpscale.jobs.state (a run's state, as status says it) and, inside a function, the sweep

@@ -10,6 +10,7 @@ read them); a run's copy in it has the run folder's own layout, so `bundle.run(n
              table.md          the per-run table, the fits and tests (plot)
              claims.md         the fits and tests in words, for a README to quote (plot)
              figures/          loss curves, gap vs scale, c, rho_k as PNG and PDF (plot)
+             report.html       the study in one self-contained page (report)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Bundle:
     table = property(lambda self: self.path / "table.md")
     claims = property(lambda self: self.path / "claims.md")
     figures = property(lambda self: self.path / "figures")
+    report = property(lambda self: self.path / "report.html")
 
     def run(self, name: str) -> RunFolder:
         """The copy of run `name` in the bundle (a run folder's layout)."""

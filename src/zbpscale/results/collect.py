@@ -142,6 +142,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     for r in ordered:
         if r.diverged:  # before anyone reads a figure whose axis it stretches
             log(f"note: {r.run} diverged: {r.diverged}")
+    log(f"next: zbpscale plot {bundle.path} (table and figures); zbpscale report {bundle.path} (one HTML page)")
     return ordered
 
 

@@ -29,6 +29,7 @@ it drew, so tests (and notebooks) can check the numbers behind the picture.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import textwrap
@@ -88,6 +89,14 @@ class Figures:
     """What was left out of the figures, and why."""
     study: Study | None = None
     """The fits and tests of table.md and claims.md (results/claims.py)."""
+    tuning: Tuning | None = None
+    """The lr grid's answer per size and arm, when the sweep tunes (results/lr.py)."""
+    rows: tuple[RunSummary, ...] = ()
+    """The study's runs (the summary's, tuning runs left out)."""
+    val: Curves | None = None
+    """Each run's validation curve, {tokens: (step, val loss)} (results/gaps.val_curves)."""
+    field: str = "params_non_embedding"
+    """What N is on the scale axes (PARAMS)."""
 
 
 PARAMS = {"non-embedding": ("params_non_embedding", "non-embedding parameters N", "non-embedding params"),
@@ -134,18 +143,24 @@ def _stamp(fig, words: str) -> None:
                 return
 
 
-def _save(fig, folder: Path, name: str) -> list[Path]:
-    """Write the figure as PNG and PDF, stamped with what made it (the sweep, the runs' folder, the bundle) in a
-    strip below the figure (`_stamp`), so that the stamp never covers an axis label, and saved with a tight box,
-    so that it is never cut."""
+SAVED_AS = {"png": {"dpi": 150, "metadata": {"Software": None}}, "pdf": {"metadata": {"CreationDate": None,
+                                                                                    "Creator": None}},
+            "svg": {"metadata": {"Date": None, "Creator": None}}}
+"""The files a figure can be saved as, with the options that keep them reproducible (no date, no software name)."""
+
+
+def _save(fig, folder: Path, name: str, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Write the figure in `formats` (SAVED_AS), stamped with what made it (the sweep, the runs' folder, the
+    bundle) in a strip below the figure (`_stamp`), so that the stamp never covers an axis label, and saved with a
+    tight box, so that it is never cut."""
     folder.mkdir(parents=True, exist_ok=True)
     made = Bundle(folder.parent).read_manifest() or {}
     if "sweep" in made and "source" in made:  # else not a collected bundle (a notebook's own folder): no stamp
         _stamp(fig, f"sweep {made['sweep']} ({made['source']}), collected {made.get('collected', '?')}; "
                     f"zbpscale plot {folder.parent}")
-    paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=150, metadata={"Software": None}, bbox_inches="tight")
-    fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None}, bbox_inches="tight")
+    paths = [folder / f"{name}.{fmt}" for fmt in formats]
+    for path, fmt in zip(paths, formats):
+        fig.savefig(path, bbox_inches="tight", **SAVED_AS[fmt])
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -217,7 +232,7 @@ def _arm_label(runs: list[RunSummary]) -> str:
 
 
 def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, label: str | None, marker: str = "o",
-                    linestyle: str | None = None, ends_only: bool = False) -> None:
+                    linestyle: str | None = None, ends_only: bool = False, band: bool = False) -> None:
     """One arm's curves ({x: y} per run) in a panel: a lone run as a plain line; several as thin light lines with
     their mean, at the x all of them share, bold. `label` goes on the plain or the bold line (its one legend
     entry). A run not complete is hollow-marked, and dashed unless `linestyle` is given; `ends_only`: a marker at
@@ -232,6 +247,11 @@ def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, lab
     if several:
         shared = sorted(set.intersection(*(set(pts) for _, pts in lines)))
         done = all(r.state == "complete" for r, _ in lines)
+        if band and shared:  # the mean ± 1 sample sd over the seeds
+            means = [statistics.fmean(pts[k] for _, pts in lines) for k in shared]
+            sds = [statistics.stdev([pts[k] for _, pts in lines]) for k in shared]
+            ax.fill_between(shared, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
+                            color=color, alpha=0.15, linewidth=0)
         ax.plot(shared, [statistics.fmean(pts[k] for _, pts in lines) for k in shared], marker=marker,
                 markevery=[len(shared) - 1] if ends_only and shared else None, markersize=6, linewidth=2.2,
                 linestyle=linestyle or ("-" if done else "--"), color=color, markeredgecolor=color,
@@ -289,10 +309,13 @@ def _clip_note(over: list[Clipped]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ figures
-def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: str = "params_non_embedding"
+def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: str = "params_non_embedding", *,
+                     log_x: bool = False, band: bool = False, name: str = "loss_curves",
+                     formats: tuple[str, ...] = ("png", "pdf")
                      ) -> tuple[list[Path], dict[str, list[str]], list[Clipped]]:
     """Val loss vs tokens per size, one legend entry per arm (`_seeds_and_mean`), the y axis from the bulk of the
-    data (`_clip`); returns (files, {size: [legend entries]}, the points above the y axes)."""
+    data (`_clip`); returns (files, {size: [legend entries]}, the points above the y axes). `log_x`: tokens on a
+    log axis; `band`: the mean's ± 1 sd over the seeds shaded."""
     from matplotlib.ticker import FuncFormatter
 
     sizes = _by_size([r for r in rows if curves[r.run]])
@@ -305,17 +328,21 @@ def plot_loss_curves(curves: Curves, rows: list[RunSummary], out: Path, field: s
         for arm, mine in arms.items():
             drawn.setdefault(size, []).append(_arm_label(mine))
             lines = [(r, {t: loss for t, (_, loss) in curves[r.run].items()}) for r in mine]
-            _seeds_and_mean(ax, lines, colors[arm], label=drawn[size][-1], ends_only=True)
+            _seeds_and_mean(ax, lines, colors[arm], label=drawn[size][-1], ends_only=True, band=band)
         clipped += _clip(ax, size, curves, arms, colors)
         ax.set_title(f"{size} ({fmt_count(getattr(runs[0], field))} {_measure(field)[2]})")
-        ax.set_xlabel("training tokens")
+        ax.set_xlabel("training tokens" + (" (log)" if log_x else ""))
         ax.set_ylabel("validation loss")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_count(v)))
+        if log_x:
+            _log_axis(ax, "x", fmt=fmt_count)
+        else:
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_count(v)))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
     if any(len(rs) > 1 for runs in sizes.values() for rs in _arms(runs).values()):
-        fig.suptitle("thin lines: each seed; bold: the mean over an arm's seeds, at the evals they share", fontsize=9)
-    return _save(fig, out, "loss_curves"), drawn, clipped
+        fig.suptitle("thin lines: each seed; bold: the mean over an arm's seeds, at the evals they share"
+                     + ("; shaded: ± 1 sd" if band else ""), fontsize=9)
+    return _save(fig, out, name, formats), drawn, clipped
 
 
 def _seed_dots(ax, x: float, values: list[float], color: str, *, filled: bool) -> None:
@@ -340,7 +367,8 @@ def _seeds_words(several: bool, seeds: str, what: str) -> str:
 
 
 def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], remarks: dict[str, str], out: Path,
-             colors: dict[str, str], field: str = "params_non_embedding") -> list[Path]:
+             colors: dict[str, str], field: str = "params_non_embedding", *,
+             formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """The gap figure: per point each seed's gap (a small dot) and their mean ± 1 sd, full-budget points filled
     (and fitted), the others hollow; each fit with its LEVEL band from the spread of the seeds' fits (none for
     one seed); `remarks` (why an arm has no fit, what its fit leaves out) written on the figure."""
@@ -404,11 +432,11 @@ def plot_gap(points: list[GapPoint], fits: dict[str, PowerLaw], remarks: dict[st
     ax.set_title(f"Gap to backprop against scale ({seeds})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    return _save(fig, out, "gap_vs_scale")
+    return _save(fig, out, "gap_vs_scale", formats)
 
 
-def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field: str = "params_non_embedding"
-               ) -> tuple[list[Path], list[tuple]]:
+def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field: str = "params_non_embedding", *,
+               formats: tuple[str, ...] = ("png", "pdf")) -> tuple[list[Path], list[tuple]]:
     """c per core against parameters: per size and arm each seed's c (a small dot) and their mean ± 1 sd;
     returns (files, [(core, run, params, c)])."""
     drawn = [(core, r.run, getattr(r, field), getattr(r, f"c_{core}")) for core in ("attn", "ffn") for r in rows
@@ -445,10 +473,11 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
         entries.update(zip(labels, handles))
     fig.legend(list(entries.values()), list(entries), fontsize=8, loc="outside right upper", frameon=False)
     fig.suptitle(_seeds_words(several, seed_count(seeds_of(rows)), "c").replace(";\n", "; "), fontsize=9)
-    return _save(fig, out, "nsr_c"), drawn
+    return _save(fig, out, "nsr_c", formats), drawn
 
 
-def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path) -> list[Path]:
+def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path, *,
+                        formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """Final validation loss against lr, one panel per arm, a line per size: each seed a dot, the mean a line, the
     best a star (hollow when it lies at the grid's edge), a diverged lr a cross at the panel's top. Returns the
     files written."""
@@ -484,7 +513,7 @@ def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path) -> list[Pa
         ax.set_title(arm)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, title="size (star: best; hollow: at the grid's edge)", title_fontsize=7)
-    return _save(fig, out, "lr_sensitivity")
+    return _save(fig, out, "lr_sensitivity", formats)
 
 
 GAINS = {"fwd_gain": ("forward", r"forward gain $\|F_k(h)\| / \|h\|$"),
@@ -492,7 +521,8 @@ GAINS = {"fwd_gain": ("forward", r"forward gain $\|F_k(h)\| / \|h\|$"),
 """rho_k's two rows: the diag record's key -> (the word in the title, the y label, in mathtext)."""
 
 
-def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str, str]) -> tuple[list[Path], list[str]]:
+def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str, str], *,
+               formats: tuple[str, ...] = ("png", "pdf")) -> tuple[list[Path], list[str]]:
     """Forward / backward branch gains per layer for each size, one legend entry per arm (its seeds light, their
     mean bold: `_seeds_and_mean`) and one per branch style; returns (files, runs drawn)."""
     blocks: dict[str, list[BlockRow]] = {}
@@ -523,7 +553,7 @@ def plot_rho_k(bundle: Path, rows: list[RunSummary], out: Path, colors: dict[str
         axes[0][col].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
     if any(len(rs) > 1 for runs in sizes.values() for rs in _arms(runs).values()):
         fig.suptitle("thin lines: each seed; bold: the mean over an arm's seeds", fontsize=9)
-    return _save(fig, out, "rho_k"), sorted(blocks)
+    return _save(fig, out, "rho_k", formats), sorted(blocks)
 
 
 def _diag_hint(runs: list[RunSummary]) -> str:
@@ -556,15 +586,39 @@ def _measure(field: str) -> tuple[str, str, str]:
 
 
 def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Figures:
-    """Write table.md and the figures of `bundle`; returns what was drawn. params: what N is on the scale axes
-    and in the fit, 'non-embedding' or 'total' (`PARAMS`)."""
+    """Write table.md, claims.md and the figures of `bundle`; returns what was drawn. params: what N is on the
+    scale axes and in the fit, 'non-embedding' or 'total' (`PARAMS`)."""
+    bundle = Path(bundle)
+    drawn = draw(bundle, Bundle(bundle).figures, params=params)
+    files, notes, rows, tuned, found = list(drawn.files), drawn.notes, list(drawn.rows), drawn.tuning, drawn.study
+    names = [f.stem for f in files if f.suffix == ".png"]
+    table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
+    origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
+    lrs = lr_markdown(tuned, rows) if tuned else ""
+    table.write_text(f"# {bundle.name}\n\n{origin}"
+                     + table_markdown(rows, drawn.val, list(notes), names, list(drawn.gap_points),
+                                      fits_markdown(found) + lrs))
+    Bundle(bundle).claims.write_text(claims_markdown(found, rows) + ("\n" + lrs if lrs else ""))
+    if files:
+        for note in notes:
+            log(f"note: {note}")
+        log(f"wrote {table} and {len(files)} figure files in {Bundle(bundle).figures}")
+    else:
+        log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
+    return dataclasses.replace(drawn, files=tuple(files) + (table,))
+
+
+def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tuple[str, ...] = ("png", "pdf"),
+         band: bool = False) -> Figures:
+    """Draw the figures of `bundle` into `out` as `formats` and find the fits and tests (results/claims.py);
+    returns what was drawn, the notes on what was left out, and what the table and claims are written from.
+    `band`: the loss curves' mean ± 1 sd over the seeds shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
-    bundle = Path(bundle)
     rows = Bundle(bundle).read_summary()
     grid, rows = [r for r in rows if r.role == "tuning"], [r for r in rows if r.role != "tuning"]  # the lr grid's
-    out, notes = Bundle(bundle).figures, []  # runs are in the lr figure and table, not in the study's
+    notes: list[str] = []  # runs are in the lr figure and table, not in the study's
     field = PARAMS[params][0]
     if any(getattr(r, field) is None for r in rows):  # a bundle collected before the field existed
         field = "params"
@@ -575,12 +629,12 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r.run} ({r.state})" for r in skipped))
-    curve_files, labels, clipped = plot_loss_curves(curves, rows, out, field)
+    curve_files, labels, clipped = plot_loss_curves(curves, rows, out, field, band=band, formats=formats)
     for size in dict.fromkeys(c.size for c in clipped):
         notes.append(_clip_note([c for c in clipped if c.size == size]))
     points, apart = gap_points(rows, curves, field)
     fits, remarks = fit_gaps(points)
-    gap_files = plot_gap(points, fits, remarks, out, colors, field)
+    gap_files = plot_gap(points, fits, remarks, out, colors, field, formats=formats)
     notes += list(remarks.values())
     if apart:
         notes.append("not in the gap figure, no validation at the same number of tokens as bp: " + ", ".join(apart))
@@ -592,34 +646,21 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
                      "is unmeasured)")
     if not points:
         notes.append("no gap figure: no size has both bp and a ZBP arm with a validation loss")
-    c_files, _ = plot_nsr_c(rows, out, colors, field)
-    rho_files, _ = plot_rho_k(bundle, rows, out, colors)
+    c_files, _ = plot_nsr_c(rows, out, colors, field, formats=formats)
+    rho_files, _ = plot_rho_k(bundle, rows, out, colors, formats=formats)
     if not c_files:
         zbp = [r for r in rows if r.arm != "bp"]
         notes.append("no NSR figure: no ZBP run has a diag record yet" + _diag_hint(zbp))
     if not rho_files:
         notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
     tuned = tuning_of(grid + rows, field)
-    lr_files = plot_lr_sensitivity(grid, tuned, out) if tuned else []
+    lr_files = plot_lr_sensitivity(grid, tuned, out, formats=formats) if tuned else []
     if grid and not tuned:
         notes.append("no lr figure: no grid run has answered yet")
     files = curve_files + gap_files + c_files + rho_files + lr_files
-    names = [f.stem for f in files if f.suffix == ".png"]
-    table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
-    origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
-    found = study(points, fits, remarks, rows, curves, field)
-    lrs = lr_markdown(tuned, rows) if tuned else ""
-    table.write_text(f"# {bundle.name}\n\n{origin}"
-                     + table_markdown(rows, curves, notes, names, points, fits_markdown(found) + lrs))
-    Bundle(bundle).claims.write_text(claims_markdown(found, rows) + ("\n" + lrs if lrs else ""))
-    if files:
-        for note in notes:
-            log(f"note: {note}")
-        log(f"wrote {table} and {len(files)} figure files in {out}")
-    else:
-        log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
-    return Figures(files=tuple(files) + (table,), gap_points=tuple(points), fits=fits, no_fit=remarks,
-                   curves=labels, clipped=tuple(clipped), notes=tuple(notes), study=found)
+    return Figures(files=tuple(files), gap_points=tuple(points), fits=fits, no_fit=remarks, curves=labels,
+                   clipped=tuple(clipped), notes=tuple(notes), study=study(points, fits, remarks, rows, curves, field),
+                   tuning=tuned, rows=tuple(rows), val=curves, field=field)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,100 @@
+"""`zbpscale report` (results/report.py) on the published mini ladder bundle (docs/mini_ladder), against the bundle.
+
+Compared: the page's sections with the module's list; its state table with the bundle's summary, row for row; its
+claims with the bundle's claims.md (every number of its first paragraph); its figures with those `zbpscale plot`
+draws (the same figures, inline SVG); the bundle's files before and after (the report writes only its page); its
+size with the issue's bound (3 MB for the ladder's 36 runs: this bundle has 67). Then real headless Chromium opens
+it (tools/browser_check.py): no console error, no request that is not file: or data:, every section there; the
+first screen is kept as a PNG (in $ZBPSCALE_TEST_ARTIFACTS when set, else the test's folder). A wrong target is one
+line, naming it.
+"""
+
+import hashlib
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import load_tool
+from zbpscale.results.bundle import Bundle
+from zbpscale.results.report import SECTIONS, report
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = REPO / "docs" / "mini_ladder"
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> tuple[Path, Path, str]:
+    """(a copy of the published bundle, its report, the report's text)."""
+    bundle = tmp_path_factory.mktemp("report") / "mini_ladder"
+    shutil.copytree(PUBLISHED, bundle)
+    before = digest(bundle)
+    out = report(bundle, bundle.parent / "mini_ladder.html", log=lambda line: None)
+    assert digest(bundle) == before  # the bundle is read, never written
+    return bundle, out, out.read_text()
+
+
+def test_the_page_has_every_section_and_stays_small(page):
+    _, out, text = page
+    assert re.findall(r'<section id="(\w+)"', text) == list(SECTIONS)  # the mini ladder tunes: "lr" is there
+    assert out.stat().st_size < 3e6
+    assert not re.search(r'(src|href)="(?!#|data:)', text)  # nothing to fetch: every reference is inside the page
+    assert "<script" not in text
+
+
+def test_the_state_table_is_the_summary(page):
+    bundle, _, text = page
+    state = text.split('<section id="state">')[1].split("</section>")[0]
+    rows = re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td><td>.*?</td>"
+                      r'<td class="state-\w+">(.*?)</td><td>(.*?)</td><td>.*?</td><td>(.*?)</td>', state)
+    summary = Bundle(bundle).read_summary()
+    assert rows == [(html.escape(r.run), r.size, r.arm, str(r.seed), r.state, f"{r.steps}/{r.steps_total}",
+                     "" if r.final_val_loss is None else f"{r.final_val_loss:.4f}") for r in summary]
+    assert f"<b>{len(summary)} runs: {len(summary)} complete</b>" in state
+
+
+def test_the_claims_and_figures_are_the_bundle_s(page):
+    bundle, _, text = page
+    claims = text.split('<section id="claims">')[1].split("</section>")[0]
+    first = next(p for p in Bundle(bundle).claims.read_text().split("\n\n") if p.startswith("**zbp_n16.**"))
+    numbers = re.findall(r"[-+]?\d+\.\d+", first)
+    assert len(numbers) > 20 and all(n in claims for n in numbers)
+    svgs = {name: text.count(f'id="{name}-') > 0 for name in ("loss_curves", "loss_curves_log", "gap_vs_scale",
+                                                              "lr_sensitivity", "nsr_c", "rho_k")}
+    assert all(svgs.values()), svgs
+    figures = {p.stem for p in Bundle(bundle).figures.glob("*.png")}  # what zbpscale plot drew into the bundle
+    assert figures == {"loss_curves", "gap_vs_scale", "lr_sensitivity", "nsr_c", "rho_k"}
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids))  # figures share one document: their ids are each figure's own
+
+
+def test_a_real_browser_opens_it_without_an_error_or_a_request(page, tmp_path):
+    browser_check = load_tool("browser_check")
+    if browser_check.available() is None:
+        pytest.skip("no Chromium on PATH: run `python tools/browser_check.py install`")
+    _, out, _ = page
+    artifacts = Path(os.environ.get("ZBPSCALE_TEST_ARTIFACTS") or tmp_path)
+    artifacts.mkdir(parents=True, exist_ok=True)
+    seen = browser_check.check(out, ids=SECTIONS, screenshot=artifacts / "report_first_screen.png")
+    assert (seen["console_errors"], seen["requests"], seen["missing_ids"]) == ([], [], []), seen
+    assert seen["title"] == "zbpscale report: mini_ladder"
+    assert (artifacts / "report_first_screen.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_target_that_is_neither_a_bundle_nor_a_sweep_is_one_line(tmp_path):
+    for target in (tmp_path / "nowhere", tmp_path):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "report", str(target)], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode != 0 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+        assert str(target) in out.stderr, out.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
