@@ -31,19 +31,31 @@ from zbpscale.run.goodput import Fold
 from zbpscale.train.metrics import glance_index, glance_of, records_of
 from zbpscale.train.schema import TrainConfig, model_config
 
+SIZES = ("nano", "micro", "tiny", "mini", "s60", "s124", "s350", "s1b")
+ARMS = ("bp", "zbp_n16", "zbp_n64")
+
+
+def run_name(i: int) -> str:
+    """The i-th run of a ladder of every preset size x 3 arms, seed after seed: `tiny-zbp_n16-s3`."""
+    seed = i // (len(SIZES) * len(ARMS))
+    return f"{SIZES[i % len(SIZES)]}-{ARMS[i // len(SIZES) % len(ARMS)]}" + (f"-s{seed}" if seed else "")
+
 
 def build(folder: Path, runs: int, records: int, *, index: bool = True) -> None:
-    """`runs` run folders; `index`: their heartbeats carry the glance index a trainer of this release writes
-    (covering all but the last 20 train records, written after the latest heartbeat)."""
+    """`runs` run folders (`run_name`); `index`: their heartbeats carry the glance index a trainer of this release
+    writes (covering all but the last 20 train records, written after the latest heartbeat)."""
     now = time.time()
     config = json.dumps(TrainConfig(model=model_config("s60"), data_dir="data", steps=2 * records,
                                     global_batch=256).to_dict())
     lines = [json.dumps({"kind": "start", "time": now - 9e4, "derived": {"params": 6e7, "tokens_per_step": 262144}})]
     for step in range(records):
-        lines.append(json.dumps({"kind": "train", "time": now - 9e4 + step, "step": step, "loss": 3.1,
-                                 "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9, "tokens_per_s": 291000.0}))
+        tokens = (step + 1) * 262144
+        lines.append(json.dumps({"kind": "train", "time": now - 9e4 + step, "step": step, "tokens": tokens,
+                                 "loss": 3.1, "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9,
+                                 "tokens_per_s": 291000.0}))
         if step % 50 == 49:
-            lines.append(json.dumps({"kind": "eval", "time": now - 9e4 + step, "step": step, "val_loss": 3.2}))
+            lines.append(json.dumps({"kind": "eval", "time": now - 9e4 + step, "step": step, "tokens": tokens,
+                                     "val_loss": 3.2 + 1.0 / (step + 1)}))
     metrics = ("\n".join(lines) + "\n").encode()
     at = len(("\n".join(lines[:-20]) + "\n").encode())
     beat = {"step": records, "time": now - 10}
@@ -51,7 +63,7 @@ def build(folder: Path, runs: int, records: int, *, index: bool = True) -> None:
         beat["glance"] = glance_index(glance_of(metrics[:at]), metrics[:at], at,
                                       fold=Fold.of(records_of(metrics[:at])).state)
     for i in range(runs):
-        run = folder / f"s{i // 3:04d}-{('bp', 'zbp_n16', 'zbp_n64')[i % 3]}"
+        run = folder / run_name(i)
         run.mkdir(parents=True)
         (run / "config.json").write_text(config)
         (run / "plan.json").write_text(json.dumps({"params": 6e7 + i, "gpus": 8, "gpu_hours": 40.0}))
