@@ -78,6 +78,23 @@ def test_the_claims_and_figures_are_the_bundle_s(page):
     assert len(ids) == len(set(ids))  # figures share one document: their ids are each figure's own
 
 
+def test_each_arm_and_the_seeds_can_be_hidden_and_each_line_names_its_run(page):
+    """The curves' toggles are CSS only (no script): a check box per arm hides the lines named by that arm, one
+    hides the seeds' own lines; hovering a line shows its run, state and final val loss (an SVG title)."""
+    bundle, _, text = page
+    curves = text.split('<section id="curves">')[1].split("</section>")[0]
+    rows = [r for r in Bundle(bundle).read_summary() if r.role != "tuning"]
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    for i, arm in enumerate(arms):
+        assert f'<input type="checkbox" id="show-{i}" checked><label for="show-{i}">{arm}</label>' in curves
+        assert f'#show-{i}:not(:checked) ~ .fig [id*="-arm-{arm}-"] {{ display: none }}' in curves
+    for r in rows:  # every run of the study has its line in both drawings, each with its tooltip
+        for fig in ("loss_curves", "loss_curves_log"):
+            kind = "run" if sum(o.size == r.size and o.arm == r.arm for o in rows) > 1 else "only"
+            assert (f'<g id="{fig}-arm-{r.arm}-{kind}-{r.run}"><title>{r.run} ({r.state}, final val '
+                    f'{r.final_val_loss:.4f})</title>') in curves, (fig, r.run)
+
+
 def test_a_real_browser_opens_it_without_an_error_or_a_request(page, tmp_path):
     browser_check = load_tool("browser_check")
     if browser_check.available() is None:

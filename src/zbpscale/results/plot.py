@@ -236,12 +236,14 @@ def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, lab
     """One arm's curves ({x: y} per run) in a panel: a lone run as a plain line; several as thin light lines with
     their mean, at the x all of them share, bold. `label` goes on the plain or the bold line (its one legend
     entry). A run not complete is hollow-marked, and dashed unless `linestyle` is given; `ends_only`: a marker at
-    the last point only."""
+    the last point only. Each line is named by its arm (an SVG's ids: `arm-ARM-run-RUN` a seed's, `arm-ARM-only-RUN`
+    a lone run's, `arm-ARM-mean`, `arm-ARM-band`), which the report's toggles and tooltips use."""
     several = len(lines) > 1
     for row, pts in lines:
         x, style = sorted(pts), _style(row, color)
         ax.plot(x, [pts[k] for k in x], marker=marker, markevery=[len(x) - 1] if ends_only and x else None,
                 linestyle=linestyle or style["linestyle"], markersize=3 if several else 5,
+                gid=f"arm-{row.arm}-{'run' if several else 'only'}-{row.run}",
                 **(dict(alpha=0.3, linewidth=0.8) if several else dict(label=label, linewidth=1.5)),
                 **{k: v for k, v in style.items() if k != "linestyle"})
     if several:
@@ -251,11 +253,11 @@ def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, lab
             means = [statistics.fmean(pts[k] for _, pts in lines) for k in shared]
             sds = [statistics.stdev([pts[k] for _, pts in lines]) for k in shared]
             ax.fill_between(shared, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
-                            color=color, alpha=0.15, linewidth=0)
+                            color=color, alpha=0.15, linewidth=0, gid=f"arm-{lines[0][0].arm}-band")
         ax.plot(shared, [statistics.fmean(pts[k] for _, pts in lines) for k in shared], marker=marker,
                 markevery=[len(shared) - 1] if ends_only and shared else None, markersize=6, linewidth=2.2,
                 linestyle=linestyle or ("-" if done else "--"), color=color, markeredgecolor=color,
-                markerfacecolor=color if done else "white", label=label)
+                markerfacecolor=color if done else "white", label=label, gid=f"arm-{lines[0][0].arm}-mean")
 
 
 def _robust_top(curves: Curves, arms: dict[str, list[RunSummary]]) -> float:

@@ -93,7 +93,7 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
         if drawn.val is not None and drawn.rows:
             files += plot_loss_curves(drawn.val, list(drawn.rows), Bundle(tmp).figures, drawn.field, log_x=True,
                                       band=True, name="loss_curves_log", formats=("svg",))[0]
-        svgs = {f.stem: _inline_svg(f.stem, f.read_text()) for f in files}
+        svgs = {f.stem: _titled(_inline_svg(f.stem, f.read_text()), every) for f in files}
     page = render(bundle, every, drawn, svgs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page)
@@ -113,7 +113,8 @@ def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str]) -
     lrs = lr_markdown(tuned, list(drawn.rows)) if tuned else ""
     sections = {
         "state": ("The sweep at a glance", state_table(every)),
-        "curves": ("Loss curves", _curves(svgs) + _notes(drawn.notes)),
+        "curves": ("Loss curves", _curves(svgs, list(dict.fromkeys(r.arm for r in drawn.rows)))
+                   + _notes(drawn.notes)),
         "gap": ("The gap to BP against scale",
                 _figure(svgs, "gap_vs_scale", "no gap figure: no size has both bp and a ZBP arm with a validation "
                                               "loss") + markdown_html(fits_markdown(drawn.study))),
@@ -201,13 +202,45 @@ def provenance_html(manifest: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _curves(svgs: dict[str, str]) -> str:
+def _curves(svgs: dict[str, str], arms: list[str]) -> str:
+    """The loss curves, linear and log tokens, with a radio button between them and a check box per arm and one for
+    the seeds' own lines (CSS only: each line of the figures is named by its arm, plot._seeds_and_mean)."""
     if "loss_curves" not in svgs:
         return "<p>no loss curves: no run has a validation loss yet</p>"
-    return ('<div class="toggle">tokens axis: <input type="radio" name="x" id="x-lin" checked>'
+    boxes = "".join(f'<input type="checkbox" id="show-{i}" checked><label for="show-{i}">{html.escape(arm)}</label>'
+                    for i, arm in enumerate(arms))
+    hide = "\n".join(f'#show-{i}:not(:checked) ~ .fig [id*="-arm-{_css(arm)}-"] {{ display: none }}'
+                      for i, arm in enumerate(arms))
+    return (f"<style>{hide}\n#show-seeds:not(:checked) ~ .fig [id*=\"-run-\"] {{ display: none }}</style>\n"
+            '<div class="toggle">tokens axis: <input type="radio" name="x" id="x-lin" checked>'
             '<label for="x-lin">linear</label><input type="radio" name="x" id="x-log"><label for="x-log">log</label>'
+            f' &nbsp; show:{boxes}<input type="checkbox" id="show-seeds" checked><label for="show-seeds">each '
+            "seed</label> &nbsp; <span class=\"muted\">(hover a line for its run)</span>"
             f'\n<div class="fig linx">{svgs["loss_curves"]}</div>\n'
             f'<div class="fig logx">{svgs.get("loss_curves_log", "")}</div></div>')
+
+
+def _css(text: str) -> str:
+    """`text` inside a CSS string in double quotes."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _titled(svg: str, rows: list[RunSummary]) -> str:
+    """`svg` with a tooltip (an SVG <title>) on each line named by plot._seeds_and_mean: the run, its state and
+    final val loss; an arm's mean and band."""
+    tips = {}
+    for r in rows:
+        final = "" if r.final_val_loss is None else f", final val {r.final_val_loss:.4f}"
+        for kind in ("run", "only"):
+            tips[f"arm-{r.arm}-{kind}-{r.run}"] = f"{r.run} ({r.state}{final})"
+        tips[f"arm-{r.arm}-mean"] = f"{r.arm}: the mean over its seeds"
+        tips[f"arm-{r.arm}-band"] = f"{r.arm}: ± 1 sd over its seeds"
+
+    def tip(m: re.Match) -> str:
+        name = m.group(2) if m.group(2) in tips else re.sub(r"-\d+$", "", m.group(2))
+        return m.group(0) + (f"<title>{html.escape(tips[name])}</title>" if name in tips else "")
+
+    return re.sub(r'<g id="([^"]*?)-(arm-[^"]*)">', tip, svg)
 
 
 def _figure(svgs: dict[str, str], name: str, missing: str) -> str:
