@@ -104,6 +104,9 @@ def test_a_kill_9_past_a_checkpoint_is_lost_work_of_the_steps_past_it(tmp_path, 
     folder.heartbeat.write_text(json.dumps({**read_json(folder.heartbeat), "glance": {
         k: v for k, v in beat_now.items() if k != "fold"}}))
     assert goodput.read_attempts(run) == [first, second]
+    folder.heartbeat.write_text(json.dumps({**read_json(folder.heartbeat), "glance": {
+        **beat_now, "fold": {"attempts": [{"first": "garbled"}]}}}))  # not this release's: the file is read whole
+    assert goodput.read_attempts(run) == [first, second]
 
 
 def test_a_fold_through_json_goes_on_as_the_fold_of_the_whole_file():
@@ -125,6 +128,9 @@ def test_a_fold_through_json_goes_on_as_the_fold_of_the_whole_file():
         for r in records[at:]:
             fold.feed(r)
         assert fold.state == whole.state and fold.trained(beat) == whole.trained(beat), at
+    for wrong in ({"attempts": [{"first": 1.0}]}, {"attempts": [dict(whole.attempts[0], resume=None)]}):
+        with pytest.raises(ValueError):  # a state this release did not write: Snapshot.fold reads the file instead
+            Fold(wrong)
 
 
 # ------------------------------------------------------------------------ a hand-built run folder

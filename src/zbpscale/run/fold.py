@@ -27,10 +27,17 @@ class Fold:
     JSON: the trainer keeps the fold of what it has written in its heartbeat's index (train/metrics.py), and a
     reader goes on from it over the records written after (`Fold(state)`), instead of reading the whole file."""
 
+    NUMBERS = ("first", "setup", "seen", "training", "done")
+    """What each attempt of a state holds as a number (and its `resume`, a dict)."""
+
     def __init__(self, state: dict | None = None):
+        """The fold of no record, or the one whose `state` this is; a ValueError for a state it did not write."""
         state = state or {}
         self.attempts: list[dict] = [dict(a) for a in state.get("attempts", [])]
         self.pending: dict = dict(state.get("pending", {}))  # a resume record waiting for its start record
+        if not all(isinstance(a.get(k), (int, float)) for a in self.attempts for k in self.NUMBERS) or \
+                not all(isinstance(a.get("resume"), dict) for a in self.attempts):
+            raise ValueError("not a fold's state")
 
     @classmethod
     def of(cls, records: list[dict]) -> Fold:

@@ -136,10 +136,10 @@ class Snapshot:
         if "metrics" not in self.__dict__ and isinstance(index, dict) and isinstance(index.get("fold"), dict):
             try:
                 tail = indexed_tail(self.folder.metrics, index)
-            except OSError:
-                tail = None
-            if tail is not None:
                 fold = Fold(index["fold"])
+            except (OSError, ValueError, TypeError, AttributeError):
+                tail = None  # an index this release did not write, or a file gone: read it whole
+            if tail is not None:
                 for record in records_of(tail):
                     fold.feed(record)
                 return fold
