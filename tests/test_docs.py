@@ -127,3 +127,13 @@ def test_each_page_starts_with_what_a_user_does():
         body = page.read_text().split("\n", 1)[1]
         first_code = body.find("```")
         assert 0 <= first_code < 400, f"{page.name}: no command near its top"
+
+
+def test_the_fields_apply_changes_takes_are_named_as_the_code_has_them():
+    """docs/faults.md names the fields `submit --apply-changes` gives a trained run: the trainer's RESUME_SAFE (it
+    once left out `trackers`)."""
+    from zbpscale.train.schema import RESUME_SAFE
+
+    text = " ".join((REPO / "docs" / "faults.md").read_text().split())
+    said = text[text.index("`--apply-changes` gives it"):].split("RESUME_SAFE")[0]
+    assert re.findall(r"`(\w+)`", said) == list(RESUME_SAFE)
