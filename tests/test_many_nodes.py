@@ -66,7 +66,10 @@ def rank_pid(run: Path, rank: int) -> int:
 
 
 def ends(run: Path) -> list[tuple[str, str]]:
-    return [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"]
+    """(why, reason) of each attempt's end; every end record names its executor (#55), whoever wrote it."""
+    found = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert all(a.get("executor") in ("slurm", "local") for a in found), found
+    return [(a["why"], a["reason"]) for a in found]
 
 
 @pytest.fixture(scope="module")

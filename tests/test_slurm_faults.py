@@ -103,7 +103,10 @@ def queued_names(env: dict) -> list[str]:
 
 
 def ends(run: Path) -> list[str]:
-    return [a["why"] for a in read_attempts(run) if a["event"] == "end"]
+    """How each attempt ended; every end record names its executor (#55), whoever wrote it."""
+    found = [a for a in read_attempts(run) if a["event"] == "end"]
+    assert all(a.get("executor") == "slurm" for a in found), found
+    return [a["why"] for a in found]
 
 
 @pytest.mark.parametrize("kind", ["lagging", "down", "stale"])

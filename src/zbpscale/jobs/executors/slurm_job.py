@@ -94,8 +94,8 @@ def run_train_job(job: TrainJob) -> str:
         leave(EXIT_LEASE_LOST)
     except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
         if main:
-            record(run_dir, "end", job_id=job_id, why=ends.classify(ends.Seen(codes=(EXIT_USAGE,))).why,
-                   reason=f"{type(err).__name__}: {err}")
+            record(run_dir, "end", job_id=job_id, executor="slurm",
+                   why=ends.classify(ends.Seen(codes=(EXIT_USAGE,))).why, reason=f"{type(err).__name__}: {err}")
         report(err)
         raise SystemExit(EXIT_USAGE) from None
     except BaseException as err:
@@ -114,7 +114,7 @@ def run_train_job(job: TrainJob) -> str:
     end = ending(job, run_dir, job_id, status, main=main)
     if end.why in ("completed", "cancelled") or not end.retry:  # all steps done, or stopped for good, checkpointed
         if main:
-            record(run_dir, "end", job_id=job_id, why=end.why, reason=end.reason)
+            record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=end.reason)
         return end.why
     if main:
         _requeue_or_fail(job, run_dir, job_id, end)
@@ -168,10 +168,10 @@ def record_crash(job: TrainJob, run_dir: Path, job_id: str, err: BaseException) 
               file=sys.stderr, flush=True)
         return
     if not end.retry:
-        record(run_dir, "end", job_id=job_id, why=end.why, reason=last)
+        record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=last)
         return
     retry = History.read(run_dir).retry(end.why, {"crashed": job.max_crashes}, how=last, again="restart")
-    record(run_dir, "end", job_id=job_id, why=end.why if retry.ok else "failed",
+    record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why if retry.ok else "failed",
            reason=retry.reason if retry.ok else f"{retry.reason} (last: {last})")
 
 
@@ -195,10 +195,10 @@ def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending
     bounds = {"timeout": job.max_timeouts, "preempted": job.max_preemptions}
     retry = History.read(run_dir).retry(end.why, bounds, end.reason)
     if not retry.ok:
-        record(run_dir, "end", job_id=job_id, why="failed", reason=retry.reason)
+        record(run_dir, "end", job_id=job_id, executor="slurm", why="failed", reason=retry.reason)
         raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
                         hint="submit again with --retry (after raising the sweep's bound or time limit)")
-    record(run_dir, "end", job_id=job_id, why=end.why, reason=retry.reason)
+    record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=retry.reason)
     if not end.by_scheduler:  # SLURM requeued it itself: a second requeue is not ours to ask
         requeue(job_id)
 
@@ -300,7 +300,7 @@ def step_ended(folder: str, code: str, began: str) -> int:
             f", the job step ended with status {code}")
         why = ends.classify(ends.Seen(unheard=True)).why
         retry = history.retry(why, {"crashed": job.max_crashes}, how=how, again="restart")
-        record(run_dir, "end", job_id=job_id, why=why if retry.ok else "failed", source="step",
+        record(run_dir, "end", job_id=job_id, executor="slurm", why=why if retry.ok else "failed", source="step",
                reason=retry.reason if retry.ok else f"{retry.reason} (last: {how})")
         again = retry.ok
     else:

@@ -126,7 +126,7 @@ def record_hung_end(run_dir: Path, job_id: str, reason: str, max_crashes: int, s
     why = ends.classify(seen).why
     retry = History.read(run_dir).retry(why, {"crashed": max_crashes}, reason,
                                         again="restart" if step_restarts() else "requeue")
-    record(run_dir, "end", job_id=job_id, why=why if retry.ok else "failed",
+    record(run_dir, "end", job_id=job_id, executor="slurm", why=why if retry.ok else "failed",
            reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
     return retry.ok
 
