@@ -45,11 +45,16 @@ def page(tmp_path_factory) -> tuple[Path, Path, str]:
 
 
 def test_the_page_has_every_section_and_stays_small(page):
-    _, out, text = page
+    bundle, out, text = page
     assert re.findall(r'<section id="(\w+)"', text) == list(SECTIONS)  # the mini ladder tunes: "lr" is there
     assert out.stat().st_size < 3e6
     assert not re.search(r'(src|href)="(?!#|data:)', text)  # nothing to fetch: every reference is inside the page
     assert "<script" not in text
+    provenance = text.split('<section id="provenance">')[1]
+    from zbpscale.version import version
+
+    assert f"<td>zbpscale</td><td>{version()}</td>" in provenance
+    assert f"<td>command</td><td>{html.escape(f'zbpscale report {bundle} -o {out}')}</td>" in provenance
 
 
 def test_the_state_table_is_the_summary(page):

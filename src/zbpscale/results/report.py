@@ -26,7 +26,7 @@ import argparse
 import html
 import json
 import re
-import sys
+import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -79,13 +79,13 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
            log=print) -> Path:
     """Write the report of `target` (a bundle, or a sweep collected first) to `out` (default: the bundle's
     report.html); returns its path."""
+    import matplotlib
+
     from zbpscale.results.plot import draw, plot_loss_curves
 
     bundle = bundle_of(target, log=log)
     out = Path(out) if out else Bundle(bundle).report
     every = Bundle(bundle).read_summary()
-    import matplotlib
-
     svg = {"svg.fonttype": "none", "svg.hashsalt": "zbpscale"}  # text as text (small); the same ids every time
     with tempfile.TemporaryDirectory(prefix="zbpscale-report-") as tmp, matplotlib.rc_context(svg):
         drawn = draw(bundle, Bundle(tmp).figures, params=params, formats=("svg",), band=True)
@@ -94,16 +94,18 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
             files += plot_loss_curves(drawn.val, list(drawn.rows), Bundle(tmp).figures, drawn.field, log_x=True,
                                       band=True, name="loss_curves_log", formats=("svg",))[0]
         svgs = {f.stem: _titled(_inline_svg(f.stem, f.read_text()), every) for f in files}
-    page = render(bundle, every, drawn, svgs)
+    command = shlex.join(["zbpscale", "report", str(target), "-o", str(out)]
+                         + (["--params", params] if params != "non-embedding" else []))
+    page = render(bundle, every, drawn, svgs, command)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page)
     log(f"wrote {out} ({len(page.encode()) / 1e6:.2f} MB): open it in a browser (file://{out.resolve()})")
     return out
 
 
-def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str]) -> str:
-    """The page (see the module docstring) from the bundle's summary rows (`every`), plot.draw's Figures and the
-    SVG text of each figure by name."""
+def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str], command: str) -> str:
+    """The page (see the module docstring) from the bundle's summary rows (`every`), plot.draw's Figures, the
+    SVG text of each figure by name and the command that made it."""
     from zbpscale.results.claims import claims_markdown, fits_markdown
     from zbpscale.results.lr import lr_markdown
 
@@ -125,7 +127,7 @@ def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str]) -
                         + _figure(svgs, "rho_k", "no rho_k figure: no run has a diag record yet")),
         "claims": ("Claims", markdown_html(claims_markdown(drawn.study, list(drawn.rows)))),
         "runs": ("Runs", runs_html(bundle, every)),
-        "provenance": ("Provenance", provenance_html(manifest)),
+        "provenance": ("Provenance", provenance_html(manifest, command)),
     }
     shown = {k: v for k, v in sections.items() if v is not None}
     nav = " ".join(f'<a href="#{k}">{html.escape(title)}</a>' for k, (title, _) in shown.items())
@@ -190,12 +192,12 @@ def runs_html(bundle: Path, rows: list[RunSummary]) -> str:
     return "\n".join(blocks) or "<p>no runs</p>"
 
 
-def provenance_html(manifest: dict) -> str:
+def provenance_html(manifest: dict, command: str) -> str:
+    """The release and commit that made the page, when, by which command, from which collection."""
     from zbpscale.version import git_revision, version
 
     facts = {"zbpscale": version(), "commit": git_revision() or "not a clone",
-             "made": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["zbpscale report", *sys.argv[2:]])
-             if Path(sys.argv[0]).name in ("zbpscale", "cli.py") else " ".join(sys.argv),
+             "made": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": command,
              "bundle collected": manifest.get("collected", "?"), "from": manifest.get("source", "?")}
     return _table(("what", "value"), [f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
                                       for k, v in facts.items()])
