@@ -37,6 +37,7 @@ from pathlib import Path
 PACKAGE = "chromium-headless-shell"  # Debian's headless-only build: no GTK, 19 packages with no recommends
 BINARIES = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 VIEWPORT = (1280, 800)  # width, height of the first screen the screenshot shows
+APT_TIMEOUT_S = 600  # each apt-get call of `install`
 LOCAL_SCHEMES = ("file", "data")  # a request for any other scheme is a network request
 SETTLE_MS = 100  # after the load event: timers and frames that the page's load handlers started run this long
 CHROMIUM_FLAGS = [
@@ -86,7 +87,10 @@ def install() -> str:
     t0 = time.monotonic()
     for cmd in (["apt-get", "update", "-qq"],
                 ["apt-get", "install", "-y", "-qq", "--no-install-recommends", PACKAGE]):
-        out = subprocess.run(cmd, capture_output=True, text=True, env=apt_env)
+        try:  # a mirror that stops answering must not hold CI: the browser tests then skip
+            out = subprocess.run(cmd, capture_output=True, text=True, env=apt_env, timeout=APT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise BrowserCheckError(f"`{' '.join(cmd)}` did not finish in {APT_TIMEOUT_S} s") from None
         if out.returncode != 0:
             sys.stderr.write(out.stdout + out.stderr)
             raise BrowserCheckError(f"`{' '.join(cmd)}` failed (exit {out.returncode}); its output is above")
