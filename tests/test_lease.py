@@ -439,8 +439,9 @@ def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
     site.mkdir()
     (site / "sitecustomize.py").write_text(NODE)
     run = tmp_path / "jobs" / "direct" / "nano-bp"
+    (tmp_path / "node-tmp").mkdir()  # the node's temp dir: node-a, taken over, leaves its open W&B folder there
     env = {"ZBPSCALE_TEST_SLACK_S": "1", "WANDB_MODE": "offline", "WANDB_API_KEY": FAKE_WANDB_KEY,
-           "WANDB_SILENT": "true"}
+           "WANDB_SILENT": "true", "TMPDIR": str(tmp_path / "node-tmp")}
     records = lambda kind: [r for r in read_records(run) if r["kind"] == kind]  # noqa: E731
     first = trainer(run, "node-a", site, "--size", "nano", "--data", str(data_dir), "--steps", "60", "--set",
                     "global_batch=8", "--set", "eval_every=0", "--set", "ckpt_every=10", "--set", "step_timeout_s=8",
