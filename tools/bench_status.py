@@ -95,10 +95,6 @@ def drop_caches() -> bool:
         return False
 
 
-def status_s(folder: Path, *extra: str) -> float:
-    return timed_status(folder, *extra)[0]
-
-
 def timed_status(folder: Path, *extra: str) -> tuple[float, str]:
     """(seconds, stdout) of `zbpscale status DIR *extra` in a fresh process."""
     t = time.perf_counter()
@@ -128,9 +124,9 @@ def main(argv=None) -> int:
             times["zbpscale status DIR, caches dropped"] = []
         for _ in range(args.rounds):
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
-                times[label].append(status_s(folder, *extra))
+                times[label].append(timed_status(folder, *extra)[0])
             if args.cold and drop_caches():
-                times["zbpscale status DIR, caches dropped"].append(status_s(folder))
+                times["zbpscale status DIR, caches dropped"].append(timed_status(folder)[0])
             t = time.perf_counter()
             rows = collect_rows(folder)
             times["rows in process"].append(time.perf_counter() - t)

@@ -29,12 +29,16 @@ import re
 import shlex
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
+from zbpscale.files import read_json
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.summary import RunSummary
+from zbpscale.run.history import read_attempts
 from zbpscale.tables import fmt_tokens
+from zbpscale.train.metrics import tail_records
 
 SECTIONS = ("state", "curves", "gap", "lr", "diagnostics", "claims", "runs", "provenance")
 """The page's sections, by id, in order ("lr" only when the sweep tunes)."""
@@ -159,11 +163,8 @@ def state_table(rows: list[RunSummary]) -> str:
         body.append("<tr>" + "".join(f'<td class="state-{html.escape(r.state)}">{html.escape(c)}</td>'
                                      if i == 5 else f"<td>{html.escape(c)}</td>" for i, c in enumerate(cells))
                     + "</tr>")
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.state] = counts.get(r.state, 0) + 1
     hours = sum(r.gpu_hours or 0.0 for r in rows)
-    total = ", ".join(f"{n} {s}" for s, n in counts.items())
+    total = ", ".join(f"{n} {s}" for s, n in Counter(r.state for r in rows).items())
     return (f"<p><b>{len(rows)} runs: {html.escape(total)}</b>; {hours:,.1f} GPU-hours held in all.</p>"
             + _table(STATE_COLUMNS, body))
 
@@ -173,13 +174,11 @@ def runs_html(bundle: Path, rows: list[RunSummary]) -> str:
     blocks = []
     for r in rows:
         folder = Bundle(bundle).run(r.run)
-        config = _read_json(folder.config)
-        attempts = _read_jsonl(folder.attempts)
-        start = _latest_start(folder.metrics)
-        ends = [a for a in attempts if a.get("event") in ("start", "end", "submitted")]
+        config = read_json(folder.config)
+        start = tail_records(folder.metrics, ("start",)).get("start", {})  # the latest attempt's
         attempt_rows = ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
             _when(a.get("time")), a.get("event", ""), a.get("job_id", ""), a.get("executor", ""), a.get("why", ""),
-            a.get("reason", ""))) + "</tr>" for a in ends]
+            a.get("reason", ""))) + "</tr>" for a in read_attempts(folder.path)]
         impl = ", ".join(f"{core} {path}" for core, path in (start.get("impl_used") or {}).items()) or \
             (r.impl_used or "exact autograd (bp)")
         blocks.append(
@@ -281,33 +280,6 @@ def _num(value: float | None, fmt: str) -> str:
 
 def _when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else ""
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            continue  # a torn line
-    return found
-
-
-def _latest_start(metrics: Path) -> dict:
-    from zbpscale.train.metrics import tail_records
-
-    return tail_records(metrics, ("start",)).get("start", {})
 
 
 def markdown_html(text: str) -> str:

@@ -385,7 +385,7 @@ class MetricsLog:
         line = line.encode()
         glanced, end, size = self._glanced
         self._glanced = (glanced.then(glance_of(line)), (end + line)[-CHECK_BYTES:], size + len(line))
-        self._fold.feed(json.loads(line))  # as a reader decodes it
+        self._fold.feed(record)  # plain JSON types: what a reader decodes from the line
         if self.trackers is not None:
             self.trackers.record(kind, fields)
 

@@ -179,14 +179,14 @@ def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
     """The watchdog found no step for step_timeout_s (rank 0, just before the process leaves): record it, counted
     as a crash, and end the step: the batch script starts the attempt again from the last checkpoint as a new step
     within max_crashes. A job of an older release is requeued instead (within max_crashes)."""
-    if not step_restarts():
-        if record_hung_end(run_dir, job_id, reason, job.max_crashes, ends.Seen(codes=(EXIT_HUNG,))):
-            requeue(job_id)
-        return
+    restarts = step_restarts()
     try:
-        record_hung_end(run_dir, job_id, reason, job.max_crashes, ends.Seen(codes=(EXIT_HUNG,)))
-    finally:  # whatever became of the record (the batch script writes one for a step that ended without it)
-        kill_step()
+        again = record_hung_end(run_dir, job_id, reason, job.max_crashes, ends.Seen(codes=(EXIT_HUNG,)))
+    finally:  # the step ends whatever became of the record (the batch script writes one for a step without it)
+        if restarts:
+            kill_step()
+    if again and not restarts:
+        requeue(job_id)
 
 
 def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending) -> None:

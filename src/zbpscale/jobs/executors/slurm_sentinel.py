@@ -147,7 +147,8 @@ def kill_step(*, tries: int = 6, wait_s: float = 5.0) -> None:
             why = str(err)
         print(f"scancel --signal=KILL {step} did not go through ({why}); try {attempt}/{tries}", file=sys.stderr,
               flush=True)
-        time.sleep(wait_s)
+        if attempt < tries:
+            time.sleep(wait_s)
 
 
 def requeue(job_id: str) -> None:
