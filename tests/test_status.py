@@ -700,18 +700,9 @@ def _on_open(event: str, args: tuple) -> None:
 sys.addaudithook(_on_open)
 
 
-@pytest.mark.parametrize("watching", [False, True], ids=["status", "status --watch"])
-def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, fake_sacct, watching):
-    """#44: one `zbpscale status` of a 12-run sweep in every state (running, stalled, queued, failed with a log,
-    broken, cancelled, complete, stopped, new, trained directly) opens each file of each run at most once (counted
-    by Python's own audit events for every open, whatever the function), and reads every file its rows come from;
-    so does each refresh of --watch (through the Poller, which looks at the folders to decide when to ask)."""
-    global OPENED
-    from zbpscale.jobs.poller import Poller
-    from zbpscale.jobs.runs import find_runs
-    from zbpscale.jobs.status import collect_sweeps
-
-    sweep = tmp_path / "jobs" / "twelve"
+def twelve_runs(sweep: Path, fake_sacct) -> list[Path]:
+    """A 12-run sweep in every state: running, stalled, queued, failed with a log, stopped, cancelled, complete,
+    failed by its record, new, trained directly, broken, lost with its node."""
     runs = [make_run(sweep, "a-bp", done=10, job="50"),
             make_run(sweep, "b-bp", done=10, job="51", beat_age=5000.0),
             make_run(sweep, "c-bp", job="52"),
@@ -727,6 +718,27 @@ def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, f
     (runs[10] / "config.json").write_text("{not json")  # broken
     fake_sacct({"50": "RUNNING", "51": "RUNNING", "52": "PENDING", "53": "FAILED|1:0|0:1", "54": "COMPLETED",
                 "55": "CANCELLED", "56": "COMPLETED", "57": "COMPLETED", "58": "COMPLETED", "59": "NODE_FAIL"})
+    return runs
+
+
+TWELVE = {"a-bp": "running", "b-bp": "stalled", "c-bp": "queued", "d-bp": "failed", "e-bp": "stopped",
+          "f-bp": "cancelled", "g-bp": "complete", "h-bp": "failed", "i-bp": "new", "j-bp": "running",
+          "k-bp": "broken", "l-bp": "failed"}
+
+
+@pytest.mark.parametrize("watching", [False, True], ids=["status", "status --watch"])
+def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, fake_sacct, watching):
+    """#44: one `zbpscale status` of a 12-run sweep in every state (running, stalled, queued, failed with a log,
+    broken, cancelled, complete, stopped, new, trained directly) opens each file of each run at most once (counted
+    by Python's own audit events for every open, whatever the function), and reads every file its rows come from;
+    so does each refresh of --watch (through the Poller, which looks at the folders to decide when to ask)."""
+    global OPENED
+    from zbpscale.jobs.poller import Poller
+    from zbpscale.jobs.runs import find_runs
+    from zbpscale.jobs.status import collect_sweeps
+
+    sweep = tmp_path / "jobs" / "twelve"
+    runs = twelve_runs(sweep, fake_sacct)
     poller = Poller(tmp_path / "jobs", poll_s=60) if watching else None
     found = find_runs(str(sweep))
     for _ in range(2 if watching else 1):  # a second refresh: the Poller answers from its last ask
@@ -743,9 +755,7 @@ def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, f
                 if (run / name).exists():
                     assert (run / name).resolve() in under, f"{run.name}/{name} not read"
     states = {r["run"]: r["state"] for r in rows}
-    assert states == {"a-bp": "running", "b-bp": "stalled", "c-bp": "queued", "d-bp": "failed", "e-bp": "stopped",
-                      "f-bp": "cancelled", "g-bp": "complete", "h-bp": "failed", "i-bp": "new",
-                      "j-bp": "running", "k-bp": "broken", "l-bp": "failed"}, states
+    assert states == TWELVE, states
 
 
 def test_the_t_p_f_column_is_explained_under_the_table_and_in_help(tmp_path, capsys, monkeypatch):
@@ -796,3 +806,27 @@ def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(t
     assert any(ln.startswith("      ") for ln in folded)  # a note folded under its text
     notes = [ln for ln in unwrapped(out.stdout).splitlines() if ln.startswith("note: ")]
     assert len(notes) >= 3 and notes == [ln for ln in unwrapped(narrow.stdout).splitlines() if ln.startswith("note: ")]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fake_sacct, monkeypatch):
+    """#54: status of a large sweep reads its runs in forked processes (bulk.spread, from 1,000 runs a process);
+    the 12-run sweep in every state, spread one run a process, gives the rows read in one process."""
+    from zbpscale import bulk
+
+    sweep = tmp_path / "jobs" / "twelve"
+    twelve_runs(sweep, fake_sacct)
+    one = collect_rows(sweep)
+    monkeypatch.setattr(bulk, "LEAST", 1)
+    monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)  # pytest-xdist's worker thread
+    monkeypatch.setattr(bulk, "_fork", lambda work, part, fork=bulk._fork: forked.append(len(part)) or fork(work, part))
+    forked: list[int] = []
+    spread = collect_rows(sweep)
+    assert forked and sum(forked) == 12 - 12 // bulk.processes(12), "no run was read in a child"
+    assert {r["run"]: r["state"] for r in spread} == TWELVE
+
+    def aged(rows):  # what changes with the clock between the two looks: ages, a running attempt's hours
+        return [{k: v for k, v in r.items() if k not in ("heartbeat_age_s", "gpu_hours")} for r in rows]
+
+    assert aged(spread) == aged(one)
+    assert [r["gpu_hours"] for r in spread] == pytest.approx([r["gpu_hours"] for r in one], abs=0.01)

@@ -69,7 +69,8 @@ def remove_stale_temps(folder: Path) -> None:
 def read_json(path: Path) -> dict:
     """A JSON object from `path`; {} when it is missing, unreadable, not JSON or not an object."""
     try:
-        value = json.loads(Path(path).read_text())
+        with open(path, "rb") as fh:
+            value = json.loads(fh.read())
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -77,11 +78,19 @@ def read_json(path: Path) -> dict:
 
 def read_jsonl(path: Path) -> list[dict]:
     """The objects of a JSONL file, in order; a torn line (a killed writer) is skipped; no file: []."""
-    path = Path(path)
-    if not path.exists():
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
         return []
+    try:  # one decode for the whole file, where every line is one object (all but a torn or garbled file)
+        records = json.loads("[" + ",".join(lines) + "]")
+        if len(records) == len(lines) and all(isinstance(r, dict) for r in records):
+            return records
+    except json.JSONDecodeError:
+        pass
     records = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:

@@ -24,10 +24,12 @@ def wrap(text: str, prefix: str = "", *, width: int | None = None) -> str:
     """`prefix` + `text` in lines of at most `width` (terminal_width) characters, each line after the first
     indented under the text (2 spaces without a prefix); a word longer than a line (a path, a command) stays whole.
     The text's own line breaks are kept."""
+    width = width or terminal_width()
+    if text and len(prefix) + len(text) <= width and text.isprintable() and not text.endswith(" "):
+        return prefix + text  # what fill gives a line that fits: 20,000 notes under a large sweep's status
     import textwrap
 
     indent = " " * (len(prefix) or 2)
-    width = width or terminal_width()
     return "\n".join(textwrap.fill(line, width, initial_indent=prefix if i == 0 else indent, subsequent_indent=indent,
                                    break_long_words=False, break_on_hyphens=False)
                      for i, line in enumerate(text.splitlines() or [""]))

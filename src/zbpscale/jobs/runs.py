@@ -85,16 +85,7 @@ def identity(folder: RunFolder) -> tuple[str, str, int]:
 def unplanned(sweep: Sweep, planned: set[str]) -> list[Run]:
     """The run folders of the sweep's folder that its sweep file does not plan (`planned`: the names it does), as
     found on disk and marked `unplanned`."""
-    folder = sweep.jobs_dir
-    found = sorted(p for p in folder.iterdir() if p.name not in planned and is_run_folder(p)) if folder.is_dir() \
-        else []
-    return [dataclasses.replace(Run.found(p), unplanned=True) for p in found]
-
-
-def is_run_folder(path: Path) -> bool:
-    """A folder holding a run's records: its config, metrics or attempts."""
-    folder = RunFolder(path)
-    return path.is_dir() and any(f.exists() for f in (folder.config, folder.metrics, folder.attempts))
+    return [dataclasses.replace(Run.found(p), unplanned=True) for p in RunFolder.all_in(sweep.jobs_dir, but=planned)]
 
 
 def find_runs(target: str | None, only: str | None = None, *, planned_only: bool = False
@@ -113,8 +104,7 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     elif target is not None and not path.exists():
         raise not_found(path)
     else:
-        found = [(name, [Run.found(p) for p in sorted(folder.iterdir()) if is_run_folder(p)])
-                 for name, folder in find_sweeps(target)]
+        found = [(name, [Run.found(p) for p in RunFolder.all_in(folder)]) for name, folder in find_sweeps(target)]
     if not patterns(only):
         return found
     chosen = [(name, [r for r in runs if matches(r.name, patterns(only))]) for name, runs in found]
@@ -132,19 +122,26 @@ def decided(runs: list[Run], root: Path, *, look=None, now: float | None = None,
     that died without a word given the end the scheduler's account gives it, in memory; a failed run's reason
     sharpened from its log); and the view. What status's rows, collect's states and submit's plan are made of.
     Writes nothing."""
+    now = time.time() if now is None else now
+    seen, view = viewed(runs, root, look=look, now=now)
+    return [judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) for r in runs], view
+
+
+def viewed(runs: list[Run], root: Path, *, look=None, now: float) -> tuple[dict[Path, Snapshot], View]:
+    """`decided`'s first half: a look at each run's folder (its history read) and the one view of their jobs."""
     from zbpscale.jobs import executors
 
-    now = time.time() if now is None else now
     seen = {r.run_dir: Snapshot(r.run_dir) for r in runs}
     view = look(seen) if look else executors.view_all(root, {d: s.history for d, s in seen.items()}, now=now)
-    found = []
-    for r in runs:
-        snap = seen[r.run_dir]
-        job = view.of(snap.history.job_id)
-        state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
-        if state.state == "new" and r.planned is not None and r.planned.waits_for:  # a final run of a tuning sweep
-            waits = r.planned.waits_for
-            state = dataclasses.replace(state, reason=f"waits for tuning: {', '.join(waits[:3])}"
-                                                      f"{f' (+{len(waits) - 3} more)' if len(waits) > 3 else ''}")
-        found.append(dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state))
-    return found, view
+    return seen, view
+
+
+def judged(r: Run, snap: Snapshot, view: View, *, now: float, stall_after_s: float | None = None) -> Run:
+    """`decided`'s second half, for one run: its state from its look and its job's view."""
+    job = view.of(snap.history.job_id)
+    state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
+    if state.state == "new" and r.planned is not None and r.planned.waits_for:  # a final run of a tuning sweep
+        waits = r.planned.waits_for
+        state = dataclasses.replace(state, reason=f"waits for tuning: {', '.join(waits[:3])}"
+                                                  f"{f' (+{len(waits) - 3} more)' if len(waits) > 3 else ''}")
+    return dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state)

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from zbpscale.bulk import paused_gc, spread
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import goodput_table
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.reasons import log_tail
-from zbpscale.jobs.runs import Run, decided, find_runs
+from zbpscale.jobs.runs import Run, find_runs, judged, viewed
 from zbpscale.jobs.state import STATES
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
@@ -130,17 +131,19 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
     --watch), else each back end asked now."""
     now = time.time()
-    runs, view = decided([r for _, runs in found for r in runs], jobs_root(found), look=look, now=now,
-                         stall_after_s=stall_after_s)
-    by_name = {r.run_dir: r for r in runs}
+    runs = [r for _, runs in found for r in runs]
+    with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
+        seen, view = viewed(runs, jobs_root(found), look=look, now=now)
+        rows = spread(lambda part: [run_row(judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s),
+                                            now=now) for r in part], runs)
+    by_dir = {r.run_dir: row for r, row in zip(runs, rows)}
     data = []
     for name, runs in found:
-        rows = [run_row(by_name[r.run_dir], now=now) for r in runs]
+        rows = [by_dir[r.run_dir] for r in runs]
         for row in rows:
             row["scheduler_notes"] = view.notes if row["executor"] else []
         data.append((name, sorted(rows, key=order)))
     return data
-
 
 def order(row: dict) -> tuple:
     """The ladder's order: by parameters, then size and arm, a tuning sweep's grid (by lr) before its final runs,
@@ -315,12 +318,12 @@ def render(sweeps: list[tuple[str, list[dict]]], width: int):
 
 
 def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
-    lines = []
+    lines, width = [], terminal_width()
     for name, rows in sweeps:
-        title_line, head, *body = plain_table(name, rows)
-        lines += [title_line, head, *body, wrap(footer(rows))]
-        lines += [wrap(LEGEND)] if "T/P/F" in head.split() else []
-        lines += [wrap(line) for line, _ in notes(rows)]
+        title_line, head, *body = plain_table(name, rows, width)
+        lines += [title_line, head, *body, wrap(footer(rows), width=width)]
+        lines += [wrap(LEGEND, width=width)] if "T/P/F" in head.split() else []
+        lines += [wrap(line, width=width) for line, _ in notes(rows)]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -641,13 +642,19 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
                           hint="give a sweep file or its folder of runs, e.g. zbpscale status sweeps/smoke.py")
     if not path.is_dir():
         raise not_found(path)
-    if any(RunFolder(p).config.exists() for p in path.iterdir() if p.is_dir()):
+    if _holds_runs(path):
         return [(path.name, path)]
     sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
-              and any(RunFolder(q).config.exists() for q in p.iterdir() if q.is_dir())]
+              and _holds_runs(p)]
     if not sweeps:
         raise ConfigError(f"no runs under {path}", hint="submit a sweep first: zbpscale submit SWEEP")
     return sweeps
+
+
+def _holds_runs(folder: Path) -> bool:
+    """Whether a folder holds a run folder with a config (a sweep's folder): read up to the first one."""
+    with os.scandir(folder) as entries:
+        return any(e.is_dir() and RunFolder(e.path).config.exists() for e in entries)
 
 
 def not_found(path: str | Path) -> ConfigError:

@@ -24,7 +24,9 @@ arms never contain '-'.
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Container
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -95,6 +97,22 @@ class RunFolder:
 
     RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
     """The run's small files, by attribute: what `zbpscale collect` copies into a results bundle."""
+
+    MARKS = ("config", "metrics", "attempts")
+    """The files, by attribute, any one of which makes a folder a run's: its config, metrics or attempts."""
+
+    @classmethod
+    def all_in(cls, folder: Path, *, but: Container[str] = ()) -> list[Path]:
+        """The run folders in `folder` (a sweep's), by name, but those named in `but`; one scan of the folder, a
+        file test or two for each folder in it ([] when `folder` is no folder)."""
+        marks = [getattr(cls(folder), f).name for f in cls.MARKS]
+        try:
+            with os.scandir(folder) as entries:
+                found = [e for e in entries if e.name not in but and e.is_dir()
+                         and any(os.path.exists(os.path.join(e.path, m)) for m in marks)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [Path(e.path) for e in sorted(found, key=lambda e: e.name)]
 
     @property
     def name(self) -> str:

@@ -1,0 +1,121 @@
+"""bulk.spread against doing the work in one process: the same list whatever the slicing, a child's exception raised
+in the parent, a child that dies replaced by the parent's own work, every child reaped; paused_gc."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+
+from zbpscale import bulk
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+forks = pytest.mark.skipif(CORES < 2 or not hasattr(os, "fork"), reason="needs fork and 2 cores")
+
+
+FORKED: list[int] = []
+"""The children spread forked in the test running (`forking`)."""
+
+
+@pytest.fixture
+def forking(monkeypatch):
+    """spread forks here even under pytest-xdist, whose workers run a thread of their own (spread's guard); the
+    children it forks are noted in FORKED."""
+    def fork(work, part, real=bulk._fork):
+        pid, read = real(work, part)
+        FORKED.append(pid)
+        return pid, read
+
+    FORKED.clear()
+    monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(bulk, "_fork", fork)
+
+
+def no_children_left() -> bool:
+    """Every child spread forked has been reaped (the test process's other children, a SLURM's daemons, aside)."""
+    for pid in FORKED:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        return False
+    return True
+
+
+def squares_and_pids(part: list[int]) -> list[tuple[int, int]]:
+    return [(x * x, os.getpid()) for x in part]
+
+
+@forks
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 1001])
+def test_spread_is_the_work_done_in_one_process(forking, count):
+    items = list(range(count))
+    done = bulk.spread(squares_and_pids, items, least=1)
+    assert [v for v, _ in done] == [x * x for x in items]
+    pids = {pid for _, pid in done}
+    assert len(pids) == min(count, CORES, bulk.MAX_PROCESSES) or count == 0  # one process per slice
+    assert len(FORKED) == max(0, len(pids) - 1)
+    assert os.getpid() in pids or count == 0  # the parent did the first slice itself
+    assert no_children_left()
+
+
+def test_spread_does_not_fork_beside_another_thread_or_for_few_items(monkeypatch):
+    assert bulk.processes(10 * bulk.LEAST) == 1 or bulk.threading.active_count() == 1
+    monkeypatch.setattr(bulk.threading, "active_count", lambda: 2)
+    assert bulk.processes(10**6, least=1) == 1
+    monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)
+    assert bulk.processes(bulk.LEAST - 1) == 1
+    assert {pid for _, pid in bulk.spread(squares_and_pids, list(range(50)))} == {os.getpid()}
+
+
+@forks
+def test_a_child_s_exception_is_raised_in_the_parent_and_every_child_reaped(forking):
+    def work(part):
+        if os.getpid() != parent:
+            raise ValueError(f"bad item {part[0]}")
+        return part
+
+    parent = os.getpid()
+    with pytest.raises(ValueError, match="bad item"):
+        bulk.spread(work, list(range(10)), least=1)
+    assert FORKED and no_children_left()
+
+
+@forks
+def test_a_child_that_dies_has_its_slice_done_by_the_parent(forking):
+    def work(part):
+        if os.getpid() != parent:
+            os._exit(9)  # killed before it answers
+        return [x + 1 for x in part]
+
+    parent = os.getpid()
+    assert bulk.spread(work, list(range(10)), least=1) == list(range(1, 11))
+    assert no_children_left()
+
+
+@forks
+def test_the_parent_s_own_exception_leaves_no_child_behind(forking):
+    def work(part):
+        if os.getpid() == parent:
+            raise KeyError("parent")
+        return list(range(100_000))  # more than a pipe holds: a child blocked writing until its pipe is closed
+
+    parent = os.getpid()
+    with pytest.raises(KeyError):
+        bulk.spread(work, list(range(10)), least=1)
+    assert no_children_left()
+
+
+def test_paused_gc_restores_the_collector_as_it_was():
+    assert gc.isenabled()
+    with bulk.paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with bulk.paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
