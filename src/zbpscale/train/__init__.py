@@ -12,7 +12,7 @@
     trackers.py     TensorBoard, W&B and the seam a tracker plugs into;  wandb_log.py  W&B's offline files read back
 
 May import: zbpscale.zbp, zbpscale.data, zbpscale.run (the run folder, and the word for how an attempt ended) and
-the shared modules (errors, files, lease, proc, signals, tables, text, version). Nothing of zbpscale.jobs, nothing
-of zbpscale.results (tests/test_layout.py checks). A new diagnostic is
+the shared modules (bulk, errors, files, lease, proc, signals, tables, text, version). Nothing of zbpscale.jobs,
+nothing of zbpscale.results (tests/test_layout.py checks). A new diagnostic is
 a field of metrics.DiagRecord (or a row type there), computed in diagnostics.py and drawn in results/plot.py.
 """
