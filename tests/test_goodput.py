@@ -287,3 +287,33 @@ def test_collect_summary_and_table_carry_the_goodput(tmp_path):
     head, _, cells = table.splitlines()[:3]
     assert dict(zip(head.split(" | "), cells.split(" | ")))["goodput"] == "46.0%"
     assert math.isclose(row.goodput, goodput.read(run).fraction, abs_tol=1e-4)
+
+
+def test_status_collect_and_goodput_count_the_same_hours(tmp_path):
+    """#55 item 2: one account of a run's time (goodput.run_time). The hand-built three-attempt folder, its jobs
+    asking for 8 GPUs (plan.json): held 18 + 10.5 + 15 = 43.5 s, 43.5 x 8 / 3600 GPU-hours, in status's row,
+    collect's summary and goodput alike; trained by hand (no plan), the GPUs its trainer's start record names."""
+    from zbpscale.jobs.status import collect_rows
+    from zbpscale.results.summary import summarize
+
+    held, gpus = 18.0 + 10.5 + 15.0, 8
+    sweep = tmp_path / "jobs" / "hand"
+    run = write_run(sweep / "nano-bp")
+    RunFolder(run).plan.write_text(json.dumps({"params": 1000, "gpus": gpus, "gpu_hours": 1.0}))
+    (row,) = collect_rows(sweep)
+    summary = summarize(run, name="nano-bp", size="nano", arm="bp", seed=0, state=("complete", None))
+    spent = goodput.run_time(run)
+    assert goodput.read(run).held == spent.held_s == pytest.approx(held) == summary.wall_time_s
+    assert row["gpu_hours"] == spent.gpu_hours == pytest.approx(held * gpus / 3600)
+    assert summary.gpu_hours == round(spent.gpu_hours, 6)  # a bundle keeps 6 decimals
+
+    trained = {"config": {"device": "cuda"}, "world_size": 2, "derived": {"params": 1000}}  # what collect reads
+    by_hand = [dict(r, **trained) if r["kind"] == START else r for r in RECORDS]
+    run = write_run(tmp_path / "jobs" / "alone" / "nano-bp", records=by_hand)
+    (row,) = collect_rows(run.parent)
+    summary = summarize(run, name="nano-bp", size="nano", arm="bp", seed=0, state=("complete", None))
+    assert row["gpu_hours"] == pytest.approx(held * 2 / 3600) and summary.gpu_hours == round(row["gpu_hours"], 6)
+    on_cpu = write_run(tmp_path / "cpu" / "nano-bp", records=[dict(r, **{**trained, "config": {"device": "cpu"}})
+                                                              if r["kind"] == START else r for r in RECORDS])
+    assert goodput.run_time(on_cpu).gpu_hours == 0.0 and goodput.run_time(on_cpu).held_s == pytest.approx(held)
+    assert goodput.run_time(write_run(tmp_path / "auto" / "nano-bp")).gpu_hours is None  # nothing says its GPUs

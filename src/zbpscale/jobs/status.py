@@ -47,6 +47,7 @@ from zbpscale.jobs.state import STATES
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.goodput import run_time
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import (
@@ -82,7 +83,7 @@ def run_row(run: Run, *, now: float) -> dict:
     # hard stop either may be the later one
     step = max(beat.get("step", 0), tail.get("train", {}).get("step", -1) + 1)
     timeouts, preemptions, failures = history.requeue_counts()
-    used_h = history.hours(now) * plan.get("gpus", 0)
+    used_h = run_time(look).gpu_hours or 0.0  # a run that does not say its GPUs (trained by hand on 'auto'): 0
     beat_age = now - beat["time"] if "time" in beat else None
     state, reason, log = verdict.state, verdict.reason, verdict.log
     step_time = tail.get("train", {}).get("step_time")

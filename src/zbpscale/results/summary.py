@@ -60,9 +60,10 @@ class RunSummary:
     final_train_loss: float | None
     """Latest training loss."""
     wall_time_s: float
-    """Seconds spent in training attempts (first to last record of each attempt; queueing left out)."""
+    """Wall seconds the run's jobs held (goodput's held: each attempt's start to its end; queueing left out)."""
     gpu_hours: float | None
-    """wall time x GPUs, summed over attempts (0 for CPU runs; None when a run's device was 'auto')."""
+    """wall_time_s x the GPUs its jobs held, in hours (run/goodput.py's RunTime: plan.json's GPUs, 0 for CPU runs;
+    for a run trained by hand its trainer's; None when neither says)."""
     attempts: int
     """Training attempts started (start records)."""
     timeouts: int
@@ -103,23 +104,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _attempt_cost(records: list[Record]) -> tuple[float, float | None]:
-    """(wall seconds, GPU-hours) summed over the attempts: each from its start record to its last record."""
-    attempts: list[list[Record]] = []
-    for r in records:
-        if r.get("kind") == "start":
-            attempts.append([r])
-        elif attempts and "time" in r:
-            attempts[-1].append(r)
-    wall = gpu_h = 0.0
-    for start, *rest in attempts:
-        seconds = max(0.0, (rest[-1] if rest else start)["time"] - start["time"])
-        device = start.get("config", {}).get("device")
-        gpus = start.get("world_size", 1) if device == "cuda" else 0 if device == "cpu" else math.nan
-        wall, gpu_h = wall + seconds, gpu_h + seconds * gpus / 3600
-    return wall, (None if math.isnan(gpu_h) else gpu_h)
-
-
 def _impl_used(records: list[Record]) -> dict[str, str]:
     """The ZBP estimator's path per core in the latest attempt: its start record, then its diag records."""
     impl: dict[str, str] = {}
@@ -147,7 +131,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
     if not derived and config:
         derived = _planned_numbers(config)
     cores = diags[-1].get("cores", []) if diags else []
-    wall, gpu_h = _attempt_cost(records)
+    spent = goodput.run_time(look)
     return RunSummary(
         run=name, size=size, arm=arm, seed=seed, params=derived.get("params"),
         params_non_embedding=derived.get("params_non_embedding"), state=state[0], in_progress=state[0] in IN_PROGRESS,
@@ -156,8 +140,8 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         final_val_tokens=evals[-1]["tokens"] if evals else None,
         best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
-        final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(wall, 3),
-        gpu_hours=None if gpu_h is None else round(gpu_h, 6), attempts=len(starts),
+        final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(spent.held_s, 3),
+        gpu_hours=None if spent.gpu_hours is None else round(spent.gpu_hours, 6), attempts=len(starts),
         timeouts=history.count_ends("timeout"),
         impl_used=" ".join(f"{c}={p}" for c, p in _impl_used(records).items()),
         preemptions=history.count_ends("preempted"),
@@ -165,7 +149,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         c_ffn=_mean([c["c"] for c in cores if c.get("core") == "ffn"]),
         diag_step=diags[-1]["step"] if diags else None, diag_every=(config or {}).get("diag_every"),
         updated=records[-1].get("time") if records else None,
-        goodput=None if (g := goodput.read(look).fraction) is None else round(g, 4),
+        goodput=None if (g := spent.goodput.fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
         lr=(config or {}).get("lr"), role=role or look.plan.get("role", ""),
     )

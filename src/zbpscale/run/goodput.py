@@ -27,6 +27,8 @@ heartbeat); one without an end event (killed -9 and not yet recorded by submit, 
 sign of life: the trainer's latest record or heartbeat, else its start. A run trained by hand, without attempts.jsonl,
 has one attempt per trainer start record, from train() being called (setup_s' total before its start record) to its
 last sign of life, and no queue. A sweep's figures are its runs' seconds summed (wall seconds, not GPU-seconds).
+Held time is the one account of a run's time (`run_time`): status's GPU-hours used and collect's wall time and
+GPU-hours are its held seconds, times the GPUs its jobs held (`RunTime.gpus`).
 The record types read here are train/metrics.py's (StartRecord, TrainRecord, EndRecord, ResumeRecord, Heartbeat) and
 run/history.py's events, read as plain JSON: this module sits below the trainer. metrics.jsonl is read as its Fold
 (run/fold.py): through the heartbeat's index, only the records written after the latest heartbeat.
@@ -38,6 +40,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from zbpscale.run.fold import Fold, Trained
+from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 
 BUCKETS = ("training", "startup", "saves", "lost", "other")
@@ -103,32 +106,64 @@ def read(run: Path | Snapshot) -> Goodput:
     return Goodput.of(read_attempts(run))
 
 
+@dataclass(frozen=True)
+class RunTime:
+    """A run's time, as status, collect and goodput all count it: where its held time went (`goodput`, whose
+    `held` is the wall time its jobs held) and the GPUs it held them with."""
+
+    goodput: Goodput
+    gpus: int | None
+    """The GPUs each attempt held: plan.json's (what the run's jobs ask the scheduler for), else, for a run trained
+    by hand, its trainer's latest start record's (its world size on cuda, 0 on cpu); None when neither says."""
+
+    @property
+    def held_s(self) -> float:
+        return self.goodput.held
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """held x GPUs, in hours (None when the GPUs are not known)."""
+        return None if self.gpus is None else self.goodput.held * self.gpus / 3600
+
+
+def run_time(run: Path | Snapshot) -> RunTime:
+    """The time of one run folder (or of a look at one already taken): the one account of it."""
+    look = run if isinstance(run, Snapshot) else Snapshot(run)
+    return RunTime(read(look), gpus_held(look.plan, look.own.get("start", {})))
+
+
+def gpus_held(plan: dict, start: dict) -> int | None:
+    """RunTime.gpus: from a run's plan.json, else from its trainer's start record (StartRecord)."""
+    if isinstance(plan.get("gpus"), int):
+        return plan["gpus"]
+    device = start.get("config", {}).get("device")
+    return start.get("world_size", 1) if device == "cuda" else 0 if device == "cpu" else None
+
+
 def read_attempts(run: Path | Snapshot) -> list[Attempt]:
     """The accounted attempts of one run folder (or a look at one: its attempts, metrics and heartbeat as read
     there), oldest first."""
     look = run if isinstance(run, Snapshot) else Snapshot(run)
-    return account(list(look.history.events), look.fold, look.heartbeat)
+    return account(look.history, look.fold, look.heartbeat)
 
 
-def account(events: list[dict], records: list[dict] | Fold, beat: dict) -> list[Attempt]:
+def account(history: History, fold: Fold, beat: dict) -> list[Attempt]:
     """The attempts of a run, each split into BUCKETS with its queue wait and restart time, from its attempts
-    events, its metrics records (in file order, or their Fold) and its heartbeat (see the module's docstring)."""
-    trained = (records if isinstance(records, Fold) else Fold.of(records)).trained(beat)
-    starts = [e for e in events if e.get("event") == "start" and "time" in e]
-    ends = [_end_event(events, starts, j) for j in range(len(starts))]
+    (`history`), its trainer's records (their `fold`) and its heartbeat (see the module's docstring)."""
+    jobs = history.attempts()
     mine: dict[int, list[Trained]] = {}
     alone = []
-    for t in trained:
-        j = max((i for i, s in enumerate(starts) if s["time"] <= t.first), default=None)
-        if j is None or (ends[j] is not None and ends[j]["time"] < t.first):
+    for t in fold.trained(beat):
+        j = max((i for i, (s, _) in enumerate(jobs) if s["time"] <= t.first), default=None)
+        if j is None or (jobs[j][1] is not None and jobs[j][1]["time"] < t.first):
             alone.append(t)  # trained by hand, outside any job
         else:
             mine.setdefault(j, []).append(t)
     attempts = []
-    for j, s in enumerate(starts):
-        ts, end = mine.get(j, []), ends[j]
+    for j, (s, end) in enumerate(jobs):
+        ts = mine.get(j, [])
         stop = max([end["time"] if end else s["time"]] + [t.last for t in ts])
-        attempts.append(_split(s["time"], stop, "end event" if end else "last record", ts, _queue(events, s)))
+        attempts.append(_split(s["time"], stop, "end event" if end else "last record", ts, history.waited(s)))
     for t in alone:
         attempts.append(_split(t.first - t.setup, t.last, "by hand", [t], 0.0))
     attempts.sort(key=lambda a: a.start)
@@ -136,22 +171,6 @@ def account(events: list[dict], records: list[dict] | Fold, beat: dict) -> list[
         if attempts[i].first_step is not None:
             attempts[i] = replace(attempts[i], restart=attempts[i].first_step - attempts[i - 1].end)
     return attempts
-
-
-def _end_event(events: list[dict], starts: list[dict], j: int) -> dict | None:
-    """The end event of start `j`: its job's first end at or after it, before that job's next start."""
-    s = starts[j]
-    job, since = s.get("job_id"), s["time"]
-    until = min((n["time"] for n in starts[j + 1:] if n.get("job_id") == job), default=float("inf"))
-    return next((e for e in events if e.get("event") == "end" and e.get("job_id") == job
-                 and since <= e.get("time", -1) <= until), None)
-
-
-def _queue(events: list[dict], start: dict) -> float:
-    """The wait before `start`: from the latest submission or end of an attempt before it."""
-    waited = max((e["time"] for e in events if e.get("event") in ("submitted", "end") and "time" in e
-                  and e["time"] <= start["time"]), default=start["time"])
-    return start["time"] - waited
 
 
 def _split(start: float, end: float, ended: str, trained: list[Trained], queue: float) -> Attempt:

@@ -164,9 +164,29 @@ class History:
         since = self.last_start(job).get("time", 0)
         return next((a for a in reversed(self._of("end", job)) if a.get("time", 0) >= since), {})
 
-    def ends_since(self, job: str, since: float) -> list[End]:
-        """`job`'s end events recorded at `since` or later."""
+    def ends_since(self, job: str | None, since: float) -> list[End]:
+        """`job`'s end events (any job's for None) recorded at `since` or later."""
         return [a for a in self._of("end", job) if a.get("time", 0) >= since]
+
+    def attempts(self) -> list[tuple[Start, End | None]]:
+        """Every attempt a job started, oldest first: its start event and its end event (the job's first end at or
+        after the start and before the job's next start; None when none was recorded: killed without a word, or
+        running). A start without a time (a garbled event) is no attempt."""
+        starts = [s for s in self._of("start") if "time" in s]
+        found = []
+        for j, s in enumerate(starts):
+            job, since = s.get("job_id"), s["time"]
+            until = min((n["time"] for n in starts[j + 1:] if n.get("job_id") == job), default=float("inf"))
+            found.append((s, next((e for e in self._of("end") if e.get("job_id") == job
+                                   and since <= e.get("time", -1) <= until), None)))
+        return found
+
+    def waited(self, start: Start) -> float:
+        """Seconds the attempt `start` began waited in the queue: from the latest submission, or end of an attempt,
+        before it (a requeued job) to its start."""
+        before = [e["time"] for kind in ("submitted", "end") for e in self._of(kind)
+                  if "time" in e and e["time"] <= start["time"]]
+        return start["time"] - max(before, default=start["time"])
 
     def unended_start(self, job: str) -> Start | None:
         """The job's latest attempt when it has no end record (it died without a word: a lost node, a kill), else
@@ -191,14 +211,6 @@ class History:
         are the attempts that crashed, hung or failed."""
         return (self.count_ends("timeout"), self.count_ends("preempted"),
                 sum(self.count_ends(why) for why in ("crashed", "hung", "failed")))
-
-    def hours(self, now: float) -> float:
-        """Wall hours of every attempt (one still running counts until `now`)."""
-        total = 0.0
-        for start in self.starts():
-            later = self.ends_since(start.get("job_id", ""), start["time"])
-            total += ((later[0]["time"] if later else now) - start["time"]) / 3600
-        return total
 
     def retry(self, why: str, bounds: dict[str, int], how: str = "checkpointed", again: str = "requeue") -> Retry:
         """May an attempt that ended for `why` (timeout | preempted | crashed | hung) be requeued? Each kind is

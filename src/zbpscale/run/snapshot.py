@@ -116,31 +116,47 @@ class Snapshot:
         return records_of(self.metrics)
 
     @cached_property
+    def _tail(self) -> bytes | None:
+        """metrics.jsonl's bytes after those the heartbeat's index covers (the records the trainer wrote after its
+        latest heartbeat), read once for both the glance and the fold; None where the index does not serve (none,
+        one the file no longer matches, the file gone) or the whole file was read already."""
+        from zbpscale.train.metrics import indexed_tail
+
+        if "metrics" in self.__dict__:
+            return None
+        try:
+            return indexed_tail(self.folder.metrics, self.heartbeat.get("glance"))
+        except OSError:
+            return None
+
+    @cached_property
     def glance(self) -> Glance:
         """What status shows of metrics.jsonl (train/metrics.py's Glance): through the heartbeat's index of it, the
         bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
-        from zbpscale.train.metrics import glance_from, glance_of
+        from zbpscale.train.metrics import glance_after, glance_of
 
-        if "metrics" in self.__dict__:
-            return glance_of(self.metrics)
-        return glance_from(self.folder.metrics, self.heartbeat.get("glance"))
+        if self._tail is not None:
+            try:
+                return glance_after(self.heartbeat["glance"], self._tail)
+            except (TypeError, KeyError, ValueError, AttributeError):
+                pass  # an index this release did not write: read the whole file
+        return glance_of(self.metrics)
 
     @cached_property
     def fold(self) -> Fold:
         """Goodput's fold over metrics.jsonl's records (run/goodput.py): through the heartbeat's index, the records
         the trainer wrote after its latest heartbeat alone (every record without an index, or once read)."""
         from zbpscale.run.fold import Fold
-        from zbpscale.train.metrics import indexed_tail, records_of
+        from zbpscale.train.metrics import records_of
 
-        index = self.heartbeat.get("glance")
-        if "metrics" not in self.__dict__ and isinstance(index, dict) and isinstance(index.get("fold"), dict):
+        if self._tail is not None:  # then the heartbeat's index is a dict
+            state = self.heartbeat["glance"].get("fold")
             try:
-                tail = indexed_tail(self.folder.metrics, index)
-                fold = Fold(index["fold"])
-            except (OSError, ValueError, TypeError, AttributeError):
-                tail = None  # an index this release did not write, or a file gone: read it whole
-            if tail is not None:
-                for record in records_of(tail):
+                fold = Fold(state) if isinstance(state, dict) else None
+            except (TypeError, ValueError, AttributeError):
+                fold = None  # an index without the fold, or one this release did not write: read the whole file
+            if fold is not None:
+                for record in records_of(self._tail):
                     fold.feed(record)
                 return fold
         return Fold.of(self.records)

@@ -34,7 +34,7 @@ from zbpscale.run.history import Why
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, hostmem, numerics
 from zbpscale.train.formats import changed_fields, migrate
-from zbpscale.train.metrics import MetricsLog, SetupTimer, read_records, redone
+from zbpscale.train.metrics import MetricsLog, SetupTimer, attempts_of, read_records, redone
 from zbpscale.train.model import Transformer
 from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
 from zbpscale.train.watchdog import Watchdog
@@ -482,7 +482,7 @@ def _mtime(folder: RunFolder, step: int) -> float | None:
 def _checkpointed_by(records: list, start: int) -> dict | None:
     """The start record of the attempt that wrote the checkpoint at step `start`: the last attempt that started
     before it (None for a new run)."""
-    return next((r for r in reversed(records) if r["kind"] == "start" and r.get("step", 0) < start), None)
+    return next((a[0] for a in reversed(attempts_of(records)) if a[0].get("step", 0) < start), None)
 
 
 def _world_note(cfg: TrainConfig, before: dict | None, numbers: dict) -> str | None:

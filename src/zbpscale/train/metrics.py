@@ -239,6 +239,19 @@ def upgraded(record: dict) -> Record:
     return record
 
 
+def attempts_of(records: list[Record]) -> list[list[Record]]:
+    """metrics.jsonl's records split into the trainer's attempts: each from its start record to the record before
+    the next one (the records before the first start, an older release's, are no attempt's). The one place that
+    splits them (goodput's Fold keeps its own running account of the same attempts)."""
+    found: list[list[Record]] = []
+    for r in records:
+        if r.get("kind") == "start":
+            found.append([r])
+        elif found:
+            found[-1].append(r)
+    return found
+
+
 def by_kind(records: list[Record]) -> dict[str, list[Record]]:
     """The records of each kind, in order."""
     found: dict[str, list[Record]] = {}
@@ -560,14 +573,18 @@ def glance_from(path: Path, index: dict | None) -> Glance:
     of the bytes after them, read alone; the whole file where the index does not serve (`indexed_tail`)."""
     try:
         tail = indexed_tail(path, index)
-        if tail is None:
-            return glance(path)
-        known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
-        return known.then(glance_of(tail, known=known))
+        return glance(path) if tail is None else glance_after(index, tail)
     except (TypeError, KeyError, ValueError, AttributeError):
         return glance(path)
     except OSError:
         return Glance()
+
+
+def glance_after(index: dict, tail: bytes) -> Glance:
+    """The glance of a metrics.jsonl from its heartbeat's index and the bytes after those it covers
+    (`indexed_tail`); TypeError, KeyError, ValueError or AttributeError for an index this release did not write."""
+    known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
+    return known.then(glance_of(tail, known=known))
 
 
 def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:

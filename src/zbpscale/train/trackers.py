@@ -48,7 +48,7 @@ from zbpscale.errors import LeaseLost
 from zbpscale.files import atomic_write, read_json
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
-from zbpscale.train.metrics import STEP_KINDS
+from zbpscale.train.metrics import STEP_KINDS, attempts_of
 
 INSTALL_HINT = "pip install 'zbpscale[trackers]'"
 
@@ -155,12 +155,10 @@ def unwritten_end(earlier: list[dict], run_dir: Path) -> dict | None:
     """The end record the attempt before this one could not write (killed: kill -9, the OOM killer, a lost node),
     for the trackers: in the words the job layer recorded for it in attempts.jsonl (its `why` and reason), else
     "crashed" with no record; None when the last attempt wrote its end (or there was none)."""
-    starts = [i for i, r in enumerate(earlier) if r.get("kind") == "start"]
-    if not starts or any(r.get("kind") == "end" for r in earlier[starts[-1]:]):
+    attempts = attempts_of(earlier)
+    if not attempts or any(r.get("kind") == "end" for r in attempts[-1]):
         return None
-    began = earlier[starts[-1]].get("time", 0)
-    said = next((e for e in reversed(History.read(run_dir).events)
-                 if e.get("event") == "end" and e.get("time", 0) >= began), {})
+    said = (History.read(run_dir).ends_since(None, attempts[-1][0].get("time", 0)) or [{}])[-1]
     return {"kind": "end", "why": said.get("why", "crashed"),
             "reason": said.get("reason") or "killed before it wrote an end record (kill -9, the OOM killer, a lost "
                                             "node); resumed from its last checkpoint"}
