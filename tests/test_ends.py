@@ -1,8 +1,9 @@
-"""How an attempt ended (jobs/ends.py): the classifier against a literal table of what an executor saw -> the end it
-names, one row per rule and per edge between rules; then both executors, each fed a situation in its own terms (the
-local driver: its ranks' exit statuses, the COMPLETE stamp and its own signal; the SLURM job: its trainer's outcome,
-the CANCEL stamp, the scheduler's state, the time left), against the same classifier: each hands it the same
-`Seen`, and each records the end it names, or, given another classifier, that one's."""
+"""How an attempt ended (jobs/ends.py) and what follows it (jobs/attempt.py): the classifier against a literal table
+of what an executor saw -> the end it names, one row per rule and per edge between rules; then both executors, each
+fed a situation in its own terms (the local driver: its ranks' exit statuses, the COMPLETE stamp and its own signal;
+the SLURM job: its trainer's outcome, the CANCEL stamp, the scheduler's state, the time left), against the same
+classifier: each hands it the same `Seen`, and each records the end it names, or, given another classifier, that
+one's; and a table of situations and earlier ends through both executors' own paths, which give the same record."""
 
 from __future__ import annotations
 
@@ -200,3 +201,79 @@ def test_a_lease_lost_attempt_is_recorded_by_neither(tmp_path, driver):
     assert local_end(driver, tmp_path / "local", [5]) is None
     assert [e.state for e in driver.q.entries()] == ["failed"]
     assert ends.classify(Seen(codes=(5,))).record is False
+
+
+# ------------------------------------------------------------------ one attempt lifecycle, both executors
+def earlier(run_dir: Path, *whys: str) -> None:
+    """Ends the run's attempts had before this one (counted against their bounds)."""
+    from zbpscale.run.history import record
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for why in whys:
+        record(run_dir, "end", job_id="0", executor="test", why=why, reason="earlier")
+
+
+def slurm_lifecycle(run_dir: Path, monkeypatch, act: str, requeued: list) -> None:
+    """The SLURM job's own path for `act`: a trainer that returned (settle), raised (record_crash) or hung (_hung)."""
+    monkeypatch.setenv("ZBPSCALE_STEP_RESTARTS", "1")
+    monkeypatch.setattr(slurm_job, "requeue", requeued.append)
+    monkeypatch.setattr(slurm_job, "kill_step", lambda: None)
+    job = TrainJob(str(run_dir), max_timeouts=2, max_preemptions=2, max_crashes=3, signal_delay_s=180)
+    if act == "crash":
+        slurm_job.record_crash(job, run_dir, "7", RuntimeError("boom"))
+    elif act == "hang":
+        slurm_job._hung(job, run_dir, "7", "no step for 60 s")
+    else:
+        end = slurm_ending(run_dir, monkeypatch, "checkpointed" if act != "done" else "completed",
+                           left_s=30 if act == "timeout" else 3600, cancel_stamp=act == "cancel")
+        try:
+            slurm_job.settle(job, run_dir, "7", end)
+        except slurm_job.JobFailed:
+            pass
+
+
+LOCAL = {"done": ([0], ""), "timeout": ([75], "timeout"), "preempt": ([75], ""), "cancel": ([75], "cancel"),
+         "crash": ([1], ""), "hang": ([4], "")}
+"""Each situation as the local driver sees it: its ranks' exit statuses and its own signal."""
+
+LIFECYCLE = [  # (the situation, the ends the run had before, what its end record says: why, and its reason's count)
+    ("done", (), "completed", "all steps done"),
+    ("timeout", (), "timeout", "checkpointed; requeue 1/2"),
+    ("timeout", ("timeout", "timeout"), "failed", "timeout 3 times, over max_timeouts=2"),
+    ("preempt", ("timeout", "timeout"), "preempted", "checkpointed; requeue 1/2"),  # each kind its own bound
+    ("preempt", ("preempted", "preempted"), "failed", "preempted 3 times, over max_preemptions=2"),
+    ("cancel", ("crashed",), "cancelled", "zbpscale cancel; checkpointed"),
+    ("crash", (), "crashed", " 1/3"),
+    ("crash", ("hung", "crashed", "crashed"), "failed", "crashed 4 times, over max_crashes=3 (last: "),  # a hang
+    ("hang", ("timeout",), "hung", " 1/3"),                                                           # is a crash
+    ("hang", ("crashed",) * 3, "failed", "crashed 4 times, over max_crashes=3 (last: "),
+]
+
+
+@pytest.mark.parametrize("situation, before, why, said", LIFECYCLE)
+def test_the_same_situation_through_both_executors_gives_the_same_record(tmp_path, monkeypatch, driver, situation,
+                                                                          before, why, said):
+    """#55 item 1: one lifecycle (jobs/attempt.py's conclude) for the local driver and the SLURM job: the same
+    situation and the same earlier ends give the same end record (why; the reason's count or bound, the words
+    before it the executor's own), each naming its executor, and the attempt starts again exactly when it says
+    so (requeued by the driver; SLURM: requeued, or a crash or hang left for the batch script's next step)."""
+    if situation == "done":
+        (tmp_path / "local").mkdir()
+        RunFolder(tmp_path / "local").complete.write_text("done\n")
+    earlier(tmp_path / "local", *before)
+    earlier(tmp_path / "slurm", *before)
+    codes, signalled = LOCAL[situation]
+    (e,) = driver.q.add([Entry(job_id="", name="s/local", run_dir=str(tmp_path / "local"),
+                               log_dir=str(tmp_path / "local" / "logs"), ranks=len(codes), max_timeouts=2,
+                               max_preemptions=2, max_crashes=3)])
+    e.state, e.signalled = "running", signalled
+    driver.settle(e, codes)
+    requeued: list[str] = []
+    slurm_lifecycle(tmp_path / "slurm", monkeypatch, situation, requeued)
+    local, slurm = (History.read(tmp_path / run).events[-1] for run in ("local", "slurm"))
+    assert (local["why"], local["executor"]) == (why, "local") and (slurm["why"], slurm["executor"]) == (why, "slurm")
+    for end in (local, slurm):
+        assert said in end["reason"] and (end["reason"].startswith(said) or said.startswith(" ")), end
+    again = why in ("timeout", "preempted", "crashed", "hung")
+    assert (driver.q.entries()[0].state == "queued") == again
+    assert requeued == (["7"] if why in ("timeout", "preempted") else [])  # a crash or hang: a new step instead

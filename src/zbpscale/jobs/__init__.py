@@ -2,7 +2,7 @@
 
     runs.py         Run: one run as the commands pass it around (name, size, arm, seed, folder, what the sweep
                     file plans, the look at its folder, its history, its job's view, its state); find_runs and
-                    decided, for every command
+                    decided (viewed, then judged), for every command
     state.py        a run's state (STATES) and what submit does with it (ACTIONS): `decide`, a function of one
                     look at the folder (run/snapshot.py) and its job's view; an end only the scheduler knows of is
                     recorded by submit, under the sweep's lock
@@ -18,10 +18,12 @@
     sweep_edits.py  a sweep file edited under a half-done sweep: applied to runs not trained, named for the others
     sentinel.py     a trainer too frozen for its own watchdog, caught from outside (the driver, a SLURM sentinel)
     ends.py         how an attempt ended (`why`), from what its executor saw: the one classifier of both executors
+    attempt.py      what follows an attempt's end (`conclude`): started again within the run's bounds, or failed,
+                    and its one end record; for both executors
     executors/      one module per back end (base.Executor, which imports none): slurm.py (+ slurm_job.py,
                     slurm_commands.py), local.py (+ local_queue/)
 
-May import: zbpscale.run (the run folder and its history, below), the shared modules (errors, files, lease, proc,
+May import: zbpscale.run (the run folder and its history, below), the shared modules (bulk, errors, files, lease, proc,
 signals, tables, text, version, cli), zbpscale.entry (the job names kept across releases, which call back into
 executors/), zbpscale.data and train's torch-free modules (schema, formats, metrics, exits, trackers: its tracker
 classes import their packages when opened). The trainer (zbpscale.train.loop, .cli) only inside the function that

@@ -24,8 +24,9 @@ signal):
     anything else (an exception, a rank killed)           -> crashed, started again; where the executor does not
                                                              start a crash again: crashed if it lost a peer, else failed
 
-"Started again" is `Ending.retry`: the executor requeues it, or restarts it as a new job step, within the bounds of
-zbpscale.run.history.History.retry (over them the attempt is failed); the reasons of those ends are the executor's.
+"Started again" is `Ending.retry`: the executor requeues it, or restarts it as a new job step, within the run's
+bounds (jobs/attempt.py's `conclude`, for both executors: over them the attempt is failed); the reasons of those ends
+are the executor's.
 """
 
 from __future__ import annotations

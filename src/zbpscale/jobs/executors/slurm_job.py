@@ -34,6 +34,7 @@ from typing import NoReturn
 from zbpscale.entry import PrepJob, TrainJob  # noqa: F401
 from zbpscale.errors import LeaseLost, ZbpError, report
 from zbpscale.jobs import ends
+from zbpscale.jobs.attempt import Bounds, Concluded, conclude
 from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE
 from zbpscale.jobs.executors.slurm_sentinel import kill_step, record_hung_end, requeue, start_sentinel, step_restarts
@@ -94,8 +95,8 @@ def run_train_job(job: TrainJob) -> str:
         leave(EXIT_LEASE_LOST)
     except ZbpError as err:  # a user's mistake (a config the trainer refuses, a busy run folder): one line
         if main:
-            record(run_dir, "end", job_id=job_id, executor="slurm",
-                   why=ends.classify(ends.Seen(codes=(EXIT_USAGE,))).why, reason=f"{type(err).__name__}: {err}")
+            conclude(run_dir, job_id, "slurm", ends.classify(ends.Seen(codes=(EXIT_USAGE,))), Bounds.of(job),
+                     words=f"{type(err).__name__}: {err}")
         report(err)
         raise SystemExit(EXIT_USAGE) from None
     except BaseException as err:
@@ -112,13 +113,23 @@ def run_train_job(job: TrainJob) -> str:
     if main and History.read(run_dir).last_end(job_id):  # decided already: the sentinel requeued it as hung
         _wait_to_be_requeued(run_dir, job_id, since=started)
     end = ending(job, run_dir, job_id, status, main=main)
-    if end.why in ("completed", "cancelled") or not end.retry:  # all steps done, or stopped for good, checkpointed
-        if main:
-            record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=end.reason)
-        return end.why
     if main:
-        _requeue_or_fail(job, run_dir, job_id, end)
+        settle(job, run_dir, job_id, end)
+    if not end.retry:  # all steps done, or stopped for good (cancelled, checkpointed)
+        return end.why
     _wait_to_be_requeued(run_dir, job_id, since=started)
+
+
+def settle(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending) -> Concluded:
+    """Rank 0's end of an attempt whose trainer returned (`end`: `ending`'s): recorded, and, at its time limit or
+    preempted, requeued within the sweep's bounds, else failed (JobFailed: the job ends FAILED)."""
+    done = conclude(run_dir, job_id, "slurm", end, Bounds.of(job))
+    if end.retry and not done.again:
+        raise JobFailed(f"{run_dir.name}: {done.reason}; not requeued",
+                        hint="submit again with --retry (after raising the sweep's bound or time limit)")
+    if done.again and not end.by_scheduler:  # SLURM requeued it itself: a second requeue is not ours to ask
+        requeue(job_id)
+    return done
 
 
 def restarted(job_id: str, where: str) -> str:
@@ -167,12 +178,7 @@ def record_crash(job: TrainJob, run_dir: Path, job_id: str, err: BaseException) 
         print(f"{run_dir.name}: lost a peer rank ({last}); the batch script records which rank ended first",
               file=sys.stderr, flush=True)
         return
-    if not end.retry:
-        record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=last)
-        return
-    retry = History.read(run_dir).retry(end.why, {"crashed": job.max_crashes}, how=last, again="restart")
-    record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why if retry.ok else "failed",
-           reason=retry.reason if retry.ok else f"{retry.reason} (last: {last})")
+    conclude(run_dir, job_id, "slurm", end, Bounds.of(job), words=last, again="restart")
 
 
 def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
@@ -181,25 +187,11 @@ def _hung(job: TrainJob, run_dir: Path, job_id: str, reason: str) -> None:
     within max_crashes. A job of an older release is requeued instead (within max_crashes)."""
     restarts = step_restarts()
     try:
-        again = record_hung_end(run_dir, job_id, reason, job.max_crashes, ends.Seen(codes=(EXIT_HUNG,)))
+        again = record_hung_end(run_dir, job_id, reason, Bounds.of(job), ends.Seen(codes=(EXIT_HUNG,)))
     finally:  # the step ends whatever became of the record (the batch script writes one for a step without it)
         if restarts:
             kill_step()
     if again and not restarts:
-        requeue(job_id)
-
-
-def _requeue_or_fail(job: TrainJob, run_dir: Path, job_id: str, end: ends.Ending) -> None:
-    """A checkpointed attempt that ended at its time limit or by a preemption (`end`): requeued within the sweep's
-    bounds, else failed."""
-    bounds = {"timeout": job.max_timeouts, "preempted": job.max_preemptions}
-    retry = History.read(run_dir).retry(end.why, bounds, end.reason)
-    if not retry.ok:
-        record(run_dir, "end", job_id=job_id, executor="slurm", why="failed", reason=retry.reason)
-        raise JobFailed(f"{run_dir.name}: {retry.reason}; not requeued",
-                        hint="submit again with --retry (after raising the sweep's bound or time limit)")
-    record(run_dir, "end", job_id=job_id, executor="slurm", why=end.why, reason=retry.reason)
-    if not end.by_scheduler:  # SLURM requeued it itself: a second requeue is not ours to ask
         requeue(job_id)
 
 
@@ -298,12 +290,9 @@ def step_ended(folder: str, code: str, began: str) -> int:
     if history.unended_start(job_id):
         how = (first_to_end(folder, job_id, began) or "a rank killed (the OOM killer, kill -9)") + (
             f", the job step ended with status {code}")
-        why = ends.classify(ends.Seen(unheard=True)).why
-        retry = history.retry(why, {"crashed": job.max_crashes}, how=how, again="restart")
-        record(run_dir, "end", job_id=job_id, executor="slurm", why=why if retry.ok else "failed", source="step",
-               reason=retry.reason if retry.ok else f"{retry.reason} (last: {how})")
-        again = retry.ok
-    else:
+        again = conclude(run_dir, job_id, "slurm", ends.classify(ends.Seen(unheard=True)), Bounds.of(job), words=how,
+                         again="restart", source="step").again
+    else:  # the attempt's own end record: a crash or a hang recorded as such was counted within its bound
         again = history.last_end(job_id).get("why") in ("crashed", "hung")
     if again:
         print(f"{run_dir.name}: restarting as a new job step in this allocation (status {code})", file=sys.stderr,

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from zbpscale import lease
 from zbpscale.jobs import ends, sentinel
+from zbpscale.jobs.attempt import Bounds, conclude
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import History, record
 
 
 def start_sentinel(run_dir: Path, job_id: str, *, since: float, timeout_s: float, max_crashes: int):
@@ -102,7 +102,7 @@ def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: i
     requeued from the last checkpoint or, over max_crashes, its tasks killed so that it ends failed. The
     frozen ranks of this node (`pids`) are killed first: woken by the scheduler's SIGCONT and SIGTERM instead, a
     trainer would checkpoint and take the requeue for a cancel (a job that ended is still requeued)."""
-    again = record_hung_end(run_dir, job_id, reason, max_crashes, ends.Seen(stop="hung"))
+    again = record_hung_end(run_dir, job_id, reason, Bounds(crashes=max_crashes), ends.Seen(stop="hung"))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -120,15 +120,11 @@ def hung_from_outside(run_dir: Path, job_id: str, reason: str, *, max_crashes: i
         print(f"scancel --signal=KILL {job_id} did not go through ({err})", file=sys.stderr, flush=True)
 
 
-def record_hung_end(run_dir: Path, job_id: str, reason: str, max_crashes: int, seen: ends.Seen) -> bool:
+def record_hung_end(run_dir: Path, job_id: str, reason: str, bounds: Bounds, seen: ends.Seen) -> bool:
     """Record the end of an attempt that hung (`seen`: by the trainer's watchdog, or caught from outside), as
     jobs/ends.py classifies it, counted as a crash (failed over max_crashes); whether it may be started again."""
-    why = ends.classify(seen).why
-    retry = History.read(run_dir).retry(why, {"crashed": max_crashes}, reason,
-                                        again="restart" if step_restarts() else "requeue")
-    record(run_dir, "end", job_id=job_id, executor="slurm", why=why if retry.ok else "failed",
-           reason=retry.reason if retry.ok else f"{retry.reason} (last: {reason})")  # retry.reason holds `reason`
-    return retry.ok
+    return conclude(run_dir, job_id, "slurm", ends.classify(seen), bounds, words=reason,
+                    again="restart" if step_restarts() else "requeue").again
 
 
 def kill_step(*, tries: int = 6, wait_s: float = 5.0) -> None:

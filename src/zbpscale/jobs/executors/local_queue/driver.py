@@ -12,7 +12,7 @@ One driver per queue (its lock says which: queue.py). Every tick it renews its l
        a trainer frozen past step_timeout_s (jobs/sentinel.py; its watchdog cannot act) -> killed, hung, likewise
        anything else (an exception, a rank killed)     -> crashed, requeued from the last checkpoint within
                                                           max_crashes, with the log's last line as the reason;
-       (the retry rule is zbpscale.run.history.History.retry, shared with the SLURM job)
+       (whether it starts again, and its one end record: jobs/attempt.py's `conclude`, shared with the SLURM job)
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
   4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU;
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from zbpscale import signals
 from zbpscale.jobs import ends, sentinel
+from zbpscale.jobs.attempt import Bounds, conclude
 from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.proc import pid_alive, process_start_time
@@ -242,10 +243,17 @@ class Driver:
         run_dir = Path(e.run_dir)
         end = ends.classify(ends.Seen(codes=tuple(codes), complete=RunFolder(run_dir).complete.exists(),
                                       stop=e.signalled, unheard=unheard_after is not None))
-        if end.retry:
-            self.requeue(e, end.why, end.reason or self._detail(e, codes, unheard_after))
-        else:  # not recorded when the run's records are another trainer's now
-            self.finish(e, end.why, end.reason or _failure(codes, log_file, run_dir), record=end.record)
+
+        def words() -> str:  # what only this driver can say, asked where the classifier says nothing
+            return self._detail(e, codes, unheard_after) if end.retry else _failure(codes, log_file, run_dir)
+
+        done = conclude(run_dir, e.job_id, "local", end, Bounds.of(e), words=words, log=str(log_file))
+        if done.again:
+            e.state, e.assigned, e.pids, e.signalled, e.port = "queued", [], [], "", 0
+            self.q.write(e)
+            log(f"{e.job_id} {e.name}: {done.why}, requeued ({done.reason})")
+        else:  # recorded by conclude, unless the run's records are another trainer's now
+            self.finish(e, done.why, done.reason, record=False)
 
     def _detail(self, e: Entry, codes: list[int | None], unheard_after: int | None) -> str:
         """Why an attempt that is started again ended, where only this driver can say: the steps an unheard one
@@ -275,20 +283,6 @@ class Driver:
         else:
             stepped = word is None and train.get("time", 0) >= e.started
             self.settle(e, unseen, unheard_after=train["step"] if stepped else None)
-
-    def requeue(self, e: Entry, why: str, how: str) -> None:
-        """Queue the attempt that ended for `why` (`how`: its reason) again, within the sweep's bounds, else fail it."""
-        from zbpscale.run.history import History
-
-        bounds = {"timeout": e.max_timeouts, "preempted": e.max_preemptions, "crashed": e.max_crashes}
-        retry = History.read(Path(e.run_dir)).retry(why, bounds, how)
-        if not retry.ok:
-            self.finish(e, "failed", f"{retry.reason} (last: {how})" if why == "crashed" else retry.reason)
-            return
-        self._record_end(e, why, retry.reason)
-        e.state, e.assigned, e.pids, e.signalled, e.port = "queued", [], [], "", 0
-        self.q.write(e)
-        log(f"{e.job_id} {e.name}: {why}, requeued ({retry.reason})")
 
     def finish(self, e: Entry, state: str, reason: str, log_file: Path | None = None, *, record: bool = True) -> None:
         """End the entry; its run's attempts.jsonl gets the end unless `record` is False (a folder no longer its)."""
