@@ -74,8 +74,9 @@ GARBLED = {
 
 @pytest.mark.parametrize("text", GARBLED.values(), ids=GARBLED.keys())
 def test_read_jsonl_gives_each_line_that_is_json_in_order(tmp_path, text):
-    """read_jsonl decodes a whole file at once (status reads 10,000 attempts files): what it gives is, whatever
-    the file holds, each line decoded alone where that line is JSON, in order."""
+    """read_jsonl and records_of decode a whole file at once (status reads 10,000 attempts files and the metrics
+    written after each heartbeat): what they give is, whatever the file holds, each line decoded alone where that
+    line is JSON, in order."""
     import json
 
     from zbpscale.files import read_jsonl
@@ -90,6 +91,9 @@ def test_read_jsonl_gives_each_line_that_is_json_in_order(tmp_path, text):
             pass
     assert read_jsonl(path) == alone
     assert read_jsonl(tmp_path / "none.jsonl") == []
+    from zbpscale.train.metrics import records_of  # metrics.jsonl's reader, likewise (its objects only)
+
+    assert records_of(text.encode()) == [r for r in alone if isinstance(r, dict)]
 
 
 @pytest.mark.parametrize("text", ["a b", "a  b", "  lead", "x" * 78, "x" * 79, "tail ", "", "a\tb", "ünï cödé",

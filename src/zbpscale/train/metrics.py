@@ -220,8 +220,15 @@ def read_records(run_dir: Path) -> list[Record]:
 
 def records_of(data: bytes) -> list[Record]:
     """Every record of a metrics.jsonl's bytes, in order, as today's types have them; torn lines skipped."""
+    lines = data.splitlines()
+    try:  # one decode for them all, where every line is one record (all but a torn or garbled file)
+        found = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(found) == len(lines) and all(isinstance(r, dict) for r in found):
+            return [upgraded(r) for r in found]
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
     found = []
-    for line in data.splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
