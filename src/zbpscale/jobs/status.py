@@ -24,7 +24,9 @@ Only the tails of the logs are read.
 One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
 for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
 every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py): its file's, or, given
-its folder, the one its last submit kept there (jobs/settings.py).
+its folder, the one its last submit kept there (jobs/settings.py). A run's GPU-hours used are its held time, the
+one account goodput and collect give too (run/goodput.py's run_time). The runs of a large sweep are read in forked
+processes, one per core (bulk.spread: from 1,000 runs a process).
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
@@ -145,6 +147,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             row["scheduler_notes"] = view.notes if row["executor"] else []
         data.append((name, sorted(rows, key=order)))
     return data
+
 
 def order(row: dict) -> tuple:
     """The ladder's order: by parameters, then size and arm, a tuning sweep's grid (by lr) before its final runs,
