@@ -79,23 +79,28 @@ def read_json(path: Path) -> dict:
 def read_jsonl(path: Path) -> list[dict]:
     """The objects of a JSONL file, in order; a torn line (a killed writer) is skipped; no file: []."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        return json_lines(Path(path).read_bytes())
     except FileNotFoundError:
         return []
-    try:  # one decode for the whole file, where every line is one object (all but a torn or garbled file)
-        records = json.loads("[" + ",".join(lines) + "]")
-        if len(records) == len(lines) and all(isinstance(r, dict) for r in records):
-            return records
-    except json.JSONDecodeError:
+
+
+def json_lines(data: bytes) -> list:
+    """The value of each line of a JSONL file's bytes that is JSON, in order (a torn or garbled line skipped): one
+    decode for the whole file where every line is one object (all but a torn or garbled file), else line by line."""
+    lines = data.splitlines()
+    try:
+        values = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(values) == len(lines) and all(isinstance(v, dict) for v in values):
+            return values
+    except ValueError:  # not JSON, or not UTF-8
         pass
-    records = []
+    found = []
     for line in lines:
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            found.append(json.loads(line))
+        except ValueError:
             continue
-    return records
+    return found
 
 
 def open_append(path: Path):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal, TypedDict, Union
 
-from zbpscale.files import atomic_write, check_fields, open_append
+from zbpscale.files import atomic_write, check_fields, json_lines, open_append
 from zbpscale.proc import process_start_time, process_started_at
 from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
@@ -220,22 +220,7 @@ def read_records(run_dir: Path) -> list[Record]:
 
 def records_of(data: bytes) -> list[Record]:
     """Every record of a metrics.jsonl's bytes, in order, as today's types have them; torn lines skipped."""
-    lines = data.splitlines()
-    try:  # one decode for them all, where every line is one record (all but a torn or garbled file)
-        found = json.loads(b"[" + b",".join(lines) + b"]")
-        if len(found) == len(lines) and all(isinstance(r, dict) for r in found):
-            return [upgraded(r) for r in found]
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass
-    found = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(record, dict):
-            found.append(upgraded(record))
-    return found
+    return [upgraded(r) for r in json_lines(data) if isinstance(r, dict)]
 
 
 def upgraded(record: dict) -> Record:
