@@ -98,7 +98,7 @@ if TIME_LIMITS_LOG:
 
 def losses(run_dir: Path) -> list[tuple[int, float]]:
     """A run's (step, train loss) records, in order: what resume tests compare bitwise with a straight run."""
-    from zbpscale.train.metrics import read_records
+    from zbpscale.run.records import read_records
 
     return [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
 
@@ -346,7 +346,7 @@ def config_json(size: str = "nano", **fields) -> str:
     stand-in run folder must hold a real config: status calls one the trainer would refuse broken)."""
     import json
 
-    from zbpscale.train.schema import TrainConfig, model_config
+    from zbpscale.run.config import TrainConfig, model_config
 
     fields = {"data_dir": "data", "steps": 100, **fields}
     return json.dumps(TrainConfig(model=model_config(size), **fields).to_dict())
@@ -404,7 +404,7 @@ def straight_run(tmp_path_factory):
     import subprocess
     import sys
 
-    from zbpscale.train.metrics import read_records
+    from zbpscale.run.records import read_records
 
     shared = tmp_path_factory.getbasetemp()
     shared = (shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared) / "straight-runs"
@@ -599,7 +599,7 @@ def check_trackers(run_dir: Path, jobs: Path) -> None:
     (the id of trackers.json) in every offline folder, every train step once in W&B and in TensorBoard with the
     JSONL's loss (TensorBoard's rounded to float32), and FAKE_WANDB_KEY in no file under `jobs`."""
     from zbpscale.run.folder import RunFolder
-    from zbpscale.train.metrics import read_records
+    from zbpscale.run.records import read_records
 
     losses = [(r["step"], r["loss"]) for r in read_records(run_dir) if r["kind"] == "train"]
     run_id = json.loads(RunFolder(run_dir).trackers.read_text())["wandb"]["id"]

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 import zbpscale.train.model
 import zbpscale.zbp.attention
+from zbpscale.run.config import ModelConfig
 from zbpscale.train.model import Attention, Transformer
-from zbpscale.train.schema import ModelConfig
 from zbpscale.zbp import ZBPClock, ZBPConfig, call_seed, call_seq0, causal_softmax, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from zbpscale.run.config import ModelConfig, TrainConfig
 from zbpscale.run.folder import RunFolder
 from zbpscale.train import checkpoint
 from zbpscale.train.loop import build_optimizer
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import ModelConfig, TrainConfig
 
 SMALL = ModelConfig(n_layer=1, n_head=2, d_model=16, max_seq_len=8, vocab_size=64)
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import config_json, unwrapped, venv_seeing_this_python, wait_until
-from zbpscale.train.schema import SIZES, n_params
+from zbpscale.run.config import SIZES, n_params
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ import pytest
 from zbpscale.errors import ConfigError
 from zbpscale.files import read_jsonl
 from zbpscale.results.collect import FIELDS, collect
-from zbpscale.train.schema import model_config, n_params
+from zbpscale.run.config import model_config, n_params
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

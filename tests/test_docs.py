@@ -132,7 +132,7 @@ def test_each_page_starts_with_what_a_user_does():
 def test_the_fields_apply_changes_takes_are_named_as_the_code_has_them():
     """docs/faults.md names the fields `submit --apply-changes` gives a trained run: the trainer's RESUME_SAFE (it
     once left out `trackers`)."""
-    from zbpscale.train.schema import RESUME_SAFE
+    from zbpscale.run.config import RESUME_SAFE
 
     text = " ".join((REPO / "docs" / "faults.md").read_text().split())
     said = text[text.index("`--apply-changes` gives it"):].split("RESUME_SAFE")[0]

@@ -18,9 +18,9 @@ import pytest
 
 from conftest import plotted
 from zbpscale.results.summary import FIELDS, RunSummary
+from zbpscale.run.config import SIZES as PRESETS
+from zbpscale.run.config import n_params
 from zbpscale.run.folder import run_name
-from zbpscale.train.schema import SIZES as PRESETS
-from zbpscale.train.schema import n_params
 
 SIZES, ARMS, SEEDS = ("nano", "tiny"), ("bp", "zbp_n16", "zbp_n64"), (0, 1, 2)
 FINAL = {"bp": 4.0, "zbp_n16": 4.3, "zbp_n64": 4.1}  # val loss at the last eval; nano 0.5 above

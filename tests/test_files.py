@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from zbpscale.run.history import read_attempts, record
-from zbpscale.train.metrics import MetricsLog, read_records
+from zbpscale.run.records import read_records
+from zbpscale.train.metrics import MetricsLog
 
 KILLED_MID_LINE = textwrap.dedent("""\
     import os, signal, sys
@@ -91,7 +92,7 @@ def test_read_jsonl_gives_each_line_that_is_json_in_order(tmp_path, text):
             pass
     assert read_jsonl(path) == alone
     assert read_jsonl(tmp_path / "none.jsonl") == []
-    from zbpscale.train.metrics import records_of  # metrics.jsonl's reader, likewise (its objects only)
+    from zbpscale.run.records import records_of  # metrics.jsonl's reader, likewise (its objects only)
 
     assert records_of(text.encode()) == [r for r in alone if isinstance(r, dict)]
 

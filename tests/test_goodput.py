@@ -25,12 +25,13 @@ from conftest import trainer_env, wait_until
 from zbpscale.cli import main
 from zbpscale.files import read_json
 from zbpscale.run import goodput
+from zbpscale.run.config import ModelConfig, TrainConfig
 from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.glance import indexed_tail
 from zbpscale.run.history import record
+from zbpscale.run.records import SETUP_PHASES, read_records
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.train.metrics import SETUP_PHASES, indexed_tail, read_records
-from zbpscale.train.schema import ModelConfig, TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)

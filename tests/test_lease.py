@@ -386,9 +386,9 @@ def test_a_trainer_whose_lease_is_taken_over_writes_no_more(tmp_path, data_dir, 
     lease's bound does): this one stops with RunFolderBusy before it writes step 2's record, and writes no end
     record, no checkpoint and no COMPLETE; the other's lease stays."""
     from zbpscale.errors import RunFolderBusy
+    from zbpscale.run.config import ModelConfig, TrainConfig
+    from zbpscale.run.records import read_records
     from zbpscale.train import loop
-    from zbpscale.train.metrics import read_records
-    from zbpscale.train.schema import ModelConfig, TrainConfig
 
     cfg = TrainConfig(model=ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32), data_dir=str(data_dir),
                       steps=6, global_batch=8, warmup_steps=2, eval_every=0, eval_batches=1, ckpt_every=3,
@@ -433,7 +433,7 @@ def test_a_trainer_woken_after_a_takeover_writes_nothing(tmp_path, data_dir):
     node-a exits 5 with one line naming the takeover. The run reads as node-b made it: every step once, in
     metrics.jsonl and in both trackers, one end record per attempt and no hang."""
     from conftest import FAKE_WANDB_KEY, check_trackers
-    from zbpscale.train.metrics import read_records
+    from zbpscale.run.records import read_records
 
     site = tmp_path / "site"
     site.mkdir()

@@ -28,7 +28,7 @@ from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_driver_present, rank_env, schedule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 

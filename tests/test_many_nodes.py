@@ -20,7 +20,7 @@ import pytest
 from conftest import load_slurm_local, losses, step_floor_env, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

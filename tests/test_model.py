@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from zbpscale.errors import ConfigError
+from zbpscale.run.config import SIZES, ModelConfig, model_config, n_params
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import SIZES, ModelConfig, model_config, n_params
 from zbpscale.zbp import ZBPConfig
 
 # A model small enough for float64 checks; T=4 so that every causal row length (1..4) and the SwiGLU unit

@@ -31,8 +31,8 @@ from zbpscale.results.collect import collect
 from zbpscale.results.gaps import gap_points, val_curves
 from zbpscale.results.plot import plot
 from zbpscale.results.summary import FIELDS, RunSummary
+from zbpscale.run.config import SIZES, n_params
 from zbpscale.run.folder import run_name
-from zbpscale.train.schema import SIZES, n_params
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF-"
 
@@ -286,8 +286,8 @@ def test_runs_trained_by_hand_into_folders_without_a_dash_are_collected_and_plot
     summary row's size and arm with the model the trainer recorded in its config.json (the size preset and arm
     that give that model), its final val loss and the gap with the runs' own last eval records, and each loss
     curve's label with its folder's name."""
-    from zbpscale.train.metrics import read_records
-    from zbpscale.train.schema import TrainConfig, model_config
+    from zbpscale.run.config import TrainConfig, model_config
+    from zbpscale.run.records import read_records
     from zbpscale.zbp.config import arm_zbp_config
 
     runs = {"run": "bp", "probes": "zbp_n4"}

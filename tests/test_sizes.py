@@ -15,8 +15,8 @@ import pytest
 
 from zbpscale.errors import ConfigError
 from zbpscale.jobs.sweep import load_sweep
+from zbpscale.run.config import ModelConfig, n_params, shape_from_yaml, shapes_near
 from zbpscale.run.folder import RunFolder
-from zbpscale.train.schema import ModelConfig, n_params, shape_from_yaml, shapes_near
 
 SWEEP = """\
 from zbpscale.sweep import Data, ModelConfig, Resources, Size, Sweep, arm

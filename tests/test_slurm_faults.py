@@ -23,7 +23,7 @@ import pytest
 from conftest import load_slurm_local, losses, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 pytestmark = [pytest.mark.slurm]
 

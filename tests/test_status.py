@@ -20,7 +20,8 @@ import pytest
 
 from conftest import config_json, losses, unwrapped
 from zbpscale.jobs.status import collect_rows, exit_code
-from zbpscale.train.metrics import diverged, tail_records
+from zbpscale.run.divergence import diverged
+from zbpscale.run.records import tail_records
 
 
 def make_run(folder: Path, name: str, *, steps=100, done=0, job=None, executor="slurm", ends=(), complete=False,
@@ -174,7 +175,7 @@ def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
     the latest train and eval records, the first train record and the eval with the highest val loss (all that
     `diverged` needs of them), torn lines skipped."""
     from zbpscale.files import read_jsonl
-    from zbpscale.train.metrics import glance
+    from zbpscale.run.glance import glance
 
     path = tmp_path / "m.jsonl"
     lines = [json.dumps({"kind": "start", "time": 1.0, "step": 0})]
@@ -198,7 +199,7 @@ def test_a_glance_through_the_heartbeat_s_index_is_the_glance_of_the_whole_file(
     glance of the whole (`then`); through an index of the first part (`glance_index`, what the trainer's heartbeat
     carries), `glance_from` reads only the rest and gives the whole file's glance; an index the file no longer
     starts with (a resume rewrote it: the check differs), or none, gives it too, from the whole file."""
-    from zbpscale.train.metrics import glance, glance_from, glance_index, glance_of
+    from zbpscale.run.glance import glance, glance_from, glance_index, glance_of
 
     path = tmp_path / "m.jsonl"
     lines = [json.dumps({"kind": "start", "time": 1.0, "step": 0})]
@@ -240,8 +241,8 @@ DIVERGED = [  # train loss by step, val loss by step -> (step, val loss, start) 
 def test_status_rows_are_the_same_with_and_without_the_heartbeat_s_index(tmp_path, data_dir):
     """#54 item 2: the index is a cache. A run trained in two attempts (stopped at step 8, resumed: the second's
     heartbeat holds the index) gives status the same rows with the index and with it removed from heartbeat.json."""
+    from zbpscale.run.config import ModelConfig, TrainConfig
     from zbpscale.train.loop import train
-    from zbpscale.train.schema import ModelConfig, TrainConfig
 
     cfg = TrainConfig(model=ModelConfig(n_layer=1, n_head=2, d_model=32, max_seq_len=32), data_dir=str(data_dir),
                       steps=12, global_batch=4, lr=3e-3, warmup_steps=2, eval_every=3, eval_batches=1,
@@ -270,7 +271,7 @@ def test_status_rows_are_the_same_with_and_without_the_heartbeat_s_index(tmp_pat
 @pytest.mark.parametrize("train, evals, flagged", DIVERGED)
 def test_a_run_diverged_when_a_val_loss_is_above_its_start(train, evals, flagged):
     from conftest import config_json
-    from zbpscale.train.metrics import diverged
+    from zbpscale.run.divergence import diverged
 
     records = sorted([{"kind": "train", "step": s, "tokens": 64 * (s + 1), "loss": v} for s, v in train.items()]
                      + [{"kind": "eval", "step": s, "tokens": 64 * (s + 1), "val_loss": v} for s, v in evals.items()],

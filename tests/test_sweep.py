@@ -26,8 +26,8 @@ from zbpscale.jobs.executors.slurm import sbatch_parameters
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.submit import plan_rows
 from zbpscale.jobs.sweep import Arm, Data, Size, Sweep, arm, expand, load_sweep
+from zbpscale.run.config import SIZES, n_params
 from zbpscale.text import select
-from zbpscale.train.schema import SIZES, n_params
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "ladder_sbatch.txt"

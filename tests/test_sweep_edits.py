@@ -21,7 +21,7 @@ from pathlib import Path
 
 from conftest import losses, trainer_env, wait_until
 from zbpscale.run.folder import RunFolder
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 SWEEP = """\
 from zbpscale.sweep import Data, Resources, Size, Sweep, arm

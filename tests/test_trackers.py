@@ -31,11 +31,11 @@ from conftest import (
     wandb_runs,
 )
 from zbpscale.errors import ConfigError
+from zbpscale.run.config import ModelConfig, TrainConfig
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.records import read_records
 from zbpscale.train import checkpoint
 from zbpscale.train.loop import train
-from zbpscale.train.metrics import read_records
-from zbpscale.train.schema import ModelConfig, TrainConfig
 from zbpscale.train.trackers import Tracker
 
 NANO = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)
@@ -338,3 +338,21 @@ def test_raising_trackers_leave_training_bitwise_and_say_so_in_status(tmp_path, 
     assert [line.split(":")[0] for line in off] == ["broken_at_start", "full_disk"]
     lines = [line for line, _ in notes(collect_rows(tmp_path, only="broken"))]
     assert any("trackers off" in line and "full_disk" in line for line in lines), lines
+
+
+def test_a_config_is_checked_against_the_trackers_alike_with_or_without_their_classes_loaded():
+    """run/config.py checks a config's trackers without importing train/trackers.py (status and submit load no
+    tracker class): the built-in names it knows are exactly the classes that module defines, one registry."""
+    code = ("import sys\n"
+            "from zbpscale.errors import ConfigError\n"
+            "from zbpscale.run.config import TRACKERS, tracker_error\n"
+            "before = sorted(TRACKERS)\n"
+            "assert tracker_error(('tensorboard', 'wandb'), 'x') is None\n"
+            "assert 'wandb' in str(tracker_error(('wandbb',), 'x').hint)\n"
+            "assert 'zbpscale.train.trackers' not in sys.modules\n"
+            "from zbpscale.train.trackers import Tracker\n"
+            "assert Tracker.known is TRACKERS\n"
+            "assert sorted(TRACKERS) == before, (before, sorted(TRACKERS))\n"
+            "assert all(isinstance(c, type) and issubclass(c, Tracker) for c in TRACKERS.values()), TRACKERS\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -24,13 +24,13 @@ import torch
 
 from conftest import load_tool, losses, step_floor_env, trainer_env, wait_until
 from zbpscale.errors import ConfigError
+from zbpscale.run.config import ModelConfig, TrainConfig, batch_plan
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.records import read_records
 from zbpscale.train import checkpoint
 from zbpscale.train.exits import EXIT_REQUEUE
 from zbpscale.train.loop import TrainingDiverged, lr_at, train
-from zbpscale.train.metrics import read_records
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import ModelConfig, TrainConfig, batch_plan
 from zbpscale.zbp import ZBPConfig
 
 SMALL = ModelConfig(n_layer=2, n_head=2, d_model=32, max_seq_len=32)

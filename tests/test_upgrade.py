@@ -8,7 +8,7 @@ Compared:
     computed ZBP as today's does; within a relative 1e-4 otherwise (bit for bit across CPU models is not promised:
     docs/reproducibility.md "What bit for bit means"; the ZBP probe bits changed at 6d57bee, after the format-1
     release);
-  - the fields of each config format in train/formats.py against the dataclasses (a new field without a migration
+  - the fields of each config format in run/formats.py against the dataclasses (a new field without a migration
     fails here), and each migration against a literal table;
   - SLURM jobs pickled by older releases' code (submitit's own pickles, in the fixtures), unpickled and run by
     today's code, against the same references; what today's jobs pickle against the names zbpscale.entry promises;
@@ -36,12 +36,12 @@ import torch
 
 import zbpscale
 from zbpscale.errors import ConfigError
+from zbpscale.run.config import ModelConfig, TrainConfig
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.formats import FIELDS, FORMAT, MIGRATIONS, format_of, migrate
 from zbpscale.run.history import read_attempts
+from zbpscale.run.records import read_records
 from zbpscale.train import numerics
-from zbpscale.train.formats import FIELDS, FORMAT, MIGRATIONS, format_of, migrate
-from zbpscale.train.metrics import read_records
-from zbpscale.train.schema import ModelConfig, TrainConfig
 from zbpscale.zbp.config import ZBPConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_every_config_field_belongs_to_the_newest_format():
     """A field added to TrainConfig, ModelConfig or ZBPConfig is a new config format: add it to formats.FIELDS as
     format N+1 with a migration in formats.MIGRATIONS that gives older run folders the value that reproduces their
     release, or every run of an older release would stop resuming."""
-    assert unlisted() == [], "\n".join(unlisted()) + "\n(add a format and its migration: train/formats.py)"
+    assert unlisted() == [], "\n".join(unlisted()) + "\n(add a format and its migration: run/formats.py)"
 
 
 def test_the_field_check_fails_on_a_field_without_a_format():
@@ -550,11 +550,11 @@ def make_release_b(src: Path, dest: Path) -> None:
     for path in pkg.rglob("*.py"):
         path.write_text(path.read_text().replace("slurm_job", "slurm_task"))
     (pkg / "jobs" / "executors" / "slurm_job.py").rename(pkg / "jobs" / "executors" / "slurm_task.py")
-    schema = pkg / "train" / "schema.py"
+    schema = pkg / "run" / "config.py"
     anchor = '    diag_every: int = 0\n'
     assert schema.read_text().count(anchor) == 1
     schema.write_text(schema.read_text().replace(anchor, RELEASE_B_FIELD.lstrip("\n") + anchor))
-    formats = pkg / "train" / "formats.py"
+    formats = pkg / "run" / "formats.py"
     formats.write_text(formats.read_text() + RELEASE_B_FORMAT)
     init = pkg / "__init__.py"
     init.write_text(init.read_text().replace(f'__version__ = "{zbpscale.__version__}"',

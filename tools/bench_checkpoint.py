@@ -48,7 +48,7 @@ def available_bytes() -> int:
 
 
 def largest_fitting() -> str:
-    from zbpscale.train.schema import SIZES, n_params
+    from zbpscale.run.config import SIZES, n_params
 
     room = available_bytes() / 2
     fits = [s for s, m in SIZES.items() if 2 * BYTES_PER_PARAM * n_params(m) * 1.3 < room]  # the state and its copy
@@ -69,10 +69,10 @@ def ladder_interval(size: str) -> tuple[float, float] | None:
 
 def nano_trained(folder: Path, steps: int, every: int) -> dict:
     """The trainer's own count of its blocked save time in a real nano run."""
+    from zbpscale.run.config import TrainConfig, model_config
     from zbpscale.run.folder import RunFolder
+    from zbpscale.run.records import read_records
     from zbpscale.train.loop import train
-    from zbpscale.train.metrics import read_records
-    from zbpscale.train.schema import TrainConfig, model_config
 
     cfg = TrainConfig(model=model_config("nano", max_seq_len=32), data_dir=str(folder / "data"), steps=steps,
                       global_batch=4, lr=3e-3, eval_every=0, eval_batches=1, ckpt_every=every, ckpt_every_s=0,
@@ -99,10 +99,10 @@ def saved_directly(folder: Path, size: str, repeat: int, device: str = "cpu") ->
     GPU the background copy goes to pinned host memory."""
     import torch
 
+    from zbpscale.run.config import model_config
     from zbpscale.run.folder import RunFolder
     from zbpscale.train import checkpoint
     from zbpscale.train.model import Transformer
-    from zbpscale.train.schema import model_config
 
     model = Transformer(model_config(size)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -144,7 +144,7 @@ def saved_directly(folder: Path, size: str, repeat: int, device: str = "cpu") ->
 
 def extrapolated(measured: list[dict], size: str) -> list[dict]:
     """`size`'s saves, both ways, at the measured throughputs (bytes in proportion to parameters)."""
-    from zbpscale.train.schema import model_config, n_params
+    from zbpscale.run.config import model_config, n_params
 
     sync, background = measured
     nbytes = sync["bytes"] * n_params(model_config(size)) / n_params(model_config(sync["size"]))

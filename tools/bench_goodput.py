@@ -39,7 +39,7 @@ from zbpscale.jobs.goodput_table import WORDS
 from zbpscale.run import goodput
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ import textwrap
 from pathlib import Path
 
 from zbpscale.run.history import read_attempts
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 
 def sweep_file(folder: Path, runs: int, steps: int) -> Path:

@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from zbpscale.jobs.status import collect_rows
+from zbpscale.run.config import TrainConfig, model_config
+from zbpscale.run.glance import glance_index, glance_of
 from zbpscale.run.goodput import Fold
-from zbpscale.train.metrics import glance_index, glance_of, records_of
-from zbpscale.train.schema import TrainConfig, model_config
+from zbpscale.run.records import records_of
 
 SIZES = ("nano", "micro", "tiny", "mini", "s60", "s124", "s350", "s1b")
 ARMS = ("bp", "zbp_n16", "zbp_n64")

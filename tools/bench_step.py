@@ -30,8 +30,8 @@ import time
 
 import torch
 
+from zbpscale.run.config import ModelConfig
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import ModelConfig
 from zbpscale.zbp import ZBPConfig
 
 ZBP_ARMS = [(f"zbp_n{n}" + ("_fwd" if s == "forward" else ""), n, s)

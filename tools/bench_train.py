@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from zbpscale.data.loader import TokenLoader
+from zbpscale.run.config import TrainConfig, model_config
+from zbpscale.run.records import read_records
 from zbpscale.train.loop import build_optimizer, lr_at, train
-from zbpscale.train.metrics import read_records
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import TrainConfig, model_config
 
 
 def plain_loop(cfg: TrainConfig, device: str, bf16: bool) -> list[float]:

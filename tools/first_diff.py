@@ -44,9 +44,9 @@ def child(args) -> None:
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
+    from zbpscale.run.config import TrainConfig
     from zbpscale.train.loop import train
     from zbpscale.train.model import Transformer
-    from zbpscale.train.schema import TrainConfig
 
     cfg = TrainConfig.from_dict(json.loads(Path(args.config).read_text()))
     out = open(args.trace, "w")
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         return 0
 
     from zbpscale.data.prepare import PrepConfig, prepare
-    from zbpscale.train.schema import TrainConfig, model_config
+    from zbpscale.run.config import TrainConfig, model_config
     from zbpscale.zbp import arm_zbp_config
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="first-diff-"))

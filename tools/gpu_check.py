@@ -53,7 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from zbpscale.train.metrics import read_records  # noqa: E402
+from zbpscale.run.records import read_records  # noqa: E402
 
 PARTS = ("compile", "doctor", "kernels", "bench", "checkpoint", "resume", "ranks", "sweep", "ladder", "diag")
 GPU_ONLY = ("compile", "doctor", "kernels", "bench", "checkpoint", "ladder")
@@ -360,7 +360,7 @@ SWEEP = Sweep(
 
 
 def _sweep_file(args) -> Path:
-    from zbpscale.train.schema import SIZES
+    from zbpscale.run.config import SIZES
 
     prof = PROFILES[args.device]
     steps, seq = prof["sweep_steps"], SIZES[prof["size"]].max_seq_len

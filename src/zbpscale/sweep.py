@@ -6,6 +6,6 @@ them (zbpscale/jobs/sweep.py). This module is that API's stable name for users' 
 """
 
 from zbpscale.jobs.sweep import Arm, Data, Resources, Size, Sweep, Tune, arm
-from zbpscale.train.schema import ModelConfig
+from zbpscale.run.config import ModelConfig
 
 __all__ = ["Arm", "Data", "ModelConfig", "Resources", "Size", "Sweep", "Tune", "arm"]

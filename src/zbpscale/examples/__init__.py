@@ -57,12 +57,12 @@ ARMS = ("bp", "zbp_n16", "zbp_n64")
 
 def config_files() -> dict[str, str]:
     """{relative path: YAML text} of the presets' shapes and the arms' training fields (`init --configs`); each
-    file spells the dataclasses' fields as config.json does (train/schema.py reads them back)."""
+    file spells the dataclasses' fields as config.json does (run/config.py reads them back)."""
     import dataclasses
 
     import yaml
 
-    from zbpscale.train.schema import SIZES, TrainConfig
+    from zbpscale.run.config import SIZES, TrainConfig
     from zbpscale.zbp import arm_zbp_config
 
     files = {}

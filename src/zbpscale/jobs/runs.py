@@ -21,11 +21,11 @@ from zbpscale.jobs.executors.base import JobView, View
 from zbpscale.jobs.reasons import refined
 from zbpscale.jobs.state import RunState, decide, heard
 from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_found
+from zbpscale.run.config import SIZES, TrainConfig
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.text import matches, patterns
-from zbpscale.train.schema import SIZES, TrainConfig
 from zbpscale.zbp.config import arm_name
 
 

@@ -36,7 +36,7 @@ from zbpscale.files import read_json
 from zbpscale.proc import pid_alive
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
-from zbpscale.train.metrics import tail_records
+from zbpscale.run.records import tail_records
 
 WATCHDOG_FIRST_S = 15.0
 """How long past step_timeout_s the outside watcher waits: the trainer's own watchdog (which fires at

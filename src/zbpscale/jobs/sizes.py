@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from zbpscale.jobs.sweep import load_sweep
-from zbpscale.train.schema import ASPECT, parse_count, shapes_near, size_table
+from zbpscale.run.config import ASPECT, parse_count, shapes_near, size_table
 
 
 def add_arguments(p) -> None:

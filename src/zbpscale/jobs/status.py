@@ -18,8 +18,8 @@ unknown (the scheduler does not answer), failed (with a one-line reason and the 
 folder's config.json is one the trainer would refuse), cancelled, stopped (interrupted, nothing queued), new.
 A source that does not answer is said once under the table, and so is a run folder that the sweep file (given as
 the target) no longer plans while its job is queued or running, with the command that cancels it (sweep_edits).
-A run whose val loss went above the loss it started from is said there too (diverged: train/metrics.py's
-`diverged`), from the one read of its metrics.jsonl that its row's numbers come from (metrics.glance).
+A run whose val loss went above the loss it started from is said there too (diverged: run/divergence.py's
+`diverged`), from the one read of its metrics.jsonl that its row's numbers come from (run/glance.py).
 Only the tails of the logs are read.
 One status asks each back end once, whatever the number of runs and sweeps (SLURM: one squeue, and one sacct
 for the jobs squeue no longer lists whose end their folder has not recorded); --watch rereads the folders at
@@ -48,6 +48,7 @@ from zbpscale.jobs.runs import Run, find_runs, judged, viewed
 from zbpscale.jobs.state import STATES
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
+from zbpscale.run.divergence import Divergence, diverged
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.goodput import run_time
 from zbpscale.run.history import History
@@ -64,7 +65,6 @@ from zbpscale.tables import (
     terminal_width,
     wrap,
 )
-from zbpscale.train.metrics import Divergence, diverged
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -277,7 +277,7 @@ NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry")
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
-    val loss above its start: train/metrics.py's `diverged`), a ZBP estimator that fell back to a slower path, a
+    val loss above its start: run/divergence.py's `diverged`), a ZBP estimator that fell back to a slower path, a
     tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge."""
     found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     edges: set[tuple[str, str]] = set()

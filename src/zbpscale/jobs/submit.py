@@ -40,11 +40,11 @@ from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_tex
 from zbpscale.jobs.sweep_checks import in_sweep_file
 from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
 from zbpscale.lease import wait_lock
+from zbpscale.run.config import RESUME_SAFE, batch_plan
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import fit_columns, fmt_tokens, plain_lines, plural, seed_count, terminal_width, wrap
 from zbpscale.text import matches, patterns, select, shown_path
-from zbpscale.train.schema import RESUME_SAFE, batch_plan
 
 
 def run_action(run: PlannedRun, view: View, *, retry: bool = False) -> Action:

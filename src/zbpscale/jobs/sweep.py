@@ -22,9 +22,7 @@ from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
-from zbpscale.run.folder import RunFolder, run_name, segment_problem
-from zbpscale.text import closest, did_you_mean, shown_path
-from zbpscale.train.schema import (
+from zbpscale.run.config import (
     SIZES,
     ModelConfig,
     TrainConfig,
@@ -33,6 +31,8 @@ from zbpscale.train.schema import (
     shape_from_yaml,
     tracker_error,
 )
+from zbpscale.run.folder import RunFolder, run_name, segment_problem
+from zbpscale.text import closest, did_you_mean, shown_path
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
 
 

@@ -4,7 +4,7 @@ Each submit (and dry run) compares every run folder's config.json (in today's fo
 now gives (`config_changes`), and `config_notes` decides, one line per run that differs:
   - a run that has not trained (no checkpoint, no live attempt) is rewritten to match;
   - a run that has trained goes on as it was trained, except that `--apply-changes` gives it the new values of
-    the fields safe on resume (train/schema.py RESUME_SAFE: they decide when it evaluates, checkpoints or logs,
+    the fields safe on resume (run/config.py RESUME_SAFE: they decide when it evaluates, checkpoints or logs,
     never what it computes); any other change needs a new run (another name), said in the line.
 A run folder whose run the file no longer plans (its size, arm or seed removed) while its job is queued or running
 is named too (`unplanned_notes`, by submit, its dry run and status): the job trains on unless it is cancelled, and
@@ -21,10 +21,10 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.sweep import PlannedRun
+from zbpscale.run.config import RESUME_SAFE, TrainConfig
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.text import shown_path
-from zbpscale.train.schema import RESUME_SAFE, TrainConfig
 
 
 def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: bool, dry_run: bool,

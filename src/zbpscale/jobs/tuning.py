@@ -20,7 +20,7 @@ from typing import Mapping
 
 from zbpscale.jobs.sweep import PlannedRun, Sweep, expand, lr_text, round_lr
 from zbpscale.run.folder import RunFolder
-from zbpscale.train.metrics import read_records
+from zbpscale.run.records import read_records
 
 LEVEL = 0.95
 """The confidence level of the lr law's exponent interval."""

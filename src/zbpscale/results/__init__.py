@@ -11,8 +11,8 @@
     collect.py, plot.py, upload.py    the commands
     report.py       `zbpscale report`: the study in one self-contained HTML page (plot's figures as inline SVG)
 
-May import: the shared modules, zbpscale.run (the run folder and its history), train's record types
-(zbpscale.train.metrics), zbpscale.jobs.state (a run's state, as status says it) and, inside a function, the sweep
+May import: the shared modules, zbpscale.run (the run folder, its history, its config and records),
+zbpscale.jobs.state (a run's state, as status says it) and, inside a function, the sweep
 loader, zbpscale.jobs.runs (the runs of a sweep, decided as status decides them) and zbpscale.jobs.tuning (the rule
 that picks a tuned lr). Never zbpscale.jobs.submit or
 an executor. A new figure is a function in plot.py that takes typed rows and returns what it drew.

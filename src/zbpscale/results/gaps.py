@@ -18,7 +18,7 @@ from zbpscale.results.bundle import Bundle
 from zbpscale.results.fit import PowerLaw, fit_gap_law
 from zbpscale.results.seeds import Spread
 from zbpscale.results.summary import RunSummary, arm_order
-from zbpscale.train.metrics import EvalRecord, by_kind, read_records
+from zbpscale.run.records import EvalRecord, by_kind, read_records
 
 __all__ = ["Curves", "FullTable", "Gap", "GapPoint", "PowerLaw", "equal_tokens_gap", "fit_gaps", "full_table",
            "gap_points", "unpaired", "val_curves"]

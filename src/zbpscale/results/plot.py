@@ -45,8 +45,8 @@ from zbpscale.results.seeds import Spread, seeds_of
 from zbpscale.results.summary import RunSummary, arm_order, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
 from zbpscale.run.folder import parse_run_name
+from zbpscale.run.records import BlockRow, by_kind, read_records
 from zbpscale.tables import seed_count
-from zbpscale.train.metrics import BlockRow, by_kind, read_records
 
 
 @dataclass(frozen=True, kw_only=True)

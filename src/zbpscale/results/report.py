@@ -37,8 +37,8 @@ from zbpscale.files import read_json
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.summary import RunSummary
 from zbpscale.run.history import read_attempts
+from zbpscale.run.records import tail_records
 from zbpscale.tables import fmt_tokens
-from zbpscale.train.metrics import tail_records
 
 SECTIONS = ("state", "curves", "gap", "lr", "diagnostics", "claims", "runs", "provenance")
 """The page's sections, by id, in order ("lr" only when the sweep tunes)."""

@@ -1,7 +1,7 @@
 """RunSummary: one row per run of a results bundle (summary.csv, summary.json), from the run's own records.
 
 `summarize` reads a run folder (or a run's copy in a bundle: the same layout) through the record types of
-train/metrics.py and its history (run/history.py); collect writes the rows, plot and submit --wait read them.
+run/records.py and its history (run/history.py); collect writes the rows, plot and submit --wait read them.
 Torch-free unless a run has not started (its planned numbers come from the model's closed-form parameter count).
 """
 
@@ -15,8 +15,9 @@ from pathlib import Path
 
 from zbpscale.jobs.state import IN_PROGRESS, State
 from zbpscale.run import goodput
+from zbpscale.run.divergence import diverged
+from zbpscale.run.records import Record, StartRecord, by_kind
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.train.metrics import Record, StartRecord, by_kind, diverged
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,7 +88,7 @@ class RunSummary:
     """Productive training time / wall time held by the run's jobs (run/goodput.py: held is each attempt's start ->
     end, the queue wait left out; `zbpscale status --goodput` shows the split); None before any attempt."""
     diverged: str | None = None
-    """Set when a val loss of the run is above the loss it started from (train/metrics.py's `diverged`): the highest,
+    """Set when a val loss of the run is above the loss it started from (run/divergence.py's `diverged`): the highest,
     in words, 'val 10.996 at step 15 is above its start 10.951'; None otherwise (and in older bundles)."""
     lr: float | None = None
     """The peak learning rate it trains with (its config's; None in older bundles)."""
@@ -157,7 +158,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
 
 def _planned_numbers(config: dict) -> dict:
     """Parameters, steps and tokens of a run that has not started (imports torch, through the model)."""
-    from zbpscale.train.schema import TrainConfig, n_params
+    from zbpscale.run.config import TrainConfig, n_params
 
     cfg = TrainConfig.from_dict(config)
     return {"params": n_params(cfg.model), "params_non_embedding": n_params(cfg.model, embeddings=False),

@@ -5,7 +5,7 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
 
     <run_dir>/config.json      the resolved TrainConfig (written by submit or the trainer, checked on resume)
               plan.json        parameters, GPUs and planned GPU-hours (submit; read by status)
-              metrics.jsonl    the trainer's records (train/metrics.py: one record type per kind)
+              metrics.jsonl    the trainer's records (run/records.py: one record type per kind)
               heartbeat.json   step, tokens, time, host, pid, pid_start, rewritten every few seconds
               attempts.jsonl   one event per line: submitted | start | end (run/history.py)
               checkpoints/     ckpt_<8-digit step>.pt, written atomically, the newest K kept

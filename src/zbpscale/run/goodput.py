@@ -29,7 +29,7 @@ has one attempt per trainer start record, from train() being called (setup_s' to
 last sign of life, and no queue. A sweep's figures are its runs' seconds summed (wall seconds, not GPU-seconds).
 Held time is the one account of a run's time (`run_time`): status's GPU-hours used and collect's wall time and
 GPU-hours are its held seconds, times the GPUs its jobs held (`RunTime.gpus`).
-The record types read here are train/metrics.py's (StartRecord, TrainRecord, EndRecord, ResumeRecord, Heartbeat) and
+The record types read here are run/records.py's (StartRecord, TrainRecord, EndRecord, ResumeRecord, Heartbeat) and
 run/history.py's events, read as plain JSON: this module sits below the trainer. metrics.jsonl is read as its Fold
 (run/fold.py): through the heartbeat's index, only the records written after the latest heartbeat.
 """

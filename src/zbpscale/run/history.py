@@ -7,7 +7,7 @@ retry rule) so that no other module filters the events by hand; both executors d
 
 How an attempt ended and what state a run is in are two vocabularies:
   `why` (WHYS)    how one attempt ended: the word of an attempt's `end` event and of the trainer's `end` record
-                  (train/metrics.py), and `train()`'s return value. The trainer knows TRAINER_ENDS (completed,
+                  (run/records.py), and `train()`'s return value. The trainer knows TRAINER_ENDS (completed,
                   checkpointed, diverged, hung, failed, interrupted); the job layer, which also knows why a
                   checkpointed attempt stopped, records ENDS (completed, timeout, preempted, cancelled, crashed,
                   hung, failed).

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import read_json
+from zbpscale.run.config import TrainConfig
+from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.glance import Glance, glance_after, glance_of, indexed_tail
 from zbpscale.run.history import History
-
-if TYPE_CHECKING:
-    from zbpscale.run.fold import Fold
-    from zbpscale.train.metrics import Glance, Record
-    from zbpscale.train.schema import TrainConfig
+from zbpscale.run.records import Record, records_of
 
 
 class Snapshot:
@@ -62,8 +60,6 @@ class Snapshot:
 
     @cached_property
     def _train_config(self) -> tuple[TrainConfig | None, str]:
-        from zbpscale.train.schema import TrainConfig  # the trainer's own reading (run/ is below train: here alone)
-
         config, error = self._config
         if config is None:
             return None, error
@@ -111,8 +107,6 @@ class Snapshot:
     @cached_property
     def records(self) -> list[Record]:
         """Every record of metrics.jsonl, in order (torn lines skipped), as today's types have them."""
-        from zbpscale.train.metrics import records_of
-
         return records_of(self.metrics)
 
     @cached_property
@@ -120,8 +114,6 @@ class Snapshot:
         """metrics.jsonl's bytes after those the heartbeat's index covers (the records the trainer wrote after its
         latest heartbeat), read once for both the glance and the fold; None where the index does not serve (none,
         one the file no longer matches, the file gone) or the whole file was read already."""
-        from zbpscale.train.metrics import indexed_tail
-
         if "metrics" in self.__dict__:
             return None
         try:
@@ -131,10 +123,8 @@ class Snapshot:
 
     @cached_property
     def glance(self) -> Glance:
-        """What status shows of metrics.jsonl (train/metrics.py's Glance): through the heartbeat's index of it, the
+        """What status shows of metrics.jsonl (run/glance.py's Glance): through the heartbeat's index of it, the
         bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
-        from zbpscale.train.metrics import glance_after, glance_of
-
         if self._tail is not None:
             try:
                 return glance_after(self.heartbeat["glance"], self._tail)
@@ -146,9 +136,6 @@ class Snapshot:
     def fold(self) -> Fold:
         """Goodput's fold over metrics.jsonl's records (run/goodput.py): through the heartbeat's index, the records
         the trainer wrote after its latest heartbeat alone (every record without an index, or once read)."""
-        from zbpscale.run.fold import Fold
-        from zbpscale.train.metrics import records_of
-
         if self._tail is not None:  # then the heartbeat's index is a dict
             state = self.heartbeat["glance"].get("fold")
             try:

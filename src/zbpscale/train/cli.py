@@ -17,11 +17,11 @@ import json
 import sys
 
 from zbpscale.errors import ConfigError, LeaseLost, ZbpError, report
+from zbpscale.run.config import TrainConfig
 from zbpscale.run.folder import RunFolder
 from zbpscale.text import HelpFormatter, did_you_mean
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE, leave
 from zbpscale.train.loop import TrainingDiverged, train
-from zbpscale.train.schema import TrainConfig
 
 
 def _parse(argv: list[str] | None):
@@ -95,7 +95,7 @@ def config_from_args(args) -> TrainConfig:
 
 def _train_file(args) -> dict:
     """The fields of the --train file ({} without one)."""
-    from zbpscale.train.schema import train_fields_from_yaml
+    from zbpscale.run.config import train_fields_from_yaml
 
     return train_fields_from_yaml(args.train) if args.train else {}
 
@@ -104,8 +104,8 @@ def _asked(args, base: TrainConfig | None, trained: dict) -> TrainConfig:
     """The config the flags ask for: on top of `base` (an existing run's) where a flag is absent, else new. The
     --train file's fields come first, the flags on top; the model is --size's preset or --model's shape, with the
     arm's estimator (--arm, else the --train file's zbp); `trained`: the --train file's fields (_train_file)."""
-    from zbpscale.train.formats import FORMAT
-    from zbpscale.train.schema import model_config, shape_from_yaml
+    from zbpscale.run.config import model_config, shape_from_yaml
+    from zbpscale.run.formats import FORMAT
     from zbpscale.zbp import arm_zbp_config
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from zbpscale.train.metrics import BlockRow, CoreRow
+from zbpscale.run.records import BlockRow, CoreRow
 from zbpscale.train.model import Transformer
 from zbpscale.zbp import ZBPConfig, estimate_vjp, mix_seed
 from zbpscale.zbp.block import CORE_IDS

@@ -29,14 +29,15 @@ from zbpscale import signals
 from zbpscale.errors import ConfigError, LeaseLost, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write, read_json
 from zbpscale.lease import Follower, Lock, Rule
+from zbpscale.run.config import TrainConfig, batch_plan, derived_numbers
 from zbpscale.run.folder import RunFolder
+from zbpscale.run.formats import changed_fields, migrate
 from zbpscale.run.history import Why
+from zbpscale.run.records import attempts_of, read_records
 from zbpscale.tables import age
 from zbpscale.train import checkpoint, dist, hostmem, numerics
-from zbpscale.train.formats import changed_fields, migrate
-from zbpscale.train.metrics import MetricsLog, SetupTimer, attempts_of, read_records, redone
+from zbpscale.train.metrics import MetricsLog, SetupTimer, redone
 from zbpscale.train.model import Transformer
-from zbpscale.train.schema import TrainConfig, batch_plan, derived_numbers
 from zbpscale.train.watchdog import Watchdog
 from zbpscale.version import git_revision, version
 
@@ -106,7 +107,7 @@ def _autocast(env: dist.DistEnv, bf16: bool):
 
 def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
     """Refuse a config that differs from the run's config.json, read in today's format (an older release's file
-    is migrated first: the fields it lacks take the values that reproduce that release, train/formats.py)."""
+    is migrated first: the fields it lacks take the values that reproduce that release, run/formats.py)."""
     path = RunFolder(run_dir).config
     saved = RunFolder(run_dir).read_config()
     if saved is None:

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from zbpscale.errors import ConfigError
-from zbpscale.train.schema import ModelConfig
+from zbpscale.run.config import ModelConfig
 from zbpscale.zbp import ZBPClock, call_seed, call_seq0, causal_mask, causal_softmax, swiglu, zbp_apply
 from zbpscale.zbp.attention import zbp_attention
 

@@ -46,9 +46,10 @@ from typing import Callable, ClassVar
 
 from zbpscale.errors import LeaseLost
 from zbpscale.files import atomic_write, read_json
+from zbpscale.run.config import TRACKERS
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
-from zbpscale.train.metrics import STEP_KINDS, attempts_of
+from zbpscale.run.records import STEP_KINDS, attempts_of
 
 INSTALL_HINT = "pip install 'zbpscale[trackers]'"
 
@@ -77,8 +78,9 @@ class Tracker:
     """True: it can hide what it showed from a step on (TensorBoard's purge_step), so that the steps an attempt
     redoes after a resume are shown with their new values. False (W&B): a step it holds is not sent again (a
     resumed run redoes it bit for bit: docs/reproducibility.md "What bit for bit means")."""
-    known: ClassVar[dict[str, type["Tracker"]]] = {}
-    """Every tracker by name: a subclass with a name registers itself."""
+    known: ClassVar[dict[str, type["Tracker"] | None]] = TRACKERS
+    """Every tracker by name, the one registry a config is checked against (run/config.py's TRACKERS): a subclass
+    with a name registers itself."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -113,11 +115,6 @@ class Tracker:
 
     def close(self) -> None:
         """The attempt ends: make what was logged durable and let go."""
-
-
-def known() -> tuple[str, ...]:
-    """The names TrainConfig.trackers accepts."""
-    return tuple(sorted(Tracker.known))
 
 
 # ---------------------------------------------------------------------------------------- records -> scalars

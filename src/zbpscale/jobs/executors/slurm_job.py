@@ -64,8 +64,8 @@ def run_train_job(job: TrainJob) -> str:
     signals.install()  # first: the time-limit signal may arrive while torch is still importing
     import submitit
 
+    from zbpscale.run.config import TrainConfig
     from zbpscale.train.loop import train
-    from zbpscale.train.schema import TrainConfig
 
     env = submitit.JobEnvironment()
     submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)

@@ -39,9 +39,9 @@ from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.run.folder import RunFolder, job_log
+from zbpscale.run.records import tail_records
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
-from zbpscale.train.metrics import tail_records
 
 RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one rank (a name kept across releases)
 TICK_S = 0.2

@@ -1,8 +1,9 @@
-"""The plain schemas of a run, torch-free: the model's shape (`ModelConfig`, the named sizes and their closed-form
-counts) and the training run (`TrainConfig`, its batch plan and derived numbers).
+"""A run's config (config.json), torch-free: the model's shape (`ModelConfig`, the named sizes and their
+closed-form counts) and the training run (`TrainConfig`, its batch plan and derived numbers), read back as the
+trainer reads them (`TrainConfig.from_dict`, through run/formats.py's migrations).
 
 Job control (submit, status, cancel, collect, the local driver) plans and checks runs with these and never
-imports torch or the training loop; `zbpscale.model` and `zbpscale.train` build on them.
+imports torch or the training loop; train/model.py and train/loop.py build on them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import math
 from dataclasses import dataclass
 
 from zbpscale.errors import ConfigError
+from zbpscale.run.formats import FORMAT, migrate
 from zbpscale.text import did_you_mean
-from zbpscale.train.formats import FORMAT, migrate
 from zbpscale.zbp.config import ZBPConfig
 
 POS_EMBS = ("learned", "rope")
@@ -327,7 +328,7 @@ class TrainConfig:
         return self.model.max_seq_len
 
     def to_dict(self) -> dict:
-        """What config.json holds: the fields, and the config format they are in (train/formats.py)."""
+        """What config.json holds: the fields, and the config format they are in (run/formats.py)."""
         return {"format": FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
@@ -349,18 +350,23 @@ class TrainConfig:
                               hint="restore it, or train in a new run folder") from None
 
 
-def tracker_error(trackers, label: str) -> ConfigError | None:
-    """Why `trackers` is not a tuple of known tracker names (train/trackers.py), as an error about the field `label`
-    (with a did-you-mean for a mistyped name); None when it is."""
-    from zbpscale.train.trackers import known
+TRACKERS: dict[str, type | None] = {"tensorboard": None, "wandb": None}
+"""The experiment trackers a config may name: each name and its class (train/trackers.py's Tracker subclasses
+register themselves here as they are defined). The built-in names are here before their classes are imported, so
+that a config is checked alike where train/trackers.py is not loaded (status, submit)."""
 
+
+def tracker_error(trackers, label: str) -> ConfigError | None:
+    """Why `trackers` is not a tuple of known tracker names (TRACKERS), as an error about the field `label` (with a
+    did-you-mean for a mistyped name); None when it is."""
+    known = sorted(TRACKERS)
     if not isinstance(trackers, tuple) or not all(isinstance(name, str) for name in trackers):
         return ConfigError(f"{label} must be a tuple of tracker names, e.g. ('tensorboard',), got {trackers!r}",
-                           hint=f"trackers: {', '.join(known())}")
-    unknown = [name for name in trackers if name not in known()]
+                           hint=f"trackers: {', '.join(known)}")
+    unknown = [name for name in trackers if name not in TRACKERS]
     if unknown:
         return ConfigError(f"{label} names an unknown tracker {unknown[0]!r}",
-                           hint=did_you_mean(unknown[0], known(), say=repr) or f"trackers: {', '.join(known())}")
+                           hint=did_you_mean(unknown[0], known, say=repr) or f"trackers: {', '.join(known)}")
     return None
 
 

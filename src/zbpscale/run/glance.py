@@ -1,0 +1,159 @@
+"""Status's one read of metrics.jsonl: its `Glance` (the first and latest records of each kind status shows, and
+the worst evaluation), and the index of it the trainer keeps in its heartbeat, so that a reader decodes only the
+bytes written after it. Torch-free; the record types are run/records.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from zbpscale.run.records import EndRecord, EvalRecord, Record, StartRecord, TrainRecord, upgraded
+
+
+@dataclass(frozen=True)
+class Glance:
+    """What `zbpscale status` shows of a run's metrics.jsonl (`glance`); {} where the file has no such record. Two
+    glances of consecutive parts of a file merge into the glance of both (`then`): the trainer keeps the glance of
+    what it has written in its heartbeat (`glance_index`), and status reads only the bytes after it."""
+
+    first: Record = field(default_factory=dict)
+    """Its first record: the first attempt's start record."""
+    train0: TrainRecord = field(default_factory=dict)
+    """The first train record."""
+    train: TrainRecord = field(default_factory=dict)
+    """The latest train record."""
+    eval: EvalRecord = field(default_factory=dict)
+    """The latest eval record."""
+    worst: EvalRecord = field(default_factory=dict)
+    """The first eval record with the highest val loss (a NaN the highest): all that `diverged` needs of the evals."""
+    start: StartRecord = field(default_factory=dict)
+    """The latest start record (the latest attempt's)."""
+    end: EndRecord = field(default_factory=dict)
+    """The latest end record."""
+
+    @property
+    def steps(self) -> list[Record]:
+        """The first train record and the worst eval record, in order: what `diverged` reads."""
+        return [r for r in (self.train0, self.worst) if r]
+
+    def then(self, later: Glance) -> Glance:
+        """The glance of this part of a file and the part after it, whose glance is `later`."""
+        worst = later.worst if later.worst and (not self.worst or _badness(later.worst) > _badness(self.worst)) \
+            else self.worst
+        return Glance(first=self.first or later.first, train0=self.train0 or later.train0,
+                      train=later.train or self.train, eval=later.eval or self.eval, worst=worst,
+                      start=later.start or self.start, end=later.end or self.end)
+
+
+def _badness(record: EvalRecord) -> float:
+    loss = record["val_loss"]
+    return math.inf if math.isnan(loss) else loss
+
+
+def glance(path: Path) -> Glance:
+    """`glance_of` a metrics.jsonl, read once."""
+    try:
+        return glance_of(Path(path).read_bytes())
+    except OSError:
+        return Glance()
+
+
+def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
+    """The records status shows of a metrics.jsonl's bytes. Only the lines returned are decoded, found by the
+    `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
+    their parsing. Torn lines (a writer killed mid-line) are skipped. `known`: the glance of the bytes before
+    these, whose first and first train records stand (they are not looked for here)."""
+    evals = [r for r in _records_of(data, "eval") if r.get("val_loss") is not None]
+    worst = max(evals, key=_badness) if evals else {}
+    latest = next(_records_of(data, "eval", backwards=True), {})
+    first = known.first if known and known.first else _decoded(data, 0) or {}
+    train0 = known.train0 if known and known.train0 else next(_records_of(data, "train"), {})
+    return Glance(first=first, train0=train0,
+                  train=next(_records_of(data, "train", backwards=True), {}), eval=latest, worst=worst,
+                  start=next(_records_of(data, "start", backwards=True), {}),
+                  end=next(_records_of(data, "end", backwards=True), {}))
+
+
+CHECK_BYTES = 64
+"""A glance index names the file's bytes it covers by their length and the CRC-32 of their last CHECK_BYTES."""
+
+
+def glance_index(glanced: Glance, data_end: bytes, size: int, fold: dict | None = None) -> dict:
+    """The heartbeat's `glance` field (Heartbeat.glance): `glanced`, the glance of a metrics.jsonl's first `size`
+    bytes, whose last bytes are `data_end` (at least the last CHECK_BYTES of them), and `fold`, the state of
+    goodput's Fold over the same bytes' records (run/goodput.py)."""
+    import zlib
+
+    return {"at": size, "check": zlib.crc32(data_end[-CHECK_BYTES:]) if size else 0,
+            "records": {k: v for k, v in glanced.__dict__.items() if v}, **({"fold": fold} if fold else {})}
+
+
+def indexed_tail(path: Path, index: dict | None) -> bytes | None:
+    """The bytes of a metrics.jsonl after those its heartbeat's index covers, or None when the index is missing (an
+    older release, or a run that has not stepped yet) or no longer covers the file's start (a resume rewrote it: the
+    check differs). OSError when the file cannot be read."""
+    import zlib
+
+    try:
+        at, check = int(index["at"]), index["check"]
+    except (TypeError, KeyError, ValueError):
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(max(0, at - CHECK_BYTES))
+        data = fh.read()
+    head = min(at, CHECK_BYTES)
+    if len(data) < head or (zlib.crc32(data[:head]) if at else 0) != check:
+        return None
+    return data[head:]
+
+
+def glance_from(path: Path, index: dict | None) -> Glance:
+    """`glance(path)` read through the heartbeat's index: the index's glance of the bytes it covers, then the glance
+    of the bytes after them, read alone; the whole file where the index does not serve (`indexed_tail`)."""
+    try:
+        tail = indexed_tail(path, index)
+        return glance(path) if tail is None else glance_after(index, tail)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return glance(path)
+    except OSError:
+        return Glance()
+
+
+def glance_after(index: dict, tail: bytes) -> Glance:
+    """The glance of a metrics.jsonl from its heartbeat's index and the bytes after those it covers
+    (`indexed_tail`); TypeError, KeyError, ValueError or AttributeError for an index this release did not write."""
+    known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
+    return known.then(glance_of(tail, known=known))
+
+
+def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:
+    """The records of `kind` in a JSONL file's bytes, in order (or from the end), each decoded when it is reached."""
+    return (r for at in _line_starts(data, b'{"kind": "' + kind.encode() + b'"', backwards)
+            if (r := _decoded(data, at)) is not None)
+
+
+def _line_starts(data: bytes, mark: bytes, backwards: bool) -> Iterator[int]:
+    """Where each line that begins with `mark` begins, in order (or from the end)."""
+    head = [0] if data.startswith(mark) else []
+    if not backwards:
+        yield from head
+    at = data.rfind(b"\n" + mark) if backwards else data.find(b"\n" + mark)
+    while at >= 0:
+        yield at + 1
+        at = data.rfind(b"\n" + mark, 0, at) if backwards else data.find(b"\n" + mark, at + 1)
+    if backwards:
+        yield from head
+
+
+def _decoded(data: bytes, start: int) -> dict | None:
+    """The record on the line beginning at `start`; None when it is torn or not JSON."""
+    end = data.find(b"\n", start)
+    try:
+        record = json.loads(data[start:end if end >= 0 else len(data)].decode())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return upgraded(record) if isinstance(record, dict) else None
