@@ -280,6 +280,9 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     for (size, arm), choice in tuned.choices.items():  # the table's choice is the one the final runs trained at
         assert f"| {size} | {arm} | {choice.lrs} lrs | {lr_text(choice.lr)} |" in table
         assert finals[f"{size}-{arm}"].lr == choice.lr
+    assert json.loads((bundle / "summary.json").read_text())["tune"] == {"sizes": ["nano", "micro"], "check": []}
+    for arm, law in tuned.laws.items():  # and its law the one tiny's final runs took their lr from
+        assert f"{arm} {law.words().removeprefix('lr law ')}" in unwrapped(table)
     # #56: the report of the sweep file (its bundle, brought up to date first) has the lr section and its figure
     done = subprocess.run([sys.executable, "-m", "zbpscale.cli", "report", str(path)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
@@ -324,6 +327,38 @@ def test_the_bundle_s_lrs_and_what_tuning_changed_in_the_gap():
     assert "| a | zbp_n4 | 3 lrs | 1e-3 | 3.4000 | 1e-3 | low |  |" in text
     assert "| c | bp | (lr law) | | | | | 5e-4 |" in text
     assert "zbp_n4 at a: +0.2000 at its own best lr, +0.3000 at BP's" in text
+
+
+def test_the_bundle_s_lr_law_is_the_one_the_final_runs_took_theirs_from(tmp_path):
+    """A sweep tuning nano and micro and checking the law at tiny: the bundle's law (results/lr.py, told the tuned
+    sizes as collect keeps them) is the planner's own, not a fit through the checked size too; the check says the
+    law's lr at tiny and the best of the grid around it. A bundle that does not name its tuned sizes fits every size
+    with a grid, and says so."""
+    from zbpscale.results.collect import tuned_sizes
+    from zbpscale.results.lr import lr_markdown, tuning_of
+
+    sweep = load_sweep(write(tmp_path, check=("tiny",)))
+    table = {"nano-bp-lr2e-3": 3.5, "nano-bp-lr4e-3": 3.4, "nano-bp-lr8e-3": 3.45,
+             "micro-bp-lr1e-3": 3.3, "micro-bp-lr2e-3": 3.2, "micro-bp-lr4e-3": 3.25}
+    runs, _ = tuning.planned(sweep, fake_losses(table))
+    grid = [r for r in runs if r.size.name == "tiny" and r.arm.name == "bp" and r.role == "tuning"]
+    table.update({grid[0].name: 3.1, grid[1].name: 3.05, grid[2].name: 3.0})  # the law's lr x 2 is the best
+    runs, tuned = tuning.planned(sweep, fake_losses(table))
+    rows = [row(r.name, r.size.name, r.arm.name, r.lr, table[r.name], params=r.size.params_non_embedding)
+            for r in runs if r.name in table]
+    tune = tuned_sizes(sweep)
+    assert tune == {"sizes": ["nano", "micro"], "check": ["tiny"]}
+    t = tuning_of(rows, tune=tune)
+    assert t.laws == tuned.laws and t.laws["bp"].sizes == 2  # a, b and their interval: the planner's, exactly
+    ((size, arm, law_lr, best),) = t.checks
+    assert (size, arm, law_lr, best) == ("tiny", "bp", grid[1].lr, grid[2].lr)
+    text = lr_markdown(t, [])
+    assert "through the best lr of the tuned sizes (nano, micro), as the sweep fitted it" in text
+    assert f"bp {tuned.laws['bp'].words().removeprefix('lr law ')}" in text
+    assert f"bp at tiny: {lr_text(grid[1].lr)}, best {lr_text(grid[2].lr)} (x2)" in text
+    older = tuning_of(rows)  # a bundle collected before summary.json named the tuned sizes
+    assert older.laws["bp"].sizes == 3 and older.laws["bp"].b != tuned.laws["bp"].b and not older.checks
+    assert "this bundle does not name the sweep's tuned sizes: collect it again" in lr_markdown(older, [])
 
 
 @pytest.mark.slurm

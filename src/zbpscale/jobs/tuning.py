@@ -5,6 +5,7 @@
                      lr lies, while Tune.extend allows: what submit plans and status shows (it reads, never writes)
     best_lr(losses)  the choice at one size and arm from its tuning runs' final validation losses
     fit_lr_law(...)  lr*(N) = a N^b per arm on the tuned sizes (least squares in log-log), b with its interval
+    lr_laws(...)     the law of each arm once its tuned sizes have answered: the one rule of planned and the bundle
 
 A tuning run's loss is its last validation loss once it is COMPLETE (all its tuning runs train the same tokens, so
 the losses compare at equal tokens); a run that diverged (non-finite loss: the trainer's `end` record says so)
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from zbpscale.jobs.sweep import PlannedRun, Sweep, expand, lr_text, round_lr
 from zbpscale.run.folder import RunFolder
@@ -97,6 +98,25 @@ def fit_lr_law(params: list[float], lrs: list[float]) -> LrLaw:
     return LrLaw(a=float(math.exp(log_a)), b=float(b), b_interval=interval, sizes=len(x))
 
 
+def lr_laws(choices: Mapping[tuple[str, str], Choice], params: Mapping[str, float], sizes: Sequence[str]
+            ) -> dict[str, LrLaw]:
+    """The lr law of each arm, fitted on the best lr (`choices`, by (size, arm)) of each of `sizes`, the tuned sizes
+    (Tune.sizes: never a checked one, which tests the law), at their non-embedding parameter counts (`params`); an
+    arm has one once every one of its tuned sizes has its choice and they span two counts. The one rule of the final
+    runs' lrs (`planned`) and of the bundle's table (results/lr.py)."""
+    laws = {}
+    for arm in dict.fromkeys(a for _, a in choices):
+        tuned = [(params[s], choices[s, arm].lr) for s in sizes if (s, arm) in choices and s in params]
+        if len(tuned) == len(sizes) and len({n for n, _ in tuned}) >= 2:  # a sweep tuning one size has none
+            laws[arm] = fit_lr_law(*zip(*tuned))
+    return laws
+
+
+def law_sizes(sweep: Sweep) -> list[str]:
+    """The sizes the lr law is fitted on (Tune.sizes), in the sweep's order (the bundle keeps them: collect)."""
+    return [s.name for s in sweep.sizes if sweep.tune is not None and s.name in sweep.tune.sizes]
+
+
 def final_loss(run: PlannedRun) -> float | None:
     """A tuning run's answer: its last validation loss once complete, inf if it diverged, None while neither."""
     folder = RunFolder(run.run_dir)
@@ -166,12 +186,7 @@ def planned(sweep: Sweep, losses=final_loss) -> tuple[list[PlannedRun], Tuned]:
             grid = [r for r in runs if r.role == "tuning" and r.size == size and r.arm == arm]
             if grid:
                 take(grid)
-    laws = {}
-    for arm in sweep.arms:
-        tuned = [(s.params_non_embedding, choices[s.name, arm.name].lr) for s in sweep.sizes
-                 if s.name in tune.sizes and (s.name, arm.name) in choices]
-        if len(tuned) == len(tune.sizes) and len({n for n, _ in tuned}) >= 2:  # a sweep tuning one size has none
-            laws[arm.name] = fit_lr_law(*zip(*tuned))
+    laws = lr_laws(choices, {s.name: s.params_non_embedding for s in sweep.sizes}, law_sizes(sweep))
     centers = {}
     for size in (s for s in sweep.sizes if s.name in tune.check):
         for arm in (a for a in sweep.arms if a.name in laws):

@@ -5,7 +5,8 @@ read them); a run's copy in it has the run folder's own layout, so `bundle.run(n
 
     <bundle>/manifest.json     what was collected, from where, when, and every file with its size (and sha256)
              summary.csv       one row per run (results/summary.py's RunSummary)
-             summary.json      the same rows, with the sweep's name
+             summary.json      the same rows, with the sweep's name and, for a sweep that tunes its lr, the sizes
+                               its lr law is fitted on and those it is checked at (`tune`)
              runs/<run>/       the run's small files (RunFolder.RECORDS) and, with --with-ckpt, its latest checkpoint
              table.md          the per-run table, the fits and tests (plot)
              claims.md         the fits and tests in words, for a README to quote (plot)
@@ -59,6 +60,13 @@ class Bundle:
         """The rows of summary.json; a ConfigError if the folder is not a collected bundle."""
         self.require(self.summary_json)
         return [summary_row(row) for row in json.loads(self.summary_json.read_text())["runs"]]
+
+    def read_tune(self) -> dict | None:
+        """summary.json's `tune` ({"sizes": the sizes the sweep fitted its lr law on, "check": those it checked it
+        at}); None for a sweep that does not tune, or a bundle collected before 2026-12-05."""
+        self.require(self.summary_json)
+        tune = json.loads(self.summary_json.read_text()).get("tune")
+        return tune if isinstance(tune, dict) else None
 
     def require(self, file: Path | None = None) -> None:
         """A ConfigError if the folder is not a collected bundle: no manifest (or no `file`)."""

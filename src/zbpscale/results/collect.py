@@ -75,6 +75,16 @@ def _csv(rows: list[RunSummary]) -> bytes:
     return out.getvalue().encode()
 
 
+def tuned_sizes(sweep) -> dict | None:
+    """summary.json's `tune`: the sizes a tuning sweep fits its lr law on and those it checks it at (None: the sweep
+    does not tune its lr)."""
+    from zbpscale.jobs.tuning import law_sizes
+
+    if sweep.tune is None:
+        return None
+    return {"sizes": law_sizes(sweep), "check": [s.name for s in sweep.sizes if s.name in sweep.tune.check]}
+
+
 # ------------------------------------------------------------------------------------------------ collect
 def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool | str = False,
             log=print) -> list[RunSummary]:
@@ -105,6 +115,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
                           hint="collect each sweep into its own results/<tag>")
     rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
+    tune = next((tuned_sizes(s.planned.sweep) for s in sources if s.planned is not None), None) or \
+        (bundle.read_tune() if bundle.summary_json.exists() else None)
     changed = []
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None
@@ -122,7 +134,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
             changed.append(src.name)
         rows[src.name] = row
     ordered = sorted(rows.values(), key=sort_key)
-    summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered]}
+    summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered],
+               **({"tune": tune} if tune else {})}
     write_if_changed(bundle.summary_json, (json.dumps(summary, indent=1) + "\n").encode())
     write_if_changed(bundle.summary_csv, _csv(ordered))
     files = {str(p.relative_to(bundle.path)): file_entry(p) for p in sorted(bundle.runs.rglob("*"))

@@ -1,6 +1,8 @@
 """A tuning sweep's learning rates in the bundle: the choice per size and arm from its grid runs, the lr law per
-arm, what tuning changed in the gap, and the sensitivity figure's data. The choice and the law are jobs/tuning.py's
-(the same rule that gave the final runs their lr), applied to the bundle's rows.
+arm, how the law did at the checked sizes, what tuning changed in the gap, and the sensitivity figure's data. The
+choice and the law are jobs/tuning.py's (the same rule that gave the final runs their lr: `best_lr`, `lr_laws`),
+applied to the bundle's rows, the law fitted on the sizes the sweep tuned (summary.json's `tune`, which collect
+keeps), never on a checked one.
 
 Grid runs (RunSummary.role "tuning") answer with their final validation loss once complete; one that failed
 without a finite loss (the trainer stops at a non-finite loss) is an lr too high, worse than any; others wait.
@@ -41,22 +43,34 @@ class Tuning:
     params: dict[str, int]
     gaps: list[tuple[str, str, float, float]]
     """(size, arm, gap at its own best lr, gap at BP's best lr): ZBP's mean final loss minus BP's best."""
+    law_sizes: tuple[str, ...] = ()
+    """The sizes the laws are fitted on: the sweep's tuned sizes, or, in a bundle that does not name them
+    (`named` False: collected before 2026-12-05), every size with a grid."""
+    named: bool = True
+    checks: tuple[tuple[str, str, float, float], ...] = ()
+    """(checked size, arm, the law's lr there, the best lr of its grid): how the law transferred."""
 
 
-def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near: float = 3e-3) -> Tuning | None:
-    """The bundle's tuning (None when it has no grid run)."""
-    from zbpscale.jobs.tuning import best_lr, fit_lr_law
+def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near: float = 3e-3,
+              tune: dict | None = None) -> Tuning | None:
+    """The bundle's tuning (None when it has no grid run); `tune`: the sweep's tuned and checked sizes
+    ({"sizes": [...], "check": [...]}, summary.json's `tune`), None in a bundle that does not name them."""
+    from zbpscale.jobs.sweep import round_lr
+    from zbpscale.jobs.tuning import best_lr, lr_laws
 
     losses = grid_losses(rows)
     if not losses:
         return None
     params = {r.size: getattr(r, field) for r in rows if getattr(r, field) is not None}
     choices = {key: best_lr(by_lr, near) for key, by_lr in losses.items()}
-    laws = {}
-    for arm in {a for _, a in choices}:
-        tuned = sorted((params[s], c.lr) for (s, a), c in choices.items() if a == arm and s in params)
-        if len({n for n, _ in tuned}) >= 2:
-            laws[arm] = fit_lr_law(*zip(*tuned))
+    if tune is not None:
+        sizes, checked = tuple(tune.get("sizes", ())), tuple(tune.get("check", ()))
+    else:  # every size with a grid, smallest first: what a bundle that does not say could fit
+        sizes, checked = tuple(sorted({s for s, _ in choices if s in params}, key=params.get)), ()
+    laws = lr_laws(choices, params, sizes)
+    checks = tuple((size, arm, round_lr(laws[arm].at(params[size])), choices[size, arm].lr)
+                   for size in checked for arm in sorted(laws, key=arm_order)
+                   if (size, arm) in choices and size in params)
     gaps = []
     for (size, arm), choice in sorted(choices.items(), key=lambda kv: (params.get(kv[0][0], 0), arm_order(kv[0][1]))):
         bp = choices.get((size, "bp"))
@@ -64,7 +78,7 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near:
             continue
         at_bp = sum(losses[size, arm][bp.lr]) / len(losses[size, arm][bp.lr])
         gaps.append((size, arm, choice.loss - bp.loss, at_bp - bp.loss))
-    return Tuning(choices, laws, params, gaps)
+    return Tuning(choices, laws, params, gaps, law_sizes=sizes, named=tune is not None, checks=checks)
 
 
 def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
@@ -88,10 +102,16 @@ def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
     for size, arm in untuned:
         lines.append(f"| {size} | {arm} | (lr law) | | | | | {lr_text(final_lr[size, arm])} |")
     if t.laws:
-        lines += ["", "lr law per arm, lr*(N) = a N^b through the best lr of every size with a grid (95 % interval "
-                  "of b): "
+        through = f"the tuned sizes ({', '.join(t.law_sizes)}), as the sweep fitted it" if t.named else \
+            f"every size with a grid ({', '.join(t.law_sizes)}; this bundle does not name the sweep's tuned sizes: " \
+            "collect it again)"
+        lines += ["", f"lr law per arm, lr*(N) = a N^b through the best lr of {through} (95 % interval of b): "
                   + "; ".join(f"{arm} {law.words().removeprefix('lr law ')}"
                               for arm, law in sorted(t.laws.items(), key=lambda kv: arm_order(kv[0]))) + "."]
+    if t.checks:
+        lines += ["", "The law checked at sizes it was not fitted on (its lr there, the best of a grid around it): "
+                  + "; ".join(f"{arm} at {size}: {lr_text(law_lr)}, best {lr_text(best)} (x{best / law_lr:.2g})"
+                              for size, arm, law_lr, best in t.checks) + "."]
     if t.gaps:
         lines += ["", "What tuning changed in the gap (ZBP's loss minus BP's at BP's best lr): "
                   + "; ".join(f"{arm} at {size}: {own:+.4f} at its own best lr, {shared:+.4f} at BP's"

@@ -655,7 +655,8 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
         notes.append("no NSR figure: no ZBP run has a diag record yet" + _diag_hint(zbp))
     if not rho_files:
         notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
-    tuned = tuning_of(grid + rows, field)
+    law_field = "params_non_embedding" if all(r.params_non_embedding is not None for r in grid + rows) else field
+    tuned = tuning_of(grid + rows, law_field, tune=Bundle(bundle).read_tune())  # N as the sweep fitted its law
     lr_files = plot_lr_sensitivity(grid, tuned, out, formats=formats) if tuned else []
     if grid and not tuned:
         notes.append("no lr figure: no grid run has answered yet")
