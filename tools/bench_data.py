@@ -11,7 +11,9 @@ FineWeb-Edu's column layout, so the prep reads it the way it reads a downloaded 
     after start-up   the rate from the first packed batch to the end, as the prep records it in its
                manifest (`last_run`): what a long prep runs at once imports, worker spawning and
                building the encoding in each worker are behind it
-Goal: prep tokens/s >= 0.85 x raw x N for small N (and as close to linear in N as the cores allow).
+    raw (N)    N forked processes tokenizing their share of the same documents: the machine's own ceiling for N
+               (on the 2-core development machines two processes reach about 0.86 x raw each, not 1.00)
+Goal: prep tokens/s >= 0.85 x raw x N for small N (and as close to linear in N as the cores allow: raw (N)).
 Wall-clock figures need idle cores, and small shared VMs are noisy (raw tiktoken alone varies by +-20% from
 one run to the next on the 2-core development machines): the load average is printed, each round runs raw and
 the preps back to back, ratios are taken within a round, and medians over `--repeat` rounds are reported.
@@ -74,6 +76,30 @@ def bench_raw(docs: list[str]) -> dict:
             "cpu_seconds": _cpu_seconds() - c0}
 
 
+def bench_raw_parallel(docs: list[str], processes: int, tokens: int) -> dict:
+    """Raw tokenizing in `processes` forked processes, each its share of the documents (`tokens` in all, as the
+    raw run counted them): the machine's own ceiling for N tokenizer processes (cores that share caches and memory
+    bandwidth give less than N x one)."""
+    from zbpscale.data.tokenizer import get_gpt2_encoding
+
+    enc, _ = get_gpt2_encoding()  # built before the fork: each child starts tokenizing at once
+    t0, c0 = time.perf_counter(), _cpu_seconds()
+    pids = []
+    for k in range(processes):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for d in docs[k::processes]:
+                    enc.encode_ordinary(d)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    return {"mode": "raw encode_ordinary", "workers": processes, "tokens": tokens,
+            "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu_seconds() - c0}
+
+
 def bench_prep(src: Path, out: Path, workers: int) -> dict:
     from zbpscale.data.prepare import PrepConfig, prepare
 
@@ -107,7 +133,8 @@ def main() -> None:
         write_parquet(docs, src)
         for _ in range(args.repeat):  # each round: raw, then the preps, back to back on the same machine state
             raw = bench_raw(docs)
-            rounds.append([raw] + [bench_prep(src, Path(tmp) / "out", w) for w in workers])
+            rounds.append([raw] + [bench_raw_parallel(docs, w, raw["tokens"]) for w in workers if w > 1]
+                          + [bench_prep(src, Path(tmp) / "out", w) for w in workers])
 
     records = []
     for k in range(len(rounds[0])):

