@@ -589,6 +589,19 @@ def test_a_run_folder_as_target_shows_that_run(tmp_path, fake_sacct):
     assert [(r["run"], r["state"], r["step"]) for r in json.loads(out.stdout)["s"]] == [("tiny-bp", "running", 3)]
 
 
+def test_a_jobs_root_finds_a_sweep_whose_runs_have_no_config_as_its_sweep_folder_finds_them(tmp_path):
+    """One rule of what a run folder is (RunFolder.is_run: a config, metrics or attempts file), whether status
+    is given the jobs root or the sweep's folder: a sweep whose one run lost its config.json is found from both."""
+    from zbpscale.jobs.runs import find_runs
+
+    run = make_run(tmp_path / "jobs" / "s", "tiny-bp", done=3)
+    (run / "config.json").unlink()
+    (tmp_path / "jobs" / "s" / "notes").mkdir()  # a folder of other things is no run
+    by_folder = [(name, [r.name for r in runs]) for name, runs in find_runs(str(tmp_path / "jobs" / "s"))]
+    assert by_folder == [("s", ["tiny-bp"])]
+    assert [(name, [r.name for r in runs]) for name, runs in find_runs(str(tmp_path / "jobs"))] == by_folder
+
+
 def test_a_running_job_is_stalled_past_its_own_step_timeout(tmp_path, fake_sacct):
     """#33 item 3: without --stall-after, a running job is stalled once its heartbeat is older than the run's
     step_timeout_s (past which its watchdog or the sentinel ends it), not after a fixed 900 s; with no bound

@@ -652,9 +652,9 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
 
 
 def _holds_runs(folder: Path) -> bool:
-    """Whether a folder holds a run folder with a config (a sweep's folder): read up to the first one."""
+    """Whether a folder holds a run folder (RunFolder.is_run: a sweep's folder): read up to the first one."""
     with os.scandir(folder) as entries:
-        return any(e.is_dir() and RunFolder(e.path).config.exists() for e in entries)
+        return any(e.is_dir() and RunFolder.is_run(e.path) for e in entries)
 
 
 def not_found(path: str | Path) -> ConfigError:

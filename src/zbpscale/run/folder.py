@@ -102,14 +102,17 @@ class RunFolder:
     """The files, by attribute, any one of which makes a folder a run's: its config, metrics or attempts."""
 
     @classmethod
+    def is_run(cls, path: str | Path) -> bool:
+        """Whether a folder is a run's (MARKS): the one rule of every command that looks for runs."""
+        return any(os.path.exists(os.path.join(path, name)) for name in cls._MARK_NAMES)
+
+    @classmethod
     def all_in(cls, folder: Path, *, but: Container[str] = ()) -> list[Path]:
         """The run folders in `folder` (a sweep's), by name, but those named in `but`; one scan of the folder, a
         file test or two for each folder in it ([] when `folder` is no folder)."""
-        marks = [getattr(cls(folder), f).name for f in cls.MARKS]
         try:
             with os.scandir(folder) as entries:
-                found = [e for e in entries if e.name not in but and e.is_dir()
-                         and any(os.path.exists(os.path.join(e.path, m)) for m in marks)]
+                found = [e for e in entries if e.name not in but and e.is_dir() and cls.is_run(e.path)]
         except (FileNotFoundError, NotADirectoryError):
             return []
         return [Path(e.path) for e in sorted(found, key=lambda e: e.name)]
@@ -173,3 +176,7 @@ class RunFolder:
             raise BrokenRunFolder(f"{self.config} holds a {type(config).__name__}, not a config object",
                                   hint="restore it, or move the run folder aside to start the run anew")
         return config
+
+
+RunFolder._MARK_NAMES = tuple(getattr(RunFolder(Path(".")), f).name for f in RunFolder.MARKS)
+"""The file names of MARKS (RunFolder.is_run tests each)."""
