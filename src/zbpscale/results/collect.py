@@ -115,8 +115,9 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
                           hint="collect each sweep into its own results/<tag>")
     rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
-    tune = next((tuned_sizes(s.planned.sweep) for s in sources if s.planned is not None), None) or \
-        (bundle.read_tune() if bundle.summary_json.exists() else None)
+    sweep_file = next((s.planned.sweep for s in sources if s.planned is not None), None)
+    tune = tuned_sizes(sweep_file) if sweep_file is not None else \
+        bundle.read_tune() if bundle.summary_json.exists() else None  # collected from its folder: as it was
     changed = []
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None
