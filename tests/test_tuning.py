@@ -189,6 +189,51 @@ def test_planned_waits_chooses_grows_at_an_edge_and_transfers_by_the_law(tmp_pat
     assert not any(r.name == "nano-zbp_n4-lr5e-4" for r in runs)
 
 
+FINAL_LOSS_CASES = {  # metrics.jsonl lines, COMPLETE or not -> what a tuning run answers
+    "complete": ([{"kind": "eval", "step": 3, "val_loss": 3.5}, {"kind": "train", "step": 4, "loss": 3.0},
+                  {"kind": "eval", "step": 7, "val_loss": 3.25}, {"kind": "end", "step": 7, "why": "completed"}],
+                 True),
+    "a last eval without a loss": ([{"kind": "eval", "step": 3, "val_loss": 3.5},
+                                    {"kind": "eval", "step": 7, "val_loss": None}], True),
+    "diverged, then resumed and completed": ([{"kind": "eval", "step": 3, "val_loss": 9.0},
+                                              {"kind": "end", "step": 3, "why": "diverged"},
+                                              {"kind": "eval", "step": 7, "val_loss": 3.0}], True),
+    "diverged, an older release's end record": ([{"kind": "end", "step": 3, "status": "diverged"}], False),
+    "still training": ([{"kind": "eval", "step": 3, "val_loss": 3.5}], False),
+    "complete, no eval": ([{"kind": "train", "step": 0, "loss": 3.0}], True),
+    "no metrics": (None, False),
+}
+
+
+@pytest.mark.parametrize("case", list(FINAL_LOSS_CASES))
+def test_a_tuning_run_s_answer_is_the_one_its_whole_file_gives(tmp_path, case):
+    """final_loss decodes only the end records and the last eval: the same answer as reading every record (torn
+    lines in between, as a killed writer leaves them)."""
+    from zbpscale.run.records import read_records
+
+    lines, complete = FINAL_LOSS_CASES[case]
+    sweep = load_sweep(write(tmp_path))
+    run = next(r for r in expand(sweep) if r.role == "tuning")
+    folder = RunFolder(run.run_dir)
+    folder.path.mkdir(parents=True)
+    if lines is not None:
+        text = "".join(json.dumps({"kind": r["kind"], "time": 1.0 + i, **{k: v for k, v in r.items() if k != "kind"}})
+                       + "\n" + ('{"kind": "eval", "ti\n' if i == 0 else "") for i, r in enumerate(lines))
+        folder.metrics.write_text(text)
+    if complete:
+        folder.complete.write_text("{}\n")
+    records = read_records(run.run_dir)
+    if any(r.get("kind") == "end" and r.get("why") == "diverged" for r in records):
+        expected = math.inf
+    elif not complete:
+        expected = None
+    else:
+        evals = [r["val_loss"] for r in records if r.get("kind") == "eval" and r.get("val_loss") is not None]
+        expected = evals[-1] if evals else None
+    assert tuning.final_loss(run) == expected
+    assert expected is not None or case in ("still training", "complete, no eval", "no metrics")
+
+
 def test_a_sweep_that_tunes_its_one_size_chooses_without_a_law(tmp_path):
     """Every size tuned, one of them: the choice is the grid's best and no lr law is fitted (it needs two sizes)."""
     sweep = load_sweep(write(tmp_path, sizes=("nano",), rungs=("nano",)))

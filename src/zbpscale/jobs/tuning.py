@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 from zbpscale.jobs.sweep import PlannedRun, Sweep, expand, lr_text, round_lr
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.records import read_records
+from zbpscale.run.records import records_of_kind
 
 LEVEL = 0.95
 """The confidence level of the lr law's exponent interval."""
@@ -118,15 +118,20 @@ def law_sizes(sweep: Sweep) -> list[str]:
 
 
 def final_loss(run: PlannedRun) -> float | None:
-    """A tuning run's answer: its last validation loss once complete, inf if it diverged, None while neither."""
+    """A tuning run's answer: its last validation loss once complete, inf if it diverged (an end record of any of
+    its attempts says so), None while neither. Only its end records and its last eval are decoded (status, submit
+    and collect ask it of every grid run of a tuning sweep)."""
     folder = RunFolder(run.run_dir)
-    records = read_records(run.run_dir) if folder.metrics.exists() else []
-    if any(r.get("kind") == "end" and r.get("why") == "diverged" for r in records):
+    try:
+        data = folder.metrics.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    if any(r.get("why") == "diverged" for r in records_of_kind(data, "end")):
         return math.inf
     if not folder.complete.exists():
         return None
-    evals = [r["val_loss"] for r in records if r.get("kind") == "eval" and r.get("val_loss") is not None]
-    return float(evals[-1]) if evals else None
+    last = next((r for r in records_of_kind(data, "eval", backwards=True) if r.get("val_loss") is not None), None)
+    return None if last is None else float(last["val_loss"])
 
 
 @dataclass(frozen=True)

