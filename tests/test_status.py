@@ -197,11 +197,20 @@ def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
 def test_a_glance_through_the_heartbeat_s_index_is_the_glance_of_the_whole_file(tmp_path):
     """#54 item 2: the glance of a file's first part (at every line boundary) followed by that of the rest is the
     glance of the whole (`then`); through an index of the first part (`glance_index`, what the trainer's heartbeat
-    carries), `glance_from` reads only the rest and gives the whole file's glance; an index the file no longer
+    carries), a run's Snapshot reads only the rest and gives the whole file's glance; an index the file no longer
     starts with (a resume rewrote it: the check differs), or none, gives it too, from the whole file."""
-    from zbpscale.run.glance import glance, glance_from, glance_index, glance_of
+    from zbpscale.run.folder import RunFolder
+    from zbpscale.run.glance import glance, glance_index, glance_of
+    from zbpscale.run.snapshot import Snapshot
 
-    path = tmp_path / "m.jsonl"
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    path = folder.metrics
+
+    def seen_through(path: Path, index) -> object:  # what status sees: a new look at the folder, with this heartbeat
+        folder.heartbeat.write_text(json.dumps({} if index is None else {"glance": index}))
+        return Snapshot(folder.path).glance
+
     lines = [json.dumps({"kind": "start", "time": 1.0, "step": 0})]
     for i in range(60):
         lines.append(json.dumps({"kind": "train", "step": i, "loss": 10.0 - i / 10}))
@@ -216,13 +225,13 @@ def test_a_glance_through_the_heartbeat_s_index_is_the_glance_of_the_whole_file(
     for at in bounds:
         assert glance_of(data[:at]).then(glance_of(data[at:])) == whole, at
         index = json.loads(json.dumps(glance_index(glance_of(data[:at]), data[:at], at)))  # through JSON
-        assert glance_from(path, index) == whole, at
+        assert seen_through(path, index) == whole, at
     index = glance_index(glance_of(data[:bounds[60]]), data[:bounds[60]], bounds[60])
     kept = [ln for ln in lines if json.loads(ln).get("step", 0) < 30]  # a resume from step 30 rolled the file back
     redone = [json.dumps({"kind": "train", "step": i, "loss": 5.0 + i / 100}) for i in range(30, 90)]  # and went on
     path.write_text("\n".join(kept + redone) + "\n")
-    assert path.stat().st_size > bounds[60] and glance_from(path, index) == glance(path) != whole
-    assert glance_from(path, None) == glance_from(path, {"at": "x"}) == glance(path)
+    assert path.stat().st_size > bounds[60] and seen_through(path, index) == glance(path) != whole
+    assert seen_through(path, None) == seen_through(path, {"at": "x"}) == glance(path)
 
 
 LN_VOCAB = math.log(50257)  # the loss of a uniform guess over GPT-2's vocabulary: where a fresh model starts

@@ -118,18 +118,6 @@ def indexed_tail(path: Path, index: dict | None) -> bytes | None:
     return data[head:]
 
 
-def glance_from(path: Path, index: dict | None) -> Glance:
-    """`glance(path)` read through the heartbeat's index: the index's glance of the bytes it covers, then the glance
-    of the bytes after them, read alone; the whole file where the index does not serve (`indexed_tail`)."""
-    try:
-        tail = indexed_tail(path, index)
-        return glance(path) if tail is None else glance_after(index, tail)
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return glance(path)
-    except OSError:
-        return Glance()
-
-
 def glance_after(index: dict, tail: bytes) -> Glance:
     """The glance of a metrics.jsonl from its heartbeat's index and the bytes after those it covers
     (`indexed_tail`); TypeError, KeyError, ValueError or AttributeError for an index this release did not write."""
