@@ -253,6 +253,18 @@ def test_status_piped_or_watched_into_a_file_writes_plain_lines(tmp_path):
     assert text.startswith("[20") and "s1b-zbp_n64_gaussian" not in text and "zbp_n64_gaussian" in text
 
 
+def test_a_reader_that_leaves_before_the_output_ends_ends_the_command_quietly(tmp_path):
+    """`zbpscale status | head`: the reader gone, status stops as cat does (exit 141, nothing on stderr), for the
+    table, --json and --goodput; it was a BrokenPipeError traceback."""
+    folder = status_folder(tmp_path)
+    for extra in ([], ["--json"], ["--goodput"]):
+        proc = subprocess.Popen(["zbpscale", "status", str(folder), *extra], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        proc.stdout.close()  # the reader leaves before the first line is written
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 128 + signal.SIGPIPE and err == "", (extra, proc.returncode, err)
+
+
 def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
     home = project(tmp_path, "smoke.py", "ladder.py")
     smoke = (home / "sweeps" / "smoke.py").read_text()

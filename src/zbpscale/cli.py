@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from zbpscale.errors import ZbpError, report
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # what reads the output left (`zbpscale status | head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and Python's last flush writes nowhere
+        return 128 + signal.SIGPIPE
 
 
 def module_main(command: str, argv: list[str] | None = None) -> int:
