@@ -22,8 +22,8 @@ FORKED: list[int] = []
 def forking(monkeypatch):
     """spread forks here even under pytest-xdist, whose workers run a thread of their own (spread's guard); the
     children it forks are noted in FORKED."""
-    def fork(work, part, real=bulk._fork):
-        pid, read = real(work, part)
+    def fork(work, part, siblings, real=bulk._fork):
+        pid, read = real(work, part, siblings)
         FORKED.append(pid)
         return pid, read
 
@@ -54,7 +54,7 @@ def test_spread_is_the_work_done_in_one_process(forking, count):
     done = bulk.spread(squares_and_pids, items, least=1)
     assert [v for v, _ in done] == [x * x for x in items]
     pids = {pid for _, pid in done}
-    assert len(pids) == min(count, CORES, bulk.MAX_PROCESSES) or count == 0  # one process per slice
+    assert len(pids) == min(count, CORES * bulk.PER_CORE, bulk.MAX_PROCESSES) or count == 0  # a process a slice
     assert len(FORKED) == max(0, len(pids) - 1)
     assert os.getpid() in pids or count == 0  # the parent did the first slice itself
     assert no_children_left()
@@ -95,6 +95,11 @@ def test_a_child_that_dies_has_its_slice_done_by_the_parent(forking):
 
 @forks
 def test_the_parent_s_own_exception_leaves_no_child_behind(forking):
+    """Every child blocked on an answer the parent will not read ends once the parent closes its pipe: with two
+    children or more (PER_CORE per core), each inherited its elder siblings' pipes, held them open, and the parent
+    waited on a child blocked for ever."""
+    assert bulk.processes(10, least=1) >= 3
+
     def work(part):
         if os.getpid() == parent:
             raise KeyError("parent")

@@ -842,7 +842,8 @@ def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fa
     one = collect_rows(sweep)
     monkeypatch.setattr(bulk, "LEAST", 1)
     monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)  # pytest-xdist's worker thread
-    monkeypatch.setattr(bulk, "_fork", lambda work, part, fork=bulk._fork: forked.append(len(part)) or fork(work, part))
+    monkeypatch.setattr(bulk, "_fork", lambda work, part, siblings, fork=bulk._fork: forked.append(len(part))
+                        or fork(work, part, siblings))
     forked: list[int] = []
     spread = collect_rows(sweep)
     assert forked and sum(forked) == 12 - 12 // bulk.processes(12), "no run was read in a child"
