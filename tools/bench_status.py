@@ -2,13 +2,17 @@
 
 Writes a folder the way a ladder's runs would leave it mid-way: each run with its config, plan, attempts (a few
 requeues), heartbeat, and a metrics.jsonl of `--records` train records with an eval every 50 steps (about
-1 MB per run at the default), some runs complete, some failed with a log. Then times, side by side, in
+1 MB per run at the default), some runs complete, some failed with a log. The records and the heartbeat are those a
+trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
+SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
+a cluster. Then times, side by side, in
 interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json),
 and the in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
 
-The run folders' heartbeats carry the index a trainer writes (the glance and goodput's fold of all but the last
-20 records); after the timed rounds it is removed and the rows gathered, and `status --goodput` run, again: both
-must give the same as with it (the index is a cache).
+The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
+`--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
+leaves it when it ends, its last heartbeat after its last record). After the timed rounds the index is removed and
+the rows gathered, and `status --goodput` run, again: both must give the same as with it (the index is a cache).
 
   python tools/bench_status.py
   python tools/bench_status.py --runs 100 --records 20000
@@ -27,13 +31,16 @@ import time
 from pathlib import Path
 
 from zbpscale.jobs.status import collect_rows
-from zbpscale.run.config import TrainConfig, model_config
+from zbpscale.run.config import TrainConfig, derived_numbers, model_config
 from zbpscale.run.glance import glance_index, glance_of
 from zbpscale.run.goodput import Fold
 from zbpscale.run.records import records_of
 
 SIZES = ("nano", "micro", "tiny", "mini", "s60", "s124", "s350", "s1b")
 ARMS = ("bp", "zbp_n16", "zbp_n64")
+SAVES = 24
+"""Checkpoint saves in each run's attempt before the latest (a day's attempt, a save an hour): each a row of its end
+record, as a trainer writes them."""
 
 
 def run_name(i: int) -> str:
@@ -42,24 +49,49 @@ def run_name(i: int) -> str:
     return f"{SIZES[i % len(SIZES)]}-{ARMS[i // len(SIZES) % len(ARMS)]}" + (f"-s{seed}" if seed else "")
 
 
-def build(folder: Path, runs: int, records: int, *, index: bool = True) -> None:
+def loss(step: int) -> float:
+    """A loss curve as a language model's: 10.8 at the start (ln of GPT-2's vocabulary), falling towards 3."""
+    return 3.0 + 7.8 / (1 + step / 50)
+
+
+def build(folder: Path, runs: int, records: int, *, index: bool = True, tail: int = 20) -> None:
     """`runs` run folders (`run_name`); `index`: their heartbeats carry the glance index a trainer of this release
-    writes (covering all but the last 20 train records, written after the latest heartbeat)."""
+    writes, covering all but the last `tail` records (0 to 20: those written after the latest heartbeat)."""
     now = time.time()
-    config = json.dumps(TrainConfig(model=model_config("s60"), data_dir="data", steps=2 * records,
-                                    global_batch=256).to_dict())
-    lines = [json.dumps({"kind": "start", "time": now - 9e4, "derived": {"params": 6e7, "tokens_per_step": 262144}})]
+    train = TrainConfig(model=model_config("s60"), data_dir="data", steps=2 * records, global_batch=256)
+    config = json.dumps(train.to_dict())
+    saves = [{"step": 1000 * (k + 1), "blocked_s": 0.02, "landed_s": 14.7, "overlap_steps": 16, "slowdown": 1.08}
+             for k in range(SAVES)]
+    tally = {"step": 1000 * SAVES, "time": now - 60, "s": 0.02 * SAVES, "n": SAVES, "last": saves[-1]}
+    lines = [json.dumps({"kind": "start", "time": now - 9e4, "attempt": 1, "step": 0, "world_size": 8,
+                         "config": train.to_dict(), "derived": derived_numbers(train, 8),
+                         "numerics": {"torch": "2.13.0+cu128", "cpu": "AMD EPYC", "cpu_capability": "AVX512",
+                                      "threads": 16, "gpu": "NVIDIA H100 80GB HBM3"},
+                         "impl_used": {"attn": "closed", "ffn": "closed"}, "git": "0" * 40, "host": "gpu-node-017",
+                         "versions": {"zbpscale": "0.1.0", "torch": "2.13.0+cu128", "python": "3.11.7"},
+                         "setup_s": {"launch": 9.1, "model": 3.2, "restore": 0.0, "warm_up": 41.5, "data": 0.4,
+                                     "total": 54.2}})]
     for step in range(records):
         tokens = (step + 1) * 262144
         lines.append(json.dumps({"kind": "train", "time": now - 9e4 + step, "step": step, "tokens": tokens,
-                                 "loss": 3.1, "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9,
+                                 "loss": loss(step), "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9,
                                  "tokens_per_s": 291000.0}))
         if step % 50 == 49:
             lines.append(json.dumps({"kind": "eval", "time": now - 9e4 + step, "step": step, "tokens": tokens,
-                                     "val_loss": 3.2 + 1.0 / (step + 1)}))
+                                     "val_loss": loss(step) + 0.05}))
+    lines.append(json.dumps({"kind": "end", "time": now - 9e4 + records, "step": records - 1, "why": "checkpointed",
+                             "reason": "signal 12: requeue me", "ckpt_s": 0.02 * SAVES, "ckpts": SAVES,
+                             "ckpt_saves": saves}))
+    lines.append(json.dumps({**json.loads(lines[0]), "time": now - 9e4 + records + 3, "attempt": 2, "step": records}))
+    for step in range(records, records + 20):
+        lines.append(json.dumps({"kind": "train", "time": now - 9e4 + step + 4, "step": step, "tokens": step * 262144,
+                                 "loss": loss(step), "lr": 3e-4, "grad_norm": 0.8, "step_time": 0.9,
+                                 "tokens_per_s": 291000.0}))
     metrics = ("\n".join(lines) + "\n").encode()
-    at = len(("\n".join(lines[:-20]) + "\n").encode())
-    beat = {"step": records, "time": now - 10}
+    at = len(("\n".join(lines[:len(lines) - tail]) + "\n").encode())
+    beat = {"step": records + 20 - tail, "tokens": (records + 20 - tail) * 262144,
+            "time": now - 9e4 + records + 24 - tail - 0.5, "host": "gpu-node-017", "pid": 123456,
+            "pid_start": 987654321, "impl_used": {"attn": "closed", "ffn": "closed"}, "fallbacks": [], "ckpt": tally}
     if index:
         beat["glance"] = glance_index(glance_of(metrics[:at]), metrics[:at], at,
                                       fold=Fold.of(records_of(metrics[:at])).state)
@@ -72,9 +104,10 @@ def build(folder: Path, runs: int, records: int, *, index: bool = True) -> None:
         (run / "heartbeat.json").write_text(json.dumps(beat))
         job = f"local-{i}"
         attempts = [{"event": "submitted", "time": now - 9e4, "job_id": job, "executor": "local"}]
-        for k in range(3):
-            attempts += [{"event": "start", "time": now - 9e4 + k * 100, "job_id": job},
-                         {"event": "end", "time": now - 9e4 + k * 100 + 90, "job_id": job, "why": "timeout",
+        for start, end, why in ((-60, records + 1, "timeout"), (records + 2, records + 30, "timeout"),
+                                (records + 60, records + 65, "preempted")):  # the trainer's two attempts, and one
+            attempts += [{"event": "start", "time": now - 9e4 + start, "job_id": job},  # preempted in its start-up
+                         {"event": "end", "time": now - 9e4 + end, "job_id": job, "why": why,
                           "reason": "checkpointed; requeue"}]
         if i % 10 == 0:
             attempts.append({"event": "end", "time": now - 5, "job_id": job, "why": "failed",
@@ -110,11 +143,14 @@ def main(argv=None) -> int:
     p.add_argument("--records", type=int, default=5000, help="train records per run")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cold", action="store_true", help="also time status after dropping the kernel's caches (root)")
+    p.add_argument("--tail", type=int, default=20, choices=range(21), metavar="0-20",
+                   help="records each trainer wrote after its latest heartbeat (default 20: killed mid-run; 0: none, "
+                        "as a trainer that ends leaves it)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="zbpscale-bench-status-") as tmp:
         folder = Path(tmp) / "jobs" / "ladder"
         t = time.perf_counter()
-        build(folder, args.runs, args.records)
+        build(folder, args.runs, args.records, tail=args.tail)
         print(f"built {args.runs} run folders in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
@@ -148,7 +184,8 @@ def main(argv=None) -> int:
             return [{k: v for k, v in r.items() if k != "heartbeat_age_s"} for r in rs]
 
         assert aged(without) == aged(rows), "the rows differ without the heartbeats' index"
-    print(f"{args.runs} runs, {size_mb:.0f} MB of run folders; median of {args.rounds} rounds")
+    print(f"{args.runs} runs, {size_mb:.0f} MB of run folders, {args.tail} records after each heartbeat; median of "
+          f"{args.rounds} rounds")
     for label, ts in times.items():
         if ts:
             print(f"  {label:<38} {statistics.median(ts):6.3f} s")

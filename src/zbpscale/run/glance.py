@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zbpscale.files import read_bytes
 from zbpscale.run.records import (
     EndRecord,
     EvalRecord,
@@ -56,6 +57,23 @@ class Glance:
                       start=later.start or self.start, end=later.end or self.end)
 
 
+UNSHOWN = {"start": ("config", "numerics", "git", "host", "versions", "setup_s"), "end": ("ckpt_saves",)}
+"""What a Glance leaves out of the start and end records it keeps: the long fields no reader of a glance reads (a
+start record's config, but its device, which goodput's gpus_held asks; an end record's row for each save), so that
+the heartbeat's index, decoded for every run by every status, stays short (8.9 -> 1.9 KB: tools/bench_status.py)."""
+
+
+def shown(record: Record) -> Record:
+    """What a Glance keeps of a record (UNSHOWN)."""
+    left = UNSHOWN.get(record.get("kind"), ())
+    if not any(k in record for k in left):
+        return record
+    kept = {k: v for k, v in record.items() if k not in left}
+    if "config" in record:
+        kept["config"] = {"device": record["config"].get("device")} if isinstance(record["config"], dict) else {}
+    return kept
+
+
 def _badness(record: EvalRecord) -> float:
     loss = record["val_loss"]
     return math.inf if math.isnan(loss) else loss
@@ -77,12 +95,12 @@ def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
     evals = [r for r in records_of_kind(data, "eval") if r.get("val_loss") is not None]
     worst = max(evals, key=_badness) if evals else {}
     latest = next(records_of_kind(data, "eval", backwards=True), {})
-    first = known.first if known and known.first else decoded_line(data, 0) or {}
+    first = known.first if known and known.first else shown(decoded_line(data, 0) or {})
     train0 = known.train0 if known and known.train0 else next(records_of_kind(data, "train"), {})
     return Glance(first=first, train0=train0,
                   train=next(records_of_kind(data, "train", backwards=True), {}), eval=latest, worst=worst,
-                  start=next(records_of_kind(data, "start", backwards=True), {}),
-                  end=next(records_of_kind(data, "end", backwards=True), {}))
+                  start=shown(next(records_of_kind(data, "start", backwards=True), {})),
+                  end=shown(next(records_of_kind(data, "end", backwards=True), {})))
 
 
 CHECK_BYTES = 64
@@ -109,9 +127,7 @@ def indexed_tail(path: Path, index: dict | None) -> bytes | None:
         at, check = int(index["at"]), index["check"]
     except (TypeError, KeyError, ValueError):
         return None
-    with open(path, "rb") as fh:
-        fh.seek(max(0, at - CHECK_BYTES))
-        data = fh.read()
+    data = read_bytes(path, max(0, at - CHECK_BYTES))
     head = min(at, CHECK_BYTES)
     if len(data) < head or (zlib.crc32(data[:head]) if at else 0) != check:
         return None
@@ -121,5 +137,5 @@ def indexed_tail(path: Path, index: dict | None) -> bytes | None:
 def glance_after(index: dict, tail: bytes) -> Glance:
     """The glance of a metrics.jsonl from its heartbeat's index and the bytes after those it covers
     (`indexed_tail`); TypeError, KeyError, ValueError or AttributeError for an index this release did not write."""
-    known = Glance(**{k: upgraded(v) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
+    known = Glance(**{k: shown(upgraded(v)) for k, v in index["records"].items() if k in Glance.__dataclass_fields__})
     return known.then(glance_of(tail, known=known))

@@ -19,6 +19,7 @@ How an attempt ended and what state a run is in are two vocabularies:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -201,10 +202,15 @@ class History:
         starts = self.starts()
         return starts[-1].get("nodes", "") if starts else ""
 
+    @cached_property
+    def _counted_ends(self) -> Counter:
+        """The attempts' ends since the run was last submitted with --retry (which resets the counts), by why."""
+        since = max((a.get("time", 0) for a in self._of("submitted") if a.get("retry")), default=0)
+        return Counter(a.get("why") for a in self._of("end") if a.get("time", 0) >= since)
+
     def count_ends(self, why: str) -> int:
         """Attempts that ended for `why`, since the run was last submitted with --retry (which resets the count)."""
-        since = max((a.get("time", 0) for a in self._of("submitted") if a.get("retry")), default=0)
-        return sum(1 for a in self._of("end") if a.get("why") == why and a.get("time", 0) >= since)
+        return self._counted_ends[why]
 
     def requeue_counts(self) -> tuple[int, int, int]:
         """(timeouts, preemptions, failures) since the last --retry, as status's T/P/F column shows them: failures

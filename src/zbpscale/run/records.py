@@ -67,7 +67,8 @@ class CheckpointTally(TypedDict, total=False):
     time: float  # when it ended (Unix seconds)
     s: float  # seconds the trainer was blocked in all of this attempt's saves (every rank waits for rank 0)
     n: int  # saves
-    each: list[SaveRow]  # the latest 100 saves, each as it ended (a background one once its write has landed)
+    last: SaveRow  # the latest save's row as it ended (a background one once its write has landed); the end record
+    # has a row for each of the latest 100 (EndRecord.ckpt_saves; older heartbeats had all of them, as `each`)
 
 
 class Before(TypedDict, total=False):

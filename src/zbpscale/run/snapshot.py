@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.files import read_json
+from zbpscale.files import read_bytes, read_json
 from zbpscale.run.config import TrainConfig
 from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
@@ -100,7 +100,7 @@ class Snapshot:
     def metrics(self) -> bytes:
         """metrics.jsonl's bytes (b"" when there is none)."""
         try:
-            return self.folder.metrics.read_bytes()
+            return read_bytes(self.folder.metrics)
         except OSError:
             return b""
 

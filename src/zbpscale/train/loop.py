@@ -45,7 +45,7 @@ SETUP_S = 600.0  # no phase of a trainer's set-up (restoring a checkpoint, compi
 LEASE_SLACK_S = 120.0  # renewal period, the watchdog's own period and last words (scontrol requeue), clock skew
 PRINT_EVERY_S = 60.0  # a progress line at most this often (and at every evaluation): quiet in 24 h logs
 CANCEL_LOOK_S = 1.0  # rank 0 looks for the run folder's CANCEL stamp at most this often
-SAVES_KEPT = 100  # the heartbeat's and end record's rows of the attempt's latest saves (metrics.SaveRow)
+SAVES_KEPT = 100  # the end record's rows of the attempt's latest saves (records.SaveRow); the heartbeat has the last
 
 
 class TrainingDiverged(ZbpError):
@@ -204,7 +204,8 @@ class _Run:
     bf16: bool
     done: int = 0  # steps done so far (the loop keeps it): where an attempt stopped by an exception ended
     lock: Lock | None = None  # the trainer lock (rank 0), renewed as the loop goes and asked before each write
-    saves: dict = field(default_factory=dict)  # this attempt's checkpoint saves (metrics.CheckpointTally)
+    saves: dict = field(default_factory=dict)  # this attempt's checkpoint saves (records.CheckpointTally)
+    save_rows: list = field(default_factory=list)  # a records.SaveRow for each of its latest SAVES_KEPT saves
     cancel_looked: float = 0.0  # when rank 0 last looked for the run folder's CANCEL stamp (monotonic)
     writer: checkpoint.Background | None = None  # rank 0: the periodic saves, written in the background
     writing: dict | None = None  # the save in flight: its metrics.SaveRow so far, and the steps that overlap it
@@ -254,7 +255,7 @@ class _Run:
         self.log.checkpointed()
 
     def _add(self, row: dict) -> None:
-        self.saves["each"] = (self.saves.get("each", []) + [row])[-SAVES_KEPT:]
+        self.save_rows = (self.save_rows + [row])[-SAVES_KEPT:]
 
     def cancel_stamped(self) -> bool:
         """Whether `zbpscale cancel` has left its stamp in the run folder: a stop request that needs no scheduler
@@ -267,13 +268,14 @@ class _Run:
 
     def end_fields(self) -> dict:
         """What an end record says of the attempt's checkpoint saves (goodput's accounting, run/goodput.py)."""
-        each = {"ckpt_saves": self.saves["each"]} if self.saves.get("each") else {}
+        each = {"ckpt_saves": self.save_rows} if self.save_rows else {}
         return {"ckpt_s": round(self.saves.get("s", 0.0), 6), "ckpts": self.saves.get("n", 0), **each}
 
     def beat(self, done: int, *, force: bool = False) -> None:
         """Rewrite the heartbeat (rank 0, at most every few seconds unless forced): the step, the estimator's
         paths and this attempt's saves, which are the last words of an attempt killed without an end record."""
-        extra = {"ckpt": self.saves} if self.saves else {}
+        last = {"last": self.save_rows[-1]} if self.save_rows else {}  # the rows of every save: the end record's
+        extra = {"ckpt": {**self.saves, **last}} if self.saves else {}
         self.log.heartbeat(done, done * self.numbers["tokens_per_step"], force=force, **estimator_state(), **extra)
 
 
