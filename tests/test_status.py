@@ -234,6 +234,45 @@ def test_a_glance_through_the_heartbeat_s_index_is_the_glance_of_the_whole_file(
     assert seen_through(path, None) == seen_through(path, {"at": "x"}) == glance(path)
 
 
+def test_the_glance_keeps_of_the_long_records_what_its_readers_read_and_an_older_index_gives_the_same(tmp_path):
+    """#54: every status decodes each run's heartbeat index, so the glance keeps of a start record neither its config
+    (but the device, which goodput's GPUs held read) nor numerics, versions, git, host and setup times, and of an end
+    record not its row for each save; an index of a release that kept the records whole gives the same glance, and
+    the run's GPU-hours (8 GPUs from the start record of a cuda run without plan.json) are read from it alike."""
+    from zbpscale.run.config import TrainConfig, model_config
+    from zbpscale.run.folder import RunFolder
+    from zbpscale.run.glance import glance, glance_index
+    from zbpscale.run.goodput import run_time
+    from zbpscale.run.snapshot import Snapshot
+
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    config = TrainConfig(model=model_config("s60"), data_dir="data", steps=10, global_batch=8, device="cuda").to_dict()
+    start = {"kind": "start", "time": 1.0, "attempt": 1, "step": 0, "world_size": 8, "config": config,
+             "derived": {"params": 6e7, "total_steps": 10, "tokens_per_step": 8192},
+             "numerics": {"torch": "2.13.0", "gpu": "H100"}, "impl_used": {"attn": "closed", "ffn": "closed"},
+             "git": "0" * 40, "host": "node-1", "versions": {"zbpscale": "0.1.0"}, "setup_s": {"total": 3.0}}
+    end = {"kind": "end", "time": 3600.0, "step": 9, "why": "completed", "reason": "all steps done", "ckpt_s": 0.5,
+           "ckpts": 2, "ckpt_saves": [{"step": 5, "blocked_s": 0.2}, {"step": 10, "blocked_s": 0.3}]}
+    train = [{"kind": "train", "time": 2.0 + i, "step": i, "loss": 10.0 - i, "step_time": 1.0} for i in range(10)]
+    data = "".join(json.dumps(r) + "\n" for r in [start, *train, end]).encode()
+    folder.metrics.write_bytes(data)
+    whole = glance(folder.metrics)
+    kept = {"kind", "time", "attempt", "step", "world_size", "derived", "impl_used"}
+    assert whole.first == whole.start == {**{k: start[k] for k in kept}, "config": {"device": "cuda"}}
+    assert whole.end == {k: v for k, v in end.items() if k != "ckpt_saves"} and whole.train == train[-1]
+    index = glance_index(whole, data, len(data))
+    assert len(json.dumps(index)) < len(json.dumps(start))  # the whole index: shorter than one start record was
+
+    def seen_through(index: dict) -> Snapshot:  # a new look at the folder, with this heartbeat
+        folder.heartbeat.write_text(json.dumps({"time": 3600.0, "glance": index}))
+        return Snapshot(folder.path)
+
+    older = {**index, "records": {**index["records"], "first": start, "start": start, "end": end}}
+    assert seen_through(older).glance == seen_through(index).glance == whole
+    assert run_time(seen_through(older)).gpus == run_time(seen_through(index)).gpus == 8
+
+
 LN_VOCAB = math.log(50257)  # the loss of a uniform guess over GPT-2's vocabulary: where a fresh model starts
 DIVERGED = [  # train loss by step, val loss by step -> (step, val loss, start) of the eval flagged, or None
     ({0: 10.951}, {15: 7.4, 31: 6.9}, None),  # falls: never flagged

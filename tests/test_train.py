@@ -365,6 +365,8 @@ def test_a_stop_signal_waits_for_the_write_in_flight_before_it_says_checkpointed
     end = [r for r in read_records(run) if r["kind"] == "end"][-1]
     rows = {row["step"]: row for row in end["ckpt_saves"]}
     assert end["why"] == "checkpointed" and rows[4]["landed_s"] >= 3 and "error" not in rows[4]
+    tally = json.loads(RunFolder(run).heartbeat.read_text())["ckpt"]  # the sums and the latest row, not every row
+    assert tally["last"] == end["ckpt_saves"][-1] and tally["n"] == end["ckpts"] and "each" not in tally
     finished(launch(run))
     reference = straight_run(run)
     assert losses(run) == losses(reference)
