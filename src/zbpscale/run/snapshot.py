@@ -150,6 +150,7 @@ class Snapshot:
 
     @property
     def own(self) -> dict[str, Record]:
-        """The trainer's latest `start` and `end` records ({} for each it has not written)."""
+        """The trainer's latest `start` and `end` records as the glance keeps them (run/glance.py's `shown`: a start
+        record's config holds only its device; {} for each it has not written)."""
         seen = self.glance
         return {k: r for k, r in (("start", seen.start), ("end", seen.end)) if r}
