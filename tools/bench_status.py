@@ -6,8 +6,9 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
 SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
 a cluster. Then times, side by side, in
-interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json),
-and the in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
+interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json, and
+`zbpscale status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what
+--watch repeats). No SLURM here: the runs say executor local.
 
 The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
 `--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
@@ -119,6 +120,23 @@ def build(folder: Path, runs: int, records: int, *, index: bool = True, tail: in
         (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
 
 
+def sweep_file(folder: Path, runs: int) -> Path:
+    """A sweep file beside `folder` that plans its runs (every preset size x ARMS, as many seeds as `runs` needs; the
+    last seed's runs past `runs` have no folder yet): what `zbpscale status sweeps/ladder.py` reads."""
+    seeds = -(-runs // (len(SIZES) * len(ARMS)))
+    path = folder.parent.parent / "sweeps" / f"{folder.name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"""from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+NODE = Resources(nodes=1, gpus_per_node=8, cpus_per_task=12, mem_gb=0, time_min=24 * 60)
+SWEEP = Sweep(name={folder.name!r}, root={str(folder.parent)!r},
+              sizes=tuple(Size(name=n, global_batch=256, micro_batch=32, lr=1e-3, resources=NODE) for n in {SIZES!r}),
+              arms=tuple(arm(a) for a in {ARMS!r}), seeds=tuple(range({seeds})),
+              data=Data(dir="data/embedded", source="embedded"))
+""")
+    return path
+
+
 def drop_caches() -> bool:
     """Drop the kernel's page, dentry and inode caches (root only); False where this machine does not allow it."""
     try:
@@ -130,7 +148,7 @@ def drop_caches() -> bool:
 
 
 def timed_status(folder: Path, *extra: str) -> tuple[float, str]:
-    """(seconds, stdout) of `zbpscale status DIR *extra` in a fresh process."""
+    """(seconds, stdout) of `zbpscale status DIR *extra` (or a sweep file) in a fresh process."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), *extra], capture_output=True,
                          text=True, check=False)
@@ -153,15 +171,17 @@ def main(argv=None) -> int:
         build(folder, args.runs, args.records, tail=args.tail)
         print(f"built {args.runs} run folders in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+        sweep = sweep_file(folder, args.runs)
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
-                  "rows in process", "rows in process, no index", "status --goodput --json",
-                  "status --goodput --json, no index")
+                  "zbpscale status SWEEP_FILE", "rows in process", "rows in process, no index",
+                  "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
         if args.cold:
             times["zbpscale status DIR, caches dropped"] = []
         for _ in range(args.rounds):
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
                 times[label].append(timed_status(folder, *extra)[0])
+            times["zbpscale status SWEEP_FILE"].append(timed_status(sweep)[0])
             if args.cold and drop_caches():
                 times["zbpscale status DIR, caches dropped"].append(timed_status(folder)[0])
             t = time.perf_counter()

@@ -14,7 +14,9 @@ import math
 import os
 import re
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
@@ -174,16 +176,16 @@ class Size:
         overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
         return dataclasses.replace(self.model if self.model is not None else SIZES[self.name], zbp=zbp, **overrides)
 
-    @property
+    @cached_property  # asked of each run of the size (10,000 runs: a shape built and checked for each)
     def params(self) -> int:
         return n_params(self.shape())
 
-    @property
+    @cached_property
     def params_non_embedding(self) -> int:
         """N of the scaling laws (the gap's, the lr law's): parameters without the token tables and the LM head."""
         return n_params(self.shape(), embeddings=False)
 
-    @property
+    @cached_property
     def steps(self) -> int:
         tokens = self.tokens or self.tokens_per_param * self.params
         return max(1, math.ceil(tokens / (self.global_batch * self.shape().max_seq_len)))
@@ -399,9 +401,10 @@ class Sweep:
     assumed_mfu: float = 0.35
     """Model-FLOPs utilization assumed by the plan for BP."""
     home: str = ""
-    """Where relative paths (root, Data.dir) start: set by load_sweep to the sweep file's project folder, the
-    parent of the `sweeps/` folder that holds it (else the file's own folder), so that every command finds the
-    same runs from any working directory. "" (a Sweep built in Python): the current directory."""
+    """Where relative paths (root, Data.dir) start: for a Sweep built by a sweep file that load_sweep runs, the file's
+    project folder, the parent of the `sweeps/` folder that holds it (else the file's own folder), set as the Sweep
+    is built (so that its runs are checked once), so that every command finds the same runs from any working
+    directory. "" (a Sweep built in Python): the current directory."""
 
     @property
     def jobs_root(self) -> Path:
@@ -414,6 +417,8 @@ class Sweep:
         return self.jobs_root / self.name
 
     def __post_init__(self) -> None:
+        if not self.home and _LOADING is not None:  # built by the sweep file load_sweep runs: its home, checked once
+            object.__setattr__(self, "home", str(project_folder(_LOADING)))
         for owner, name in (("Sweep", self.name), *(("Arm", a.name) for a in self.arms)):
             bad = segment_problem(name)
             if bad:  # it becomes a folder under root and a job's name: '../x' would leave the jobs root
@@ -462,8 +467,8 @@ class Sweep:
                 a.ratio(size.name)  # a per-size table must cover every size of the sweep
         if self.tune is not None:
             tune_problem(self)
-        names = [r.name for r in expand(self)]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        names = Counter(r.name for r in expand(self))
+        duplicates = sorted(n for n, count in names.items() if count > 1)
         if duplicates:  # the seeds are distinct: a size or an arm appears twice
             arms = [a.name for a in self.arms]
             raise field_error("Sweep", "arms" if len(set(arms)) < len(arms) else "sizes",
@@ -713,5 +718,5 @@ def load_sweep(path: str | Path) -> Sweep:
         raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
     if not isinstance(sweep, Sweep):
         raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
-    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))
+    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))  # built before
 
