@@ -5,10 +5,9 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 1 MB per run at the default), some runs complete, some failed with a log. The records and the heartbeat are those a
 trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
 SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
-a cluster. Then times, side by side, in
-interleaved rounds (median): the whole command in a fresh process (`zbpscale status DIR`, table and --json, and
-`zbpscale status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what
---watch repeats). No SLURM here: the runs say executor local.
+a cluster. Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
+status DIR`, table and --json, and `zbpscale status` of a sweep file that plans the runs, `sweep_file`), and the
+in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
 
 The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
 `--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
@@ -190,6 +189,8 @@ def main(argv=None) -> int:
             took, accounted = timed_status(folder, "--goodput", "--json")
             times["status --goodput --json"].append(took)
         assert len(rows) == args.runs
+        planned = json.loads(timed_status(sweep, "--json")[1])[folder.name]
+        assert sum(r["state"] != "new" for r in planned) == args.runs, "the sweep file does not find the runs"
         for beat in folder.glob("*/heartbeat.json"):  # the index is a cache: the same rows without it
             beat.write_text(json.dumps({k: v for k, v in json.loads(beat.read_text()).items() if k != "glance"}))
         for _ in range(args.rounds):
