@@ -1,4 +1,5 @@
-"""Shared file I/O (src/zbpscale/files.py): appends after a writer killed mid-line; JSONL read whole; wrapped notes.
+"""Shared file I/O (src/zbpscale/files.py): appends after a writer killed mid-line; JSONL read whole; JSON decoded
+as json decodes it; wrapped notes.
 
 Compared: the records read back after a real child process wrote a record, then half of the next one, and was
 killed with SIGKILL, then a new writer appended: every whole record that was written, in order, and nothing of
@@ -11,6 +12,7 @@ import textwrap
 
 import pytest
 
+from conftest import config_json
 from zbpscale.run.history import read_attempts, record
 from zbpscale.run.records import read_records
 from zbpscale.train.metrics import MetricsLog
@@ -95,6 +97,100 @@ def test_read_jsonl_gives_each_line_that_is_json_in_order(tmp_path, text):
     from zbpscale.run.records import records_of  # metrics.jsonl's reader, likewise (its objects only)
 
     assert records_of(text.encode()) == [r for r in alone if isinstance(r, dict)]
+
+
+REFUSED_BY_MSGSPEC = [b"NaN", b'{"val_loss": NaN}', b"[Infinity, -Infinity]", b"1e400", b'"\\ud800"',
+                      b"\xef\xbb\xbf{}", '{"a": 1}'.encode("utf-16"), b'{"a": "\xff"}', b"", b"{} x", b"[1,]"]
+"""Texts json and msgspec read differently: json reads the first seven (a diverged run's records hold NaN), neither
+the last four."""
+
+
+def _json_texts(seed: int, count: int) -> list[bytes]:
+    """Random JSON-like texts: numbers of every shape (integers beyond 64 bits, exponents past a float's range),
+    strings with escapes (lone surrogates among them), NaN and Infinity, nested; and real run files, a byte changed."""
+    import random
+
+    rng = random.Random(seed)
+
+    def number() -> str:
+        text = rng.choice(["", "-"]) + rng.choice(["0", str(rng.randint(1, 10 ** rng.randint(1, 30)))])
+        text += f".{rng.randint(0, 10 ** rng.randint(1, 25))}" if rng.random() < 0.5 else ""
+        return text + (f"{rng.choice('eE')}{rng.choice(['', '+', '-'])}{rng.randint(0, 400)}" if rng.random() < 0.4
+                       else "")
+
+    def string() -> str:
+        parts = [rng.choice(["\\n", '\\"', "\\u00e9", "\\ud83d\\ude00", "\\u0000", "\\ud800", "abc",
+                             chr(rng.randint(0xA0, 0x2FFF))]) for _ in range(rng.randint(0, 5))]
+        return '"' + "".join(parts) + '"'
+
+    def value(depth: int = 0) -> str:
+        pick = rng.random()
+        if depth > 3 or pick < 0.4:
+            return rng.choice([number, number, string, lambda: "true", lambda: "null", lambda: "NaN",
+                               lambda: "-Infinity"])()
+        if pick < 0.7:
+            return "[" + ",".join(value(depth + 1) for _ in range(rng.randint(0, 4))) + "]"
+        return "{" + ",".join(f"{string()}: {value(depth + 1)}" for _ in range(rng.randint(0, 4))) + "}"
+
+    real = [config_json().encode(), b'{"step": 12, "time": 1796409315.4067228, "glance": {"at": 189836}}']
+    texts = []
+    for _ in range(count):
+        if rng.random() < 0.3:
+            text = bytearray(rng.choice(real))
+            text[rng.randrange(len(text))] = rng.choice(b'0123456789.eE-+"{}[],: \\u') if rng.random() < 0.5 \
+                else rng.randrange(256)
+            texts.append(bytes(text))
+        else:
+            texts.append(value().encode("utf-8", "surrogatepass"))
+    return texts
+
+
+def test_loads_gives_json_s_value_and_json_s_error(tmp_path):
+    """files.loads (msgspec, json where msgspec refuses a text) against json.loads itself: the same value (floats
+    to the bit, -0.0 and NaN included; integers beyond 64 bits exact; keys in order, the last of a repeated one)
+    and the same error type, on edge cases and 20,000 fuzzed texts, as bytes and as str; and the readers built on
+    it read NaN back."""
+    import json
+    import math
+    import struct
+
+    from zbpscale.files import loads, read_json
+
+    def same(a, b) -> bool:
+        if type(a) is not type(b):
+            return False
+        if isinstance(a, float):
+            return struct.pack("<d", a) == struct.pack("<d", b) or (math.isnan(a) and math.isnan(b))
+        if isinstance(a, dict):
+            return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    def outcome(decode, text):
+        try:
+            return "value", decode(text)
+        except (ValueError, RecursionError) as err:
+            return "error", type(err)
+
+    import msgspec
+
+    for text in REFUSED_BY_MSGSPEC:  # the fallback is what reads these
+        with pytest.raises(msgspec.MsgspecError):
+            msgspec.json.decode(text)
+    assert [outcome(json.loads, t)[0] for t in REFUSED_BY_MSGSPEC] == ["value"] * 7 + ["error"] * 4
+    texts = REFUSED_BY_MSGSPEC + [b'{"a": 1, "a": 2}', b"-0.0", str(2 ** 70).encode(), b"5e-324", b" [] "]
+    texts += _json_texts(seed=0, count=20_000)
+    compared = 0
+    for text in texts:
+        for given in (text, text.decode("utf-8", "surrogatepass")) if text.isascii() else (text,):
+            want, got = outcome(json.loads, given), outcome(loads, given)
+            assert want[0] == got[0] and (same(want[1], got[1]) if want[0] == "value" else want[1] is got[1]), given
+            compared += want[0] == "value"
+    assert compared > 8_000  # a fuzz that mostly made errors would compare nothing
+    (tmp_path / "heartbeat.json").write_text(json.dumps({"worst": {"val_loss": float("nan")}, "step": 2 ** 70}))
+    beat = read_json(tmp_path / "heartbeat.json")
+    assert math.isnan(beat["worst"]["val_loss"]) and beat["step"] == 2 ** 70
 
 
 @pytest.mark.parametrize("text", ["a b", "a  b", "  lead", "x" * 78, "x" * 79, "tail ", "", "a\tb", "ünï cödé",

@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder
-from zbpscale.files import read_bytes
+from zbpscale.files import loads, read_bytes
 from zbpscale.lease import Rule, lease_path, try_lock
 
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-lr(?P<lr>\d[\d.]*(?:e-?\d+)?))?(?:-s(?P<seed>\d+))?")
@@ -170,7 +170,7 @@ class RunFolder:
             raise BrokenRunFolder(f"{self.config} cannot be read ({err.strerror})",
                                   hint="check the file's permissions") from None
         try:
-            config = json.loads(data)
+            config = loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             where = f"line {err.lineno}: {err.msg}" if isinstance(err, json.JSONDecodeError) else "not UTF-8"
             raise BrokenRunFolder(f"{self.config} is not valid JSON ({where})",

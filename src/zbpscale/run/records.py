@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Iterator, Literal, TypedDict, Union
 
-from zbpscale.files import json_lines
+from zbpscale.files import json_lines, loads
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import Why
 
@@ -246,7 +246,7 @@ def tail_records(path: Path, kinds: tuple[str, ...], max_bytes: int = 1 << 20) -
                 if kind not in kinds or kind in found:
                     continue  # decode only the lines asked for
                 try:
-                    found[kind] = upgraded(json.loads(line))
+                    found[kind] = upgraded(loads(line))
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     continue  # a torn line
             if len(found) == len(kinds) or start == 0 or block >= max_bytes:
@@ -287,7 +287,7 @@ def decoded_line(data: bytes, start: int) -> dict | None:
     """The record on the line beginning at `start`; None when it is torn or not JSON."""
     end = data.find(b"\n", start)
     try:
-        record = json.loads(data[start:end if end >= 0 else len(data)].decode())
+        record = loads(data[start:end if end >= 0 else len(data)].decode())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return upgraded(record) if isinstance(record, dict) else None
