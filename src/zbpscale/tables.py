@@ -80,6 +80,12 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+def named(names: list[str], shown: int = 3) -> str:
+    """Some names in a line: 'a, b, c (+9,997 more)'."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" (+{more:,} more)" if more > 0 else "")
+
+
 def seed_count(seeds) -> str:
     """How many seeds a study, a plan or a figure has, in words: 'one seed', '3 seeds'."""
     n = len(set(seeds))

@@ -25,6 +25,7 @@ from zbpscale.run.config import SIZES, TrainConfig
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
+from zbpscale.tables import named
 from zbpscale.text import matches, patterns
 from zbpscale.zbp.config import arm_name
 
@@ -142,7 +143,5 @@ def judged(r: Run, snap: Snapshot, view: View, *, now: float, stall_after_s: flo
     job = view.of(snap.history.job_id)
     state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
     if state.state == "new" and r.planned is not None and r.planned.waits_for:  # a final run of a tuning sweep
-        waits = r.planned.waits_for
-        state = dataclasses.replace(state, reason=f"waits for tuning: {', '.join(waits[:3])}"
-                                                  f"{f' (+{len(waits) - 3} more)' if len(waits) > 3 else ''}")
+        state = dataclasses.replace(state, reason=f"waits for tuning: {named(list(r.planned.waits_for))}")
     return dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state)

@@ -59,6 +59,7 @@ from zbpscale.tables import (
     boxed,
     fit_columns,
     fmt_tokens,
+    named,
     on_terminal,
     plain_lines,
     plural,
@@ -272,15 +273,18 @@ def footer(rows: list[dict]) -> str:
     return states + f"   GPU-hours used {used:,.1f} / planned {plan}"
 
 
-NEXT = {("failed", "resume"): "; submit again to resume it", ("failed", "retry"): "; fix it, then submit --retry",
-        ("stopped", "resume"): "; submit again to resume it"}
+NEXT = {("failed", "resume"): "; submit again to resume", ("failed", "retry"): "; fix the cause, then submit --retry",
+        ("stopped", "resume"): "; submit again to resume"}
 
 
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
     val loss above its start: run/divergence.py's `diverged`), a ZBP estimator that fell back to a slower path, a
-    tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge."""
-    found = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
+    tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge.
+    A state's note that several runs share word for word but their logs (8,000 runs stopped by one preemption, a
+    thousand failed alike) is one line, where the first of them stands, naming the first three and the first's log."""
+    found: list = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
+    shared: dict[tuple[str, str, str], _Shared] = {}  # a state's note, by its words, and the runs it is said of
     edges: set[tuple[str, str]] = set()
     for r in rows:
         if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
@@ -292,12 +296,15 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
         if r["state"] == "unknown" and r.get("scheduler_notes"):  # the outage, said once above
             continue
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued", "new") and r["reason"]:
-            where = (f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else "") + (
-                f"  (log: {r['log']})" if r["log"] else "")
+            where = f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else ""
             then = NEXT.get((r["state"], r["next"]), "")
             if then and not r["executor"]:  # trained by hand, without a sweep to submit
                 then = f"; continue it with python -m zbpscale.train --run-dir {r['dir']}"
-            found.append((f"{r['run']}: {r['state']}: {r['reason']}{where}{then}", r["state"]))
+            said = (r["state"], f"{r['reason']}{where}", then)
+            if said not in shared:
+                shared[said] = _Shared(*said, log=r["log"])
+                found.append(shared[said])
+            shared[said].runs.append(r["run"])
         if r.get("diverged"):  # before anyone reads its numbers or a figure whose axis it stretches
             found.append((f"{r['run']}: diverged: {Divergence(**r['diverged']).words()}", "stalled"))
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
@@ -306,7 +313,23 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
         if r.get("trackers_off"):  # training went on; the tracker misses the rest of that attempt
             found.append((f"{r['run']}: trackers off in its latest attempt (metrics.jsonl is complete): "
                           f"{'; '.join(r['trackers_off'])}", "stopped"))
-    return found
+    return [(n.line(), n.state) if isinstance(n, _Shared) else n for n in found]
+
+
+@dataclass
+class _Shared:
+    """A state's note, said of its runs in one line: the log named is the first run's."""
+
+    state: str
+    words: str
+    then: str
+    log: str
+    runs: list[str] = dataclasses.field(default_factory=list)
+
+    def line(self) -> str:
+        log = "" if not self.log else f"  (log: {self.log})" if len(self.runs) == 1 else \
+            f"  (log of {self.runs[0]}: {self.log})"
+        return f"{named(self.runs)}: {self.state}: {self.words}{log}{self.then}"
 
 
 def render(sweeps: list[tuple[str, list[dict]]], width: int):
