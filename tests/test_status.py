@@ -895,11 +895,12 @@ def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fa
     assert [r["gpu_hours"] for r in spread] == pytest.approx([r["gpu_hours"] for r in one], abs=0.01)
 
 
-def test_a_note_that_runs_share_is_one_line_naming_them(tmp_path):
-    """Runs stopped by one preemption, or failed alike, need the same word: one line under the table says it,
-    where the first of them stands, naming the first three and the number of the others, and the first one's log
-    (a 10,000-run sweep's status said 9,000 such lines); a run whose words differ keeps its own line and log."""
+def test_a_note_that_many_runs_share_is_one_line_naming_some(tmp_path):
+    """Runs stopped by one preemption, or failed alike: past ALIKE (3) runs that need the same words, one line under
+    the table says them, where the first of them stands, naming three and the number of the others, and the first
+    one's log (a 10,000-run sweep's status said 9,000 such lines); up to three, a line each with its own log."""
     from zbpscale.jobs.status import notes
+    from zbpscale.tables import ALIKE
 
     sweep = tmp_path / "jobs" / "sw"
     for i in range(5):
@@ -908,20 +909,21 @@ def test_a_note_that_runs_share_is_one_line_naming_them(tmp_path):
     for i in range(5, 9):
         make_run(sweep, f"s{i}-bp", done=12, job=f"local-{i}", executor="local", log_text="Traceback\n",
                  ends=[("failed", "exit status 1: ValueError: bad shard 7")])
-    make_run(sweep, "s9-bp", done=12, job="local-9", executor="local", log_text="Traceback\n",
-             ends=[("failed", "exit status 1: OSError: disk full")])
+    for i in (9, 10):
+        make_run(sweep, f"s{i}-bp", done=12, job=f"local-{i}", executor="local", log_text="Traceback\n",
+                 ends=[("failed", "exit status 1: OSError: disk full")])
     rows = collect_rows(sweep)
     stopped = [r for r in rows if r["state"] == "stopped"]
     alike = [r for r in rows if r["state"] == "failed" and "bad shard" in r["reason"]]
-    (odd,) = [r for r in rows if r["state"] == "failed" and "disk full" in r["reason"]]
-    assert len(stopped) == 5 and len(alike) == 4
-    assert len({r["log"] for r in alike}) == 4 and all(Path(r["log"]).is_file() for r in alike + [odd])
+    few = [r for r in rows if r["state"] == "failed" and "disk full" in r["reason"]]
+    assert ALIKE == 3 and (len(stopped), len(alike), len(few)) == (5, 4, 2)
+    assert len({r["log"] for r in alike + few}) == 6 and all(Path(r["log"]).is_file() for r in alike + few)
     retry = "; fix the cause, then submit --retry"
-    said = {  # each line by the row where it stands: its first run's
-        stopped[0]["run"]: f"{', '.join(r['run'] for r in stopped[:3])} (+2 more): stopped: {stopped[0]['reason']}"
-                           "; submit again to resume",
-        alike[0]["run"]: f"{', '.join(r['run'] for r in alike[:3])} (+1 more): failed: {alike[0]['reason']}  "
-                         f"(log of {alike[0]['run']}: {alike[0]['log']}){retry}",
-        odd["run"]: f"{odd['run']}: failed: {odd['reason']}  (log: {odd['log']}){retry}",
+    said = {  # the lines said where each run stands
+        stopped[0]["run"]: [f"{', '.join(r['run'] for r in stopped[:3])} (+2 more): stopped: {stopped[0]['reason']}"
+                            "; submit again to resume"],
+        alike[0]["run"]: [f"{', '.join(r['run'] for r in alike[:3])} (+1 more): failed: {alike[0]['reason']}  "
+                          f"(log of {alike[0]['run']}: {alike[0]['log']}){retry}"],
+        few[0]["run"]: [f"{r['run']}: failed: {r['reason']}  (log: {r['log']}){retry}" for r in few],
     }
-    assert [line for line, _ in notes(rows)] == [said[r["run"]] for r in rows if r["run"] in said]
+    assert [line for line, _ in notes(rows)] == [line for r in rows for line in said.get(r["run"], [])]

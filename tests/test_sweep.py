@@ -401,3 +401,41 @@ def test_job_control_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_hint_names_twenty_runs_and_the_closest_to_a_mistyped_name():
+    """A sweep of 10,000 runs: a selection that matches none, or a run that is not there, gets a hint that lists 20
+    runs and how many more there are (it listed all 10,000), after the closest name for a mistyped one."""
+    from zbpscale.text import HINTED, runs_hint
+
+    names = [f"s60-bp-s{i}" for i in range(10_000)]
+    with pytest.raises(ConfigError) as err:
+        select([dataclasses.make_dataclass("R", ["name"])(n) for n in names], "s2b-*")
+    assert err.value.hint == f"runs: {', '.join(names[:HINTED])} (+{10_000 - HINTED:,} more)"
+    assert runs_hint(names, "s60-bp-s12x") == f"did you mean s60-bp-s12? runs: {', '.join(names[:20])} (+9,980 more)"
+    assert runs_hint(names[:2], "nothing like it") == "runs: s60-bp-s0, s60-bp-s1"
+
+
+def test_a_resubmit_names_the_runs_it_leaves_alone_alike_once(tmp_path):
+    """A second submit of a sweep whose runs are all complete: past ALIKE (3) runs said alike, one entry names three
+    and the count of the others (a 10,000-run sweep's line named every run); up to three, each run by name."""
+    import json
+
+    for seeds, said in ((6, "nano-bp, nano-bp-s1, nano-bp-s2 (+3 more) (complete)"),
+                        (3, "nano-bp (complete), nano-bp-s1 (complete), nano-bp-s2 (complete)")):
+        folder = tmp_path / f"{seeds}"
+        (folder / "s.py").parent.mkdir()
+        (folder / "s.py").write_text(
+            "from zbpscale.sweep import Data, Resources, Size, Sweep, arm\n"
+            "CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)\n"
+            f"SWEEP = Sweep(name='alike', root={str(folder / 'jobs')!r}, sizes=(Size(name='nano', global_batch=4, "
+            "seq_len=32, tokens=512, lr=1e-3, resources=CPU),),\n"
+            f"              arms=(arm('bp'),), seeds=tuple(range({seeds})), data=Data(dir='data', source='embedded'))\n")
+        for run in expand(load_sweep(folder / "s.py")):  # each trained to the end: its config and COMPLETE
+            Path(run.run_dir).mkdir(parents=True)
+            (Path(run.run_dir) / "config.json").write_text(json.dumps(run.train_config().to_dict()))
+            (Path(run.run_dir) / "COMPLETE").write_text("{}\n")
+        out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(folder / "s.py"), "--executor", "local"],
+                             capture_output=True, text=True, timeout=120, cwd=folder)
+        assert out.returncode == 0, out.stderr
+        assert f"left alone: {said}\n" in out.stdout, out.stdout

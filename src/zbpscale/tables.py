@@ -80,7 +80,12 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def named(names: list[str], shown: int = 3) -> str:
+ALIKE = 3
+"""Runs that need the same words are named one by one up to this many; past it, in one line that names this many
+(`named`): a large sweep's status, submit and cancel say a thing of 10,000 runs in a line."""
+
+
+def named(names: list[str], shown: int = ALIKE) -> str:
     """Some names in a line: 'a, b, c (+9,997 more)'."""
     more = len(names) - shown
     return ", ".join(names[:shown]) + (f" (+{more:,} more)" if more > 0 else "")

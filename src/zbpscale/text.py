@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from zbpscale.errors import ConfigError
-from zbpscale.tables import terminal_width
+from zbpscale.tables import named, terminal_width
 
 T = TypeVar("T")
 
@@ -39,8 +39,19 @@ def select(items: list[T], only: str | None, *, name: Callable[[T], str] = lambd
         return items
     chosen = [item for item in items if matches(name(item), pats)]
     if not chosen:
-        raise ConfigError(f"{option} {only!r} matches no run", hint="runs: " + ", ".join(name(i) for i in items))
+        raise ConfigError(f"{option} {only!r} matches no run", hint=runs_hint([name(i) for i in items]))
     return chosen
+
+
+def runs_hint(names: list[str], asked: str | None = None) -> str:
+    """A hint that names the runs there are (the first HINTED, then how many more: a sweep may have 10,000), after
+    the one closest to a mistyped run name (`asked`)."""
+    close = closest(asked, names) if asked is not None else None
+    return (f"did you mean {close}? " if close else "") + "runs: " + named(names, shown=HINTED)
+
+
+HINTED = 20
+"""Run names a hint lists before it says how many more there are."""
 
 
 def closest(word: str, known: Iterable[str]) -> str | None:

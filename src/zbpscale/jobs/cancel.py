@@ -22,6 +22,7 @@ from zbpscale.jobs.runs import Run
 from zbpscale.jobs.settings import POLL_S
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
+from zbpscale.tables import named
 
 DECIDED = ("completed", "failed", "cancelled")
 """Ends after which a run's job never trains again, whatever the executor: nothing to stop."""
@@ -94,7 +95,7 @@ def wait_stopped(root: Path, runs: list[Run], *, timeout_s: float, poll_s: float
         if not left or time.time() > deadline:
             return left
         if left != shown:
-            print(f"waiting for {', '.join(left)} to checkpoint and stop", flush=True)
+            print(f"waiting for {named(left)} to checkpoint and stop", flush=True)
             shown = left
         time.sleep(tick_s)
 
@@ -123,7 +124,7 @@ def run(args) -> int:
     if not asked and not failed:
         print("nothing to cancel: no run of the selection has a queued or running job")
         return 0
-    unstopped = (f"could not stop {', '.join(r.name for r in failed)} (the lines above say why; run zbpscale cancel "
+    unstopped = (f"could not stop {named([r.name for r in failed])} (the lines above say why; run zbpscale cancel "
                  "again)") if failed else ""
     if args.no_wait or not asked:
         if unstopped:
@@ -133,9 +134,9 @@ def run(args) -> int:
 
     left = wait_stopped(root, asked, timeout_s=args.timeout, poll_s=poll_s_of(args.sweep))
     if left:
-        print(f"still stopping after {args.timeout:g} s: {', '.join(left)} (see their logs/)", file=sys.stderr)
+        print(f"still stopping after {args.timeout:g} s: {named(left)} (see their logs/)", file=sys.stderr)
     else:
-        print(f"stopped: {', '.join(r.name for r in asked)} (submit the sweep again to resume "
+        print(f"stopped: {named([r.name for r in asked])} (submit the sweep again to resume "
               f"{'it' if len(asked) == 1 else 'them'})")
     if unstopped:
         print(unstopped, file=sys.stderr)

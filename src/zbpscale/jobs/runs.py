@@ -26,7 +26,7 @@ from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import named
-from zbpscale.text import matches, patterns
+from zbpscale.text import matches, patterns, runs_hint
 from zbpscale.zbp.config import arm_name
 
 
@@ -112,7 +112,7 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     chosen = [(name, [r for r in runs if matches(r.name, patterns(only))]) for name, runs in found]
     if not any(runs for _, runs in chosen):
         names = sorted(r.name for _, runs in found for r in runs)
-        raise ConfigError(f"no run matches --only {only!r}", hint="runs: " + ", ".join(names))
+        raise ConfigError(f"no run matches --only {only!r}", hint=runs_hint(names))
     return chosen
 
 

@@ -55,6 +55,7 @@ from zbpscale.run.goodput import run_time
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import (
+    ALIKE,
     age,
     boxed,
     fit_columns,
@@ -67,6 +68,7 @@ from zbpscale.tables import (
     terminal_width,
     wrap,
 )
+from zbpscale.text import runs_hint
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -281,8 +283,9 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
     val loss above its start: run/divergence.py's `diverged`), a ZBP estimator that fell back to a slower path, a
     tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge.
-    A state's note that several runs share word for word but their logs (8,000 runs stopped by one preemption, a
-    thousand failed alike) is one line, where the first of them stands, naming the first three and the first's log."""
+    A state's note that more than ALIKE runs share word for word but their logs (8,000 runs stopped by one
+    preemption, a thousand failed alike) is one line, where the first of them stands, naming ALIKE of them and the
+    first one's log."""
     found: list = [(note, "unknown") for note in dict.fromkeys(n for r in rows for n in r.get("scheduler_notes", []))]
     shared: dict[tuple[str, str, str], _Shared] = {}  # a state's note, by its words, and the runs it is said of
     edges: set[tuple[str, str]] = set()
@@ -302,9 +305,9 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
                 then = f"; continue it with python -m zbpscale.train --run-dir {r['dir']}"
             said = (r["state"], f"{r['reason']}{where}", then)
             if said not in shared:
-                shared[said] = _Shared(*said, log=r["log"])
+                shared[said] = _Shared(*said)
                 found.append(shared[said])
-            shared[said].runs.append(r["run"])
+            shared[said].runs[r["run"]] = r["log"]
         if r.get("diverged"):  # before anyone reads its numbers or a figure whose axis it stretches
             found.append((f"{r['run']}: diverged: {Divergence(**r['diverged']).words()}", "stalled"))
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
@@ -313,23 +316,27 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
         if r.get("trackers_off"):  # training went on; the tracker misses the rest of that attempt
             found.append((f"{r['run']}: trackers off in its latest attempt (metrics.jsonl is complete): "
                           f"{'; '.join(r['trackers_off'])}", "stopped"))
-    return [(n.line(), n.state) if isinstance(n, _Shared) else n for n in found]
+    return [said for n in found for said in ([(line, n.state) for line in n.lines()] if isinstance(n, _Shared)
+                                             else [n])]
 
 
 @dataclass
 class _Shared:
-    """A state's note, said of its runs in one line: the log named is the first run's."""
+    """A state's note and the runs it is said of ({run: its log}): a line each, or, for more than ALIKE runs, one
+    line naming ALIKE of them and the first one's log."""
 
     state: str
     words: str
     then: str
-    log: str
-    runs: list[str] = dataclasses.field(default_factory=list)
+    runs: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def line(self) -> str:
-        log = "" if not self.log else f"  (log: {self.log})" if len(self.runs) == 1 else \
-            f"  (log of {self.runs[0]}: {self.log})"
-        return f"{named(self.runs)}: {self.state}: {self.words}{log}{self.then}"
+    def lines(self) -> list[str]:
+        if len(self.runs) <= ALIKE:
+            return [f"{run}: {self.state}: {self.words}{f'  (log: {log})' if log else ''}{self.then}"
+                    for run, log in self.runs.items()]
+        first, log = next(iter(self.runs.items()))
+        return [f"{named(list(self.runs))}: {self.state}: {self.words}{f'  (log of {first}: {log})' if log else ''}"
+                f"{self.then}"]
 
 
 def render(sweeps: list[tuple[str, list[dict]]], width: int):
@@ -477,4 +484,4 @@ def print_logs(found: list[tuple[str, list[Run]]], name: str, lines: int) -> int
         print("\n".join(log_tail(log, lines)))
         return 0
     names = sorted(r.name for _, runs in found for r in runs if r.folder.config.exists())
-    raise ConfigError(f"no run {name!r} here", hint="runs: " + ", ".join(names))
+    raise ConfigError(f"no run {name!r} here", hint=runs_hint(names, name))

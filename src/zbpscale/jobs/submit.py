@@ -43,7 +43,17 @@ from zbpscale.lease import wait_lock
 from zbpscale.run.config import RESUME_SAFE, batch_plan
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
-from zbpscale.tables import fit_columns, fmt_tokens, plain_lines, plural, seed_count, terminal_width, wrap
+from zbpscale.tables import (
+    ALIKE,
+    fit_columns,
+    fmt_tokens,
+    named,
+    plain_lines,
+    plural,
+    seed_count,
+    terminal_width,
+    wrap,
+)
 from zbpscale.text import matches, patterns, select, shown_path
 
 
@@ -374,7 +384,11 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             decided, view = look(sweep, runs)
         words = {r.name: states[r.name].state if states[r.name].state in settled
                  else progress(r, view, decided[r.name].state, decided[r.name].seen) for r in left}
-        print("left alone: " + ", ".join(f"{r.name} ({words[r.name]})" for r in left))
+        alike: dict[str, list[str]] = {}  # past ALIKE runs in the same words (9,000 complete), said once
+        for r in left:
+            alike.setdefault(words[r.name], []).append(r.name)
+        print("left alone: " + ", ".join(f"{name} ({said})" for said, names in alike.items()
+                                         for name in (names if len(names) <= ALIKE else [named(names)])))
     if any(states[r.name].state == "failed" for r in left):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
     return sweep, runs, back, actions, held
@@ -520,7 +534,7 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
             print(said, flush=True)
         time.sleep(tick_s)
     bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
-    print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {', '.join(bad)}", flush=True)
+    print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {named(bad)}", flush=True)
     return not bad
 
 
