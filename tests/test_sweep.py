@@ -430,7 +430,8 @@ def test_a_resubmit_names_the_runs_it_leaves_alone_alike_once(tmp_path):
             "CPU = Resources(nodes=1, gpus_per_node=0, tasks_per_node=1, cpus_per_task=1, time_min=30)\n"
             f"SWEEP = Sweep(name='alike', root={str(folder / 'jobs')!r}, sizes=(Size(name='nano', global_batch=4, "
             "seq_len=32, tokens=512, lr=1e-3, resources=CPU),),\n"
-            f"              arms=(arm('bp'),), seeds=tuple(range({seeds})), data=Data(dir='data', source='embedded'))\n")
+            f"              arms=(arm('bp'),), seeds=tuple(range({seeds})),\n"
+            "              data=Data(dir='data', source='embedded'))\n")
         for run in expand(load_sweep(folder / "s.py")):  # each trained to the end: its config and COMPLETE
             Path(run.run_dir).mkdir(parents=True)
             (Path(run.run_dir) / "config.json").write_text(json.dumps(run.train_config().to_dict()))
