@@ -525,3 +525,39 @@ def test_a_study_folder_outside_the_clone_starts_with_zbpscale_init(tmp_path):
     assert edited.read_text().endswith("# my study\n")
     plan = zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=study, env={**os.environ, "COLUMNS": "300"})
     assert plan.returncode == 0 and f"runs in {study / 'jobs' / 'smoke'};" in plan.stdout, plan.stdout + plan.stderr
+
+
+def test_a_boxed_table_is_the_rich_table_it_replaces():
+    """tables.boxed draws status's, goodput's and the plan's terminal tables as text (a rich Table took 6.3 s to
+    draw status's 10,000 rows, the plan's 3 s): line for line what rich draws for the same cells (a heavy rule under
+    the header, a space each side, words left, numbers right), on 300 random tables; in color, the same text with
+    each styled cell, and the header, in its style's codes."""
+    import io
+    import random
+    import re
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from zbpscale.tables import boxed, painted
+
+    rng = random.Random(0)
+    for _ in range(300):
+        columns = [f"c{k}" + "x" * rng.randint(0, 6) for k in range(rng.randint(1, 6))]
+        rows = [{c: rng.choice(["", "a", "complete", "3.14", "1,020/2,000 51%", "ünï"]) for c in columns}
+                for _ in range(rng.randint(0, 5))]
+        left = {c for c in columns if rng.random() < 0.5}
+        table = Table()
+        for c in columns:
+            table.add_column(c, justify="left" if c in left else "right", no_wrap=True)
+        for r in rows:
+            table.add_row(*(r[c] for c in columns))
+        drawn = io.StringIO()
+        Console(file=drawn, width=400, force_terminal=False).print(table)
+        assert boxed(columns, rows, left) == drawn.getvalue().splitlines()
+        colored = boxed(columns, rows, left, color=True, style=lambda i, c: "bold red" if i % 2 else None)
+        assert [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in colored] == drawn.getvalue().splitlines()
+        assert all(f" {painted(c, 'bold')}" in colored[1] for c in columns)
+        assert all(f" {painted(r[c], 'bold red')}" in colored[3 + i] for i, r in enumerate(rows) if i % 2
+                   for c in columns)
+        assert painted("x", "bold red") == "\x1b[1;31mx\x1b[0m"

@@ -927,3 +927,33 @@ def test_a_note_that_many_runs_share_is_one_line_naming_some(tmp_path):
         few[0]["run"]: [f"{r['run']}: failed: {r['reason']}  (log: {r['log']}){retry}" for r in few],
     }
     assert [line for line, _ in notes(rows)] == [line for r in rows for line in said.get(r["run"], [])]
+
+
+def test_status_on_a_terminal_is_the_boxed_table_with_each_state_in_its_color(tmp_path, fake_sacct, monkeypatch,
+                                                                               capsys):
+    """On a terminal that takes colors (FORCE_COLOR), status prints the boxed table (tables.boxed, checked against
+    rich's own in tests/test_cli.py) with each run's state in STYLE's color and each note in its state's; with
+    NO_COLOR, the same lines without a code."""
+    import re
+
+    from zbpscale.cli import main
+    from zbpscale.jobs import status
+    from zbpscale.tables import painted
+
+    twelve_runs(tmp_path / "jobs" / "sw", fake_sacct)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(status, "on_terminal", lambda: True)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    main(["status", str(tmp_path / "jobs" / "sw")])
+    colored = capsys.readouterr().out.splitlines()
+    monkeypatch.setenv("NO_COLOR", "1")
+    main(["status", str(tmp_path / "jobs" / "sw")])
+    plain = capsys.readouterr().out.splitlines()
+    assert [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in colored] == plain and "\x1b" not in "".join(plain)
+    assert plain[0] == "sweep sw: 12 runs, one seed" and plain[1].startswith("┏") and plain[3].startswith("┡")
+    rows = {line.split("│")[1].strip(): line for line in colored if line.startswith("│")}
+    assert set(rows) == {n.split("-")[0] for n in TWELVE}  # the size column: a, b, ... (one arm, bp)
+    for name, state in TWELVE.items():
+        assert f" {painted(state, status.STYLE[state])} " in rows[name.split("-")[0]], (name, rows)
+    notes = colored[colored.index(next(line for line in colored if line.startswith("└"))) + 3:]
+    assert notes and all(line.startswith("\x1b[") and line.endswith("\x1b[0m") for line in notes)

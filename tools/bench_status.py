@@ -6,8 +6,9 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
 SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
 a cluster. Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
-status DIR`, table and --json, and `zbpscale status` of a sweep file that plans the runs, `sweep_file`), and the
-in-process gathering of the rows (what --watch repeats). No SLURM here: the runs say executor local.
+status DIR`, table and --json, the table on a pseudo-terminal as people see it, boxed and in color, and `zbpscale
+status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what --watch
+repeats). No SLURM here: the runs say executor local.
 
 The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
 `--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -154,6 +156,32 @@ def timed_status(folder: Path, *extra: str) -> tuple[float, str]:
     return time.perf_counter() - t, out.stdout
 
 
+def timed_on_terminal(folder: Path) -> tuple[float, str]:
+    """(seconds, what it drew) of `zbpscale status DIR` writing to a terminal (a pseudo-terminal 120 columns wide, in
+    color): the boxed table people see, where a pipe gets plain lines."""
+    import pty
+
+    main_fd, tty = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "FORCE_COLOR": "1"}
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "zbpscale.cli", "status", str(folder)], stdout=tty,
+                            stderr=subprocess.DEVNULL, env=env)
+    os.close(tty)
+    drawn = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 1 << 16)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        drawn.append(chunk)
+    proc.wait()
+    took = time.perf_counter() - t
+    os.close(main_fd)
+    return took, b"".join(drawn).decode(errors="replace")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=100)
@@ -172,6 +200,7 @@ def main(argv=None) -> int:
         size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
         sweep = sweep_file(folder, args.runs)
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
+                  "zbpscale status DIR, on a terminal",
                   "zbpscale status SWEEP_FILE", "rows in process", "rows in process, no index",
                   "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
@@ -181,6 +210,9 @@ def main(argv=None) -> int:
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
                 times[label].append(timed_status(folder, *extra)[0])
             times["zbpscale status SWEEP_FILE"].append(timed_status(sweep)[0])
+            took, drawn = timed_on_terminal(folder)
+            times["zbpscale status DIR, on a terminal"].append(took)
+            assert drawn.count("│") > args.runs, "no boxed table on the terminal"
             if args.cold and drop_caches():
                 times["zbpscale status DIR, caches dropped"].append(timed_status(folder)[0])
             t = time.perf_counter()

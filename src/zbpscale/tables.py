@@ -10,8 +10,10 @@ totals, a legend) wraps at the same width (`wrap`), its later lines indented und
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
+from typing import Callable
 
 
 def terminal_width() -> int:
@@ -63,16 +65,48 @@ def plain_lines(columns: list[str], rows: list[dict[str, str]], left: set[str] |
 
 
 def boxed(columns: list[str], rows: list[dict[str, str]], left: set[str] | frozenset[str] = frozenset(), *,
-          title: str | None = None, markup=lambda row_index, column, text: text):
-    """The same table boxed for a terminal (a rich Table); `markup(i, column, text)` styles a cell of row i."""
-    from rich.table import Table
+          style: Callable[[int, str], str | None] = lambda row_index, column: None, color: bool = False) -> list[str]:
+    """The same table boxed for a terminal, as lines: a heavy rule under the bold header, a cell's text a space
+    from its bars; `style(i, column)` a Rich style name for a cell of row i (None: as it is), drawn as ANSI codes
+    where `color` (`color_on`). Written as text, not as a rich Table, which took 6.3 s for the 10,000 rows of a
+    large sweep's status (these: 0.1 s)."""
+    wide = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
 
-    table = Table(title=title, title_justify="left")
-    for c in columns:
-        table.add_column(c, justify="left" if c in left else "right", no_wrap=True)
-    for i, r in enumerate(rows):
-        table.add_row(*(markup(i, c, r[c]) for c in columns))
-    return table
+    def cell(text: str, c: str, how: str | None) -> str:
+        pad = " " * (wide[c] - len(text))
+        text = painted(text, how) if how and color else text
+        return f" {text}{pad} " if c in left else f" {pad}{text} "
+
+    def rule(first: str, line: str, between: str, last: str) -> str:
+        return first + between.join(line * (wide[c] + 2) for c in columns) + last
+
+    return [rule("┏", "━", "┳", "┓"), "┃" + "┃".join(cell(c, c, "bold") for c in columns) + "┃",
+            rule("┡", "━", "╇", "┩"),
+            *("│" + "│".join(cell(r[c], c, style(i, c)) for c in columns) + "│" for i, r in enumerate(rows)),
+            rule("└", "─", "┴", "┘")]
+
+
+def color_on() -> bool:
+    """Whether to draw in color: Rich's answer for this terminal (none with NO_COLOR set, TERM=dumb, or no terminal;
+    FORCE_COLOR set, yes)."""
+    from rich.console import Console
+
+    console = Console()
+    return console.color_system is not None and not console.no_color
+
+
+@functools.lru_cache(maxsize=None)
+def _codes(how: str) -> tuple[str, str]:
+    from rich.style import Style
+
+    start, _, end = Style.parse(how).render("\0").partition("\0")
+    return start, end
+
+
+def painted(text: str, how: str) -> str:
+    """`text` in a Rich style (`bold yellow`) as ANSI codes, line by line."""
+    start, end = _codes(how)
+    return "\n".join(start + line + end for line in text.split("\n"))
 
 
 def plural(n: int, word: str) -> str:

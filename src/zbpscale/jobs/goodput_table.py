@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zbpscale.jobs.runs import Run
 from zbpscale.run.goodput import BUCKETS, Goodput, read
-from zbpscale.tables import age, boxed, fit_columns, on_terminal, plain_lines, terminal_width
+from zbpscale.tables import age, boxed, color_on, fit_columns, on_terminal, plain_lines, terminal_width, wrap
 
 WORDS = {"training": "training", "startup": "start-up", "saves": "saves", "lost": "lost", "other": "other"}
 """How the tables name each part of held time (run/goodput.py's BUCKETS)."""
@@ -78,34 +78,23 @@ def _fit(shown: list[dict[str, str]], width: int, *, boxed: bool) -> list[str]:
     return fit_columns(headers, tuple(h for h, _, _ in sorted(COLUMNS, key=lambda c: c[2])), shown, width, boxed=boxed)
 
 
-def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
-    """Plain lines (pipes, files, logs), the columns that fit tables.terminal_width."""
-    lines = []
+def text(sweeps: list[tuple[str, list[dict]]], *, box: bool = False, color: bool = False) -> str:
+    """Each sweep's table, the columns that fit tables.terminal_width: plain lines (pipes, files, logs) or boxed for
+    a terminal (`box`; the total's row in bold where `color`), its title and footer wrapped to the same width."""
+    width, lines = terminal_width(), []
     for name, found in sweeps:
-        lines.append(title(name))
+        lines.append(wrap(title(name), width=width))
         if not found:
             lines.append("no run has started")
             continue
         shown = _cells(found)
-        lines += [*plain_lines(_fit(shown, terminal_width(), boxed=False), shown, LEFT), footer(found)]
+        columns = _fit(shown, width, boxed=box)
+        lines += boxed(columns, shown, LEFT, color=color, style=lambda i, c, found=found: "bold"
+                       if found[i]["run"] == TOTAL else None) if box else plain_lines(columns, shown, LEFT)
+        lines.append(wrap(footer(found), width=width))
     return "\n".join(lines)
 
 
 def show(sweeps: list[tuple[str, list[dict]]]) -> None:
-    """Boxed on a terminal, plain lines when stdout is not one; as wide as tables.terminal_width."""
-    if not on_terminal():
-        print(plain(sweeps), flush=True)
-        return
-    from rich.console import Console, Group
-    from rich.text import Text
-
-    width, parts = terminal_width(), []
-    for name, found in sweeps:
-        if not found:
-            parts += [Text(title(name)), Text("no run has started")]
-            continue
-        shown = _cells(found)
-        parts += [boxed(_fit(shown, width, boxed=True), shown, LEFT, title=title(name),
-                        markup=lambda i, col, text, found=found: f"[bold]{text}[/]" if found[i]["run"] == TOTAL
-                        else text), Text(footer(found))]
-    Console(width=width).print(Group(*parts))
+    """Boxed on a terminal (in color where it takes colors), plain lines when stdout is not one."""
+    print(text(sweeps, box=on_terminal(), color=on_terminal() and color_on()), flush=True)

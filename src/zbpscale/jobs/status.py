@@ -58,10 +58,12 @@ from zbpscale.tables import (
     ALIKE,
     age,
     boxed,
+    color_on,
     fit_columns,
     fmt_tokens,
     named,
     on_terminal,
+    painted,
     plain_lines,
     plural,
     seed_count,
@@ -240,17 +242,15 @@ def fitted(rows: list[dict], width: int, *, boxed: bool) -> tuple[list[dict[str,
     return shown, columns, {c.header for c in available if c.left}
 
 
-def table(name: str, rows: list[dict], width: int):
-    shown, columns, left = fitted(rows, width, boxed=True)
-    return boxed(columns, shown, left, title=title(name, rows),
-                 markup=lambda i, col, text: f"[{STYLE[rows[i]['state']]}]{text}[/]" if col == "state" else text)
-
-
-def plain_table(name: str, rows: list[dict], width: int | None = None) -> list[str]:
-    """The same table as plain text lines (for files, pipes and logs), the columns that fit `width` (default:
-    tables.terminal_width)."""
-    shown, columns, left = fitted(rows, width or terminal_width(), boxed=False)
-    return [title(name, rows), *plain_lines(columns, shown, left)]
+def plain_table(name: str, rows: list[dict], width: int | None = None, *, box: bool = False, color: bool = False
+                ) -> list[str]:
+    """The table's lines, its title first: plain (for files, pipes and logs) or boxed for a terminal (`box`, each
+    state in its color where `color`); the columns that fit `width` (default: tables.terminal_width)."""
+    shown, columns, left = fitted(rows, width or terminal_width(), boxed=box)
+    if not box:
+        return [title(name, rows), *plain_lines(columns, shown, left)]
+    return [title(name, rows), *boxed(columns, shown, left, color=color,
+                                      style=lambda i, c: STYLE[rows[i]["state"]] if c == "state" else None)]
 
 
 LEGEND = "T/P/F: each run's time limits / preemptions / failures so far (its requeues and restarts)"
@@ -339,40 +339,37 @@ class _Shared:
                 f"{self.then}"]
 
 
-def render(sweeps: list[tuple[str, list[dict]]], width: int):
-    from rich.console import Group
-    from rich.text import Text
-
-    parts = []
+def text(sweeps: list[tuple[str, list[dict]]], width: int | None = None, *, box: bool = False, color: bool = False
+         ) -> str:
+    """Each sweep's table (`plain_table`), its footer, the legend of its columns and its notes (each in its state's
+    color where `color`), at most `width` (tables.terminal_width) wide."""
+    lines, width = [], width or terminal_width()
     for name, rows in sweeps:
-        shown = table(name, rows, width)
-        parts += [shown, Text(footer(rows))]
-        parts += [Text(LEGEND)] if any(c.header == "T/P/F" for c in shown.columns) else []
-        parts += [Text(line, style=STYLE[state]) for line, state in notes(rows)]
-    return Group(*parts)
-
-
-def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
-    lines, width = [], terminal_width()
-    for name, rows in sweeps:
-        title_line, head, *body = plain_table(name, rows, width)
-        lines += [title_line, head, *body, wrap(footer(rows), width=width)]
-        lines += [wrap(LEGEND, width=width)] if "T/P/F" in head.split() else []
-        lines += [wrap(line, width=width) for line, _ in notes(rows)]
+        title_line, *table = plain_table(name, rows, width, box=box, color=color)
+        lines += [title_line, *table, wrap(footer(rows), width=width)]
+        lines += [wrap(LEGEND, width=width)] if "T/P/F" in table[1 if box else 0] else []  # in its header
+        lines += [painted(wrap(line, width=width), STYLE[state]) if color else wrap(line, width=width)
+                  for line, state in notes(rows)]
     return "\n".join(lines)
 
 
-def show(data: list[tuple[str, list[dict]]]) -> None:
-    """The tables: boxed on a terminal, plain lines when stdout is not one; as wide as tables.terminal_width."""
-    if not data:
-        return
-    if not on_terminal():
-        print(plain(data), flush=True)
-        return
-    from rich.console import Console
+def plain(sweeps: list[tuple[str, list[dict]]]) -> str:
+    """For files, pipes and logs."""
+    return text(sweeps)
 
-    width = terminal_width()
-    Console(width=width).print(render(data, width))
+
+def render(sweeps: list[tuple[str, list[dict]]], width: int):
+    """For a terminal: boxed tables, states and notes in color, as a rich Text (status --watch's Live)."""
+    from rich.text import Text
+
+    return Text.from_ansi(text(sweeps, width, box=True, color=True))
+
+
+def show(data: list[tuple[str, list[dict]]]) -> None:
+    """The tables: boxed on a terminal (in color where it takes colors), plain lines when stdout is not one; as wide
+    as tables.terminal_width."""
+    if data:
+        print(text(data, box=on_terminal(), color=on_terminal() and color_on()), flush=True)
 
 
 def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tuple[str, list[dict]]]:
