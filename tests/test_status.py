@@ -872,8 +872,9 @@ def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(t
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fake_sacct, monkeypatch):
-    """#54: status of a large sweep reads its runs in forked processes (bulk.spread, from 1,000 runs a process);
-    the 12-run sweep in every state, spread one run a process, gives the rows read in one process."""
+    """#54: status of a large sweep reads its runs in forked processes (bulk.spread_asking, from 1,000 runs a
+    process), each its runs' attempts for the one view of their jobs (SLURM's, here) and then their rows; the 12-run
+    sweep in every state, spread one run a process, gives the rows read in one process."""
     from zbpscale import bulk
 
     sweep = tmp_path / "jobs" / "twelve"
@@ -881,8 +882,8 @@ def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fa
     one = collect_rows(sweep)
     monkeypatch.setattr(bulk, "LEAST", 1)
     monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)  # pytest-xdist's worker thread
-    monkeypatch.setattr(bulk, "_fork", lambda work, part, siblings, fork=bulk._fork: forked.append(len(part))
-                        or fork(work, part, siblings))
+    monkeypatch.setattr(bulk, "_fork", lambda ask, work, part, siblings, fork=bulk._fork: forked.append(len(part))
+                        or fork(ask, work, part, siblings))
     forked: list[int] = []
     spread = collect_rows(sweep)
     assert forked and sum(forked) == 12 - 12 // bulk.processes(12), "no run was read in a child"

@@ -40,9 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from zbpscale.bulk import paused_gc, spread
+from zbpscale.bulk import paused_gc, spread, spread_asking
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import goodput_table
+from zbpscale.jobs.executors.base import View
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.reasons import log_tail
 from zbpscale.jobs.runs import Run, find_runs, judged, viewed
@@ -139,12 +140,22 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     """[(sweep name, its rows)] of the runs found (runs.find_runs), from one view of every run's latest job
     whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
     --watch), else each back end asked now."""
-    now = time.time()
+    from zbpscale.jobs import executors
+
+    now, root = time.time(), jobs_root(found)
     runs = [r for _, runs in found for r in runs]
+
+    def rows_of(part: list[Run], view: View) -> list[dict]:
+        return [run_row(judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s), now=now) for r in part]
+
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
-        seen, view = viewed(runs, jobs_root(found), look=look, now=now)
-        rows = spread(lambda part: [run_row(judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s),
-                                            now=now) for r in part], runs)
+        if look:  # the Poller looks at the folders itself, to decide when to ask
+            seen, view = viewed(runs, root, look=look, now=now)
+            rows = spread(lambda part: rows_of(part, view), runs)
+        else:  # each process reads the attempts files of its runs for the one view of their jobs
+            seen = {r.run_dir: Snapshot(r.run_dir) for r in runs}
+            rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) for r in part],
+                                       lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     by_dir = {r.run_dir: row for r, row in zip(runs, rows)}
     data = []
     for name, runs in found:

@@ -21,7 +21,8 @@ from zbpscale.jobs.executors.slurm import SlurmExecutor
 
 KINDS: dict[str, type[Executor]] = {"slurm": SlurmExecutor, "local": LocalExecutor}
 
-__all__ = ["DRIVER_DOWN", "KINDS", "UNKNOWN", "Executor", "JobView", "View", "choose", "get", "view_all"]
+__all__ = ["DRIVER_DOWN", "KINDS", "UNKNOWN", "Executor", "JobView", "View", "asked", "choose", "get", "view_all",
+           "view_of"]
 
 
 def get(kind: str, root: Path) -> Executor:
@@ -73,12 +74,25 @@ def view_all(root: Path, histories: dict, *, now: float | None = None) -> View:
     """One view of the latest job of every run ({run: its History}, any key), each asked of the executor that
     holds it (one call each, whatever the number of runs); a job whose latest attempt's end its run folder
     recorded is marked `ended` (its why), so accounting is not asked about it again."""
+    return view_of(root, [asked(h) for h in histories.values()], now=now)
+
+
+def asked(history) -> tuple[str, dict] | None:
+    """What `view_of` asks about a run's latest job: (its executor, its submitted event, with `ended` when its
+    latest attempt's end is recorded); None for a run never submitted."""
+    if not history.job_id:
+        return None
+    end, sub = history.last_end(), history.submitted
+    return history.executor, {**sub, "ended": end["why"]} if end else sub
+
+
+def view_of(root: Path, asks: list, *, now: float | None = None) -> View:
+    """`view_all` from its runs' `asked` (status asks them in the processes that read the runs)."""
     now = time.time() if now is None else now
     by_kind: dict[str, list[dict]] = {}
-    for history in histories.values():
-        if history.job_id:
-            end, sub = history.last_end(), history.submitted
-            by_kind.setdefault(history.executor, []).append({**sub, "ended": end["why"]} if end else sub)
+    for ask in asks:
+        if ask is not None:
+            by_kind.setdefault(ask[0], []).append(ask[1])
     view = View()
     for kind, submitted in by_kind.items():
         view.update(get(kind, root).view(submitted, now=now))
