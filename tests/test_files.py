@@ -183,14 +183,38 @@ def test_loads_gives_json_s_value_and_json_s_error(tmp_path):
     texts += _json_texts(seed=0, count=20_000)
     compared = 0
     for text in texts:
-        for given in (text, text.decode("utf-8", "surrogatepass")) if text.isascii() else (text,):
+        try:  # as str too, lone surrogates and all
+            given_str = [text.decode("utf-8", "surrogatepass")]
+        except UnicodeDecodeError:
+            given_str = []
+        for given in (text, *given_str):
             want, got = outcome(json.loads, given), outcome(loads, given)
             assert want[0] == got[0] and (same(want[1], got[1]) if want[0] == "value" else want[1] is got[1]), given
             compared += want[0] == "value"
     assert compared > 8_000  # a fuzz that mostly made errors would compare nothing
+    assert loads('["\ud800"]') == json.loads('["\ud800"]')  # a lone surrogate in a str (msgspec: UnicodeEncodeError)
     (tmp_path / "heartbeat.json").write_text(json.dumps({"worst": {"val_loss": float("nan")}, "step": 2 ** 70}))
     beat = read_json(tmp_path / "heartbeat.json")
     assert math.isnan(beat["worst"]["val_loss"]) and beat["step"] == 2 ** 70
+
+
+def test_without_msgspec_loads_is_json():
+    """A checkout pulled onto an environment installed before msgspec was a dependency (a requeued job's): files,
+    status and the trainer's modules import, and `loads` is json.loads."""
+    script = textwrap.dedent("""\
+        import json, sys
+        sys.modules["msgspec"] = None  # import msgspec: ImportError
+        from zbpscale.files import loads
+        import zbpscale.jobs.status, zbpscale.train.metrics
+        for text in (b'{"a": 1, "b": [2.5, null]}', b'{"val_loss": NaN}', '"x"'):
+            assert repr(loads(text)) == repr(json.loads(text)), text
+        try:
+            loads(b"{")
+        except json.JSONDecodeError:
+            print("json")
+        """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == "json\n", out.stderr
 
 
 @pytest.mark.parametrize("text", ["a b", "a  b", "  lead", "x" * 78, "x" * 79, "tail ", "", "a\tb", "ünï cödé",

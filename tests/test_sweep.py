@@ -417,12 +417,13 @@ def test_a_hint_names_twenty_runs_and_the_closest_to_a_mistyped_name():
 
 
 def test_a_resubmit_names_the_runs_it_leaves_alone_alike_once(tmp_path):
-    """A second submit of a sweep whose runs are all complete: past ALIKE (3) runs said alike, one entry names three
-    and the count of the others (a 10,000-run sweep's line named every run); up to three, each run by name."""
+    """A second submit of a sweep whose runs are complete but one, failed: past ALIKE (3) runs said alike, one
+    entry names three and the count of the others, where the first of them stands (a 10,000-run sweep's line named
+    every run); up to three, each run by name; in the runs' order."""
     import json
 
-    for seeds, said in ((6, "nano-bp, nano-bp-s1, nano-bp-s2 (+3 more) (complete)"),
-                        (3, "nano-bp (complete), nano-bp-s1 (complete), nano-bp-s2 (complete)")):
+    for seeds, said in ((7, "nano-bp, nano-bp-s2, nano-bp-s3 (+3 more) (complete), nano-bp-s1 (failed)"),
+                        (3, "nano-bp (complete), nano-bp-s1 (failed), nano-bp-s2 (complete)")):
         folder = tmp_path / f"{seeds}"
         (folder / "s.py").parent.mkdir()
         (folder / "s.py").write_text(
@@ -432,10 +433,17 @@ def test_a_resubmit_names_the_runs_it_leaves_alone_alike_once(tmp_path):
             "seq_len=32, tokens=512, lr=1e-3, resources=CPU),),\n"
             f"              arms=(arm('bp'),), seeds=tuple(range({seeds})),\n"
             "              data=Data(dir='data', source='embedded'))\n")
-        for run in expand(load_sweep(folder / "s.py")):  # each trained to the end: its config and COMPLETE
-            Path(run.run_dir).mkdir(parents=True)
-            (Path(run.run_dir) / "config.json").write_text(json.dumps(run.train_config().to_dict()))
-            (Path(run.run_dir) / "COMPLETE").write_text("{}\n")
+        for run in expand(load_sweep(folder / "s.py")):  # each trained to the end (its config and COMPLETE), or
+            folder_of = Path(run.run_dir)  # failed (its job's end recorded)
+            folder_of.mkdir(parents=True)
+            (folder_of / "config.json").write_text(json.dumps(run.train_config().to_dict()))
+            if run.seed == 1:
+                (folder_of / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in (
+                    {"event": "submitted", "time": 1.0, "job_id": "local-1", "executor": "local"},
+                    {"event": "start", "time": 2.0, "job_id": "local-1"},
+                    {"event": "end", "time": 3.0, "job_id": "local-1", "why": "failed", "reason": "exit status 1"})))
+            else:
+                (folder_of / "COMPLETE").write_text("{}\n")
         out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(folder / "s.py"), "--executor", "local"],
                              capture_output=True, text=True, timeout=120, cwd=folder)
         assert out.returncode == 0, out.stderr

@@ -26,7 +26,7 @@ for need in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"
     except importlib.metadata.PackageNotFoundError:
         missing.append(name)
 if missing:
-    print(f"gpu_check: this Python lacks {', '.join(missing)}, which zbpscale imports (hint: carry them as wheels "
-          "on PYTHONPATH: docs/gpu.md)", file=sys.stderr)
+    print(f"gpu_check: this Python lacks {', '.join(missing)} of zbpscale's dependencies: what imports them fails "
+          "(hint: carry them as wheels on PYTHONPATH: docs/gpu.md)", file=sys.stderr)
 EOF
 exec python tools/gpu_check.py --device cuda --out "${OUT:-.}/gpu_check" "$@"

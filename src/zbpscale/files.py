@@ -18,7 +18,10 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Union
 
-import msgspec
+try:
+    import msgspec
+except ImportError:  # a checkout pulled onto an environment installed before it was a dependency: json alone
+    msgspec = None
 
 Content = Union[str, bytes, Iterable[bytes], Callable[[BinaryIO], None]]
 """What `atomic_write` writes: text (UTF-8), bytes, chunks of bytes, or a function that writes to the open file."""
@@ -85,18 +88,19 @@ def read_bytes(path: Path | str, offset: int = 0) -> bytes:
         os.close(fd)
 
 
-_DECODE = msgspec.json.Decoder().decode
+_DECODE = msgspec.json.Decoder().decode if msgspec else json.loads
+_REFUSED = (msgspec.MsgspecError, ValueError) if msgspec else ()
 
 
 def loads(data: bytes | str) -> Any:
     """The value json.loads gives a JSON text, and its error where it gives none: decoded by msgspec (a third of
-    json's time: status decodes five files of each of 10,000 runs), and by json where msgspec refuses a text that
-    json reads (NaN and Infinity, which a diverged run's records hold; a number beyond a float's range; a lone
-    surrogate; a byte order mark; UTF-16 or UTF-32). Where both read a text they give the same value
-    (tests/test_files.py compares them on a fuzzed corpus)."""
+    json's time: status decodes five files of each of 10,000 runs), and by json where msgspec refuses a text (NaN
+    and Infinity, which a diverged run's records hold; a number beyond a float's range; a lone surrogate; a byte
+    order mark; UTF-16 or UTF-32: json reads them) or where msgspec is not installed. Where both read a text they
+    give the same value (tests/test_files.py compares them on a fuzzed corpus)."""
     try:
         return _DECODE(data)
-    except msgspec.MsgspecError:
+    except _REFUSED:
         return json.loads(data)
 
 

@@ -65,14 +65,19 @@ def plain_lines(columns: list[str], rows: list[dict[str, str]], left: set[str] |
 
 
 def boxed(columns: list[str], rows: list[dict[str, str]], left: set[str] | frozenset[str] = frozenset(), *,
-          style: Callable[[int, str], str | None] = lambda row_index, column: None, color: bool = False) -> list[str]:
+          style: Callable[[int, str], str | None] = lambda row_index, column: None, color: bool = False,
+          width: int | None = None) -> list[str]:
     """The same table boxed for a terminal, as lines: a heavy rule under the bold header, a cell's text a space
     from its bars; `style(i, column)` a Rich style name for a cell of row i (None: as it is), drawn as ANSI codes
-    where `color` (`color_on`). Written as text, not as a rich Table, which took 6.3 s for the 10,000 rows of a
-    large sweep's status (these: 0.1 s)."""
+    where `color` (`color_on`). At most `width` wide: where the columns fit_columns keeps do not fit, the widest
+    is narrowed, its longer cells cut with an ellipsis. Written as text, not as a rich Table, which took 6.3 s for
+    the 10,000 rows of a large sweep's status (these: 0.1 s)."""
     wide = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+    while width and sum(wide.values()) + 3 * len(columns) + 1 > width and max(wide.values()) > 1:
+        wide[max(wide, key=wide.get)] -= 1
 
     def cell(text: str, c: str, how: str | None) -> str:
+        text = text if len(text) <= wide[c] else text[:wide[c] - 1] + "…"
         pad = " " * (wide[c] - len(text))
         text = painted(text, how) if how and color else text
         return f" {text}{pad} " if c in left else f" {pad}{text} "

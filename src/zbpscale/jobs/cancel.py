@@ -23,6 +23,7 @@ from zbpscale.jobs.settings import POLL_S
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import named
+from zbpscale.text import HINTED
 
 DECIDED = ("completed", "failed", "cancelled")
 """Ends after which a run's job never trains again, whatever the executor: nothing to stop."""
@@ -124,8 +125,8 @@ def run(args) -> int:
     if not asked and not failed:
         print("nothing to cancel: no run of the selection has a queued or running job")
         return 0
-    unstopped = (f"could not stop {named([r.name for r in failed])} (the lines above say why; run zbpscale cancel "
-                 "again)") if failed else ""
+    unstopped = (f"could not stop {named([r.name for r in failed], HINTED)} (the lines above say why; run zbpscale "
+                 "cancel again)") if failed else ""
     if args.no_wait or not asked:
         if unstopped:
             print(unstopped, file=sys.stderr)
@@ -134,7 +135,7 @@ def run(args) -> int:
 
     left = wait_stopped(root, asked, timeout_s=args.timeout, poll_s=poll_s_of(args.sweep))
     if left:
-        print(f"still stopping after {args.timeout:g} s: {named(left)} (see their logs/)", file=sys.stderr)
+        print(f"still stopping after {args.timeout:g} s: {named(left, HINTED)} (see their logs/)", file=sys.stderr)
     else:
         print(f"stopped: {named([r.name for r in asked])} (submit the sweep again to resume "
               f"{'it' if len(asked) == 1 else 'them'})")

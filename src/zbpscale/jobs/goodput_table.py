@@ -89,7 +89,7 @@ def text(sweeps: list[tuple[str, list[dict]]], *, box: bool = False, color: bool
             continue
         shown = _cells(found)
         columns = _fit(shown, width, boxed=box)
-        lines += boxed(columns, shown, LEFT, color=color, style=lambda i, c, found=found: "bold"
+        lines += boxed(columns, shown, LEFT, color=color, width=width, style=lambda i, c, found=found: "bold"
                        if found[i]["run"] == TOTAL else None) if box else plain_lines(columns, shown, LEFT)
         lines.append(wrap(footer(found), width=width))
     return "\n".join(lines)

@@ -257,11 +257,12 @@ def plain_table(name: str, rows: list[dict], width: int | None = None, *, box: b
                 ) -> list[str]:
     """The table's lines, its title first: plain (for files, pipes and logs) or boxed for a terminal (`box`, each
     state in its color where `color`); the columns that fit `width` (default: tables.terminal_width)."""
-    shown, columns, left = fitted(rows, width or terminal_width(), boxed=box)
+    width = width or terminal_width()
+    shown, columns, left = fitted(rows, width, boxed=box)
     if not box:
         return [title(name, rows), *plain_lines(columns, shown, left)]
-    return [title(name, rows), *boxed(columns, shown, left, color=color,
-                                      style=lambda i, c: STYLE[rows[i]["state"]] if c == "state" else None)]
+    state = lambda i, c: STYLE[rows[i]["state"]] if c == "state" else None  # noqa: E731 - each state in its color
+    return [wrap(title(name, rows), width=width), *boxed(columns, shown, left, style=state, color=color, width=width)]
 
 
 LEGEND = "T/P/F: each run's time limits / preemptions / failures so far (its requeues and restarts)"
@@ -334,7 +335,7 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
 @dataclass
 class _Shared:
     """A state's note and the runs it is said of ({run: its log}): a line each, or, for more than ALIKE runs, one
-    line naming ALIKE of them and the first one's log."""
+    line naming ALIKE of them and the log of the first that has one."""
 
     state: str
     words: str
@@ -345,7 +346,7 @@ class _Shared:
         if len(self.runs) <= ALIKE:
             return [f"{run}: {self.state}: {self.words}{f'  (log: {log})' if log else ''}{self.then}"
                     for run, log in self.runs.items()]
-        first, log = next(iter(self.runs.items()))
+        first, log = next(((run, log) for run, log in self.runs.items() if log), ("", ""))
         return [f"{named(list(self.runs))}: {self.state}: {self.words}{f'  (log of {first}: {log})' if log else ''}"
                 f"{self.then}"]
 

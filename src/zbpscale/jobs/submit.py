@@ -242,7 +242,7 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     shown = [plan_cells(r) for r in rows]
     columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
     print(f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}")
-    table = boxed(columns, shown, {"run", "action"}, color=on_terminal() and color_on())  # 10,000 runs: 0.1 s
+    table = boxed(columns, shown, {"run", "action"}, color=on_terminal() and color_on(), width=width)  # 10,000: 0.1 s
     print("\n".join(table), flush=True)
     total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
     todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
@@ -379,11 +379,15 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
             decided, view = look(sweep, runs)
         words = {r.name: states[r.name].state if states[r.name].state in settled
                  else progress(r, view, decided[r.name].state, decided[r.name].seen) for r in left}
-        alike: dict[str, list[str]] = {}  # past ALIKE runs in the same words (9,000 complete), said once
+        alike: dict[str, list[str]] = {}
         for r in left:
             alike.setdefault(words[r.name], []).append(r.name)
-        print("left alone: " + ", ".join(f"{name} ({said})" for said, names in alike.items()
-                                         for name in (names if len(names) <= ALIKE else [named(names)])))
+        said = []
+        for r in left:  # in the runs' order; past ALIKE runs in the same words (9,000 complete), once, at the first
+            names = alike[words[r.name]]
+            if len(names) <= ALIKE or names[0] == r.name:
+                said.append(f"{r.name if len(names) <= ALIKE else named(names)} ({words[r.name]})")
+        print("left alone: " + ", ".join(said))
     if any(states[r.name].state == "failed" for r in left):
         print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
     return sweep, runs, back, actions, held
