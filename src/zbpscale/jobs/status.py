@@ -26,7 +26,8 @@ for the jobs squeue no longer lists whose end their folder has not recorded); --
 every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/poller.py): its file's, or, given
 its folder, the one its last submit kept there (jobs/settings.py). A run's GPU-hours used are its held time, the
 one account goodput and collect give too (run/goodput.py's run_time). The runs of a large sweep are read in forked
-processes, two per core (bulk.spread: from 1,000 runs a process).
+processes, two per core (bulk.spread_asking: from 1,000 runs a process), each reading its runs' attempts for the one
+view of the jobs, then, told it, making their rows.
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
 """
 
