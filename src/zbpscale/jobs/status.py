@@ -43,7 +43,7 @@ from typing import Callable
 
 from zbpscale.bulk import paused_gc, spread, spread_asking
 from zbpscale.errors import ConfigError
-from zbpscale.jobs import goodput_table
+from zbpscale.jobs import executors, goodput_table
 from zbpscale.jobs.executors.base import View
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.reasons import log_tail
@@ -141,8 +141,6 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     """[(sweep name, its rows)] of the runs found (runs.find_runs), from one view of every run's latest job
     whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
     --watch), else each back end asked now."""
-    from zbpscale.jobs import executors
-
     now, root = time.time(), jobs_root(found)
     runs = [r for _, runs in found for r in runs]
 

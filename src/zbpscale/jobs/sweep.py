@@ -718,5 +718,6 @@ def load_sweep(path: str | Path) -> Sweep:
         raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
     if not isinstance(sweep, Sweep):
         raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
-    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))  # built before
+    # a SWEEP built before the file ran (imported from another module) did not get its home as it was built
+    return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))
 
