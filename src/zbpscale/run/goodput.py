@@ -36,7 +36,7 @@ run/history.py's events, read as plain JSON: this module sits below the trainer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from zbpscale.run.fold import Fold, Trained
@@ -159,21 +159,22 @@ def account(history: History, fold: Fold, beat: dict) -> list[Attempt]:
             alone.append(t)  # trained by hand, outside any job
         else:
             mine.setdefault(j, []).append(t)
-    attempts = []
+    spans = []  # (start, end, how the end is known, trained, queue wait), then each made an Attempt with its restart
     for j, (s, end) in enumerate(jobs):
         ts = mine.get(j, [])
         stop = max([end["time"] if end else s["time"]] + [t.last for t in ts])
-        attempts.append(_split(s["time"], stop, "end event" if end else "last record", ts, history.waited(s)))
-    for t in alone:
-        attempts.append(_split(t.first - t.setup, t.last, "by hand", [t], 0.0))
-    attempts.sort(key=lambda a: a.start)
-    for i in range(1, len(attempts)):
-        if attempts[i].first_step is not None:
-            attempts[i] = replace(attempts[i], restart=attempts[i].first_step - attempts[i - 1].end)
+        spans.append((s["time"], stop, "end event" if end else "last record", ts, history.waited(s)))
+    spans += [(t.first - t.setup, t.last, "by hand", [t], 0.0) for t in alone]
+    spans.sort(key=lambda span: span[0])
+    attempts: list[Attempt] = []
+    for span in spans:
+        attempts.append(_split(*span, before=attempts[-1].end if attempts else None))
     return attempts
 
 
-def _split(start: float, end: float, ended: str, trained: list[Trained], queue: float) -> Attempt:
+def _split(start: float, end: float, ended: str, trained: list[Trained], queue: float, *, before: float | None
+           ) -> Attempt:
+    """One attempt's Attempt; `before`: the end of the attempt before it (None for the first), its restart's start."""
     held = max(0.0, end - start)
     if not trained:
         return Attempt(start=start, end=start + held, ended=ended, first_step=None, queue=queue, startup=held,
@@ -182,5 +183,5 @@ def _split(start: float, end: float, ended: str, trained: list[Trained], queue: 
     parts = {"startup": min(held, max(0.0, first - start)), "training": sum(t.training for t in trained),
              "saves": sum(t.saves for t in trained), "lost": sum(t.lost for t in trained)}
     return Attempt(start=start, end=start + held, ended=ended, first_step=first, queue=queue,
-                   other=max(0.0, held - sum(parts.values())), **parts)
-
+                   other=max(0.0, held - sum(parts.values())), restart=None if before is None else first - before,
+                   **parts)
