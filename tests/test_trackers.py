@@ -90,7 +90,8 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     sent once by the next attempt), killed -9 right after a W&B flush (finished, moved into the run and resumed at a
     checkpoint), then run to the end. Compared with metrics.jsonl: every step once in TensorBoard and once over
     all the offline W&B folders that `zbpscale sync` would upload, with the JSONL's values; one W&B run id; no
-    killed attempt's W&B folder left in the node's temp dir."""
+    killed attempt's W&B folder left in the node's temp dir, and wandb's own scratch folders left only by the
+    attempts killed -9."""
     from zbpscale.results.sync import pending
 
     run = tmp_path / "jobs" / "study" / "nano-bp"
@@ -147,6 +148,10 @@ def test_a_run_stopped_and_killed_at_every_point_shows_each_step_once_in_both_tr
     assert fifth.returncode == 0, out
     assert [r["kind"] for r in read_records(run)].count("start") == 5
     assert list(node_tmp.glob("zbpscale-wandb-*")) == []  # the killed attempts' W&B folders, removed
+    # wandb's own scratch folders, made at its import: two for each attempt killed -9 (nothing of it ran after),
+    # none for the two that closed their trackers (left by os._exit, they were two an attempt)
+    scratch = [p.name for p in node_tmp.iterdir() if p.name.endswith(("wandb-media", "wandb-artifacts"))]
+    assert len(scratch) == 2 * 3, scratch
 
     losses, vals = by_step(run, "train", "loss"), by_step(run, "eval", "val_loss")
     assert [s for s, _ in losses] == list(range(steps_total))

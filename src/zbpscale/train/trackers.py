@@ -525,5 +525,27 @@ class WandB(Tracker):
         return True
 
     def close(self) -> None:
-        self._finish()
-        self._seal()
+        try:
+            self._finish()
+            self._seal()
+        finally:
+            _remove_import_temps()
+
+
+def _remove_import_temps() -> None:
+    """Remove the two folders wandb makes in the node's temp dir when it is imported (scratch for media and
+    artifacts, which this tracker never logs): the interpreter's exit would remove them, but a trainer leaves by
+    os._exit (train/exits.py), and each attempt left two folders on the node. An attempt killed -9 still leaves
+    them. Where a release of wandb keeps them elsewhere, nothing is removed (tests/test_trackers.py counts them)."""
+    try:
+        from wandb.sdk.artifacts.artifact import Artifact
+        from wandb.sdk.data_types._private import MEDIA_TMP
+
+        temps = [MEDIA_TMP, Artifact._TMP_DIR]
+    except (ImportError, AttributeError):
+        return
+    for temp in temps:
+        try:
+            temp.cleanup()  # once: its finalizer and atexit call find nothing left to do
+        except (AttributeError, OSError):
+            pass
