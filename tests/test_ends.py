@@ -30,13 +30,16 @@ TABLE = [  # (what the executor saw, how the attempt ended)
     (Seen(codes=(75,), complete=True, stop="timeout"), Ending("completed", "all steps done")),  # done as the limit came
     (Seen(codes=(None,), complete=True, unheard=True), Ending("completed", "all steps done")),  # done, then killed
     (Seen(codes=(0,)), Ending("crashed", retry=True)),              # exit 0 without the stamp is no completion
-    # -- it ran and died without a word: a crash, whatever else was asked of it
+    # -- it ran and died without a word: a crash, unless a cancel came (below)
     (Seen(codes=(None,), unheard=True), Ending("crashed", retry=True)),                   # SLURM's next start or step
-    (Seen(codes=(None, None), unheard=True, stop="cancel"), Ending("crashed", retry=True)),  # adopted, killed with
     # -- a cancel: checkpointed (every status 75 or unseen), or killed (every rank by a signal)
     (Seen(codes=(75, 75), stop="cancel"), Ending("cancelled", "zbpscale cancel; checkpointed")),
     (Seen(codes=(-9, -15), stop="cancel"), Ending("cancelled", "zbpscale cancel; killed")),  # killed after its delay
     (Seen(codes=(None,), stop="cancel"), Ending("cancelled", "zbpscale cancel; checkpointed")),  # adopted, unseen
+    # adopted, found dead (killed with its driver) as the cancel came: cancelled, not started again (it was, and
+    # trained on after the cancel)
+    (Seen(codes=(None, None), unheard=True, stop="cancel"),
+     Ending("cancelled", "zbpscale cancel; it had died without an end record")),
     (Seen(codes=(75,), stop="scancel"), Ending("cancelled", "scancel; checkpointed")),    # SLURM: CANCELLED
     (Seen(codes=(75, 1), stop="cancel"), Ending("crashed", retry=True)),  # a rank crashed while checkpointing
     # -- the scheduler's own word (#59): an admin's requeue, a killed batch script; neither is a cancel

@@ -356,6 +356,31 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
     assert losses(run) == losses(straight_run(run))
 
 
+def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path, data_dir):
+    """The driver and the training rank killed -9 together (the OOM killer), then a cancel: the cancel starts a new
+    driver, which found the running attempt dead and started it again as a crash (it trained to its end while cancel
+    waited), and, started after the first request was written, started the waiting run before it read the second.
+    Now: the dead attempt ends cancelled, the waiting run is cancelled before it started, and nothing trains on."""
+    sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
+    queue = LocalQueue(tmp_path / "jobs")
+    running, waiting = (tmp_path / "jobs" / "orphans" / n for n in ("nano-bp", "nano-zbp_n4"))
+    submit(sweep, "--max-parallel", "1")
+    wait_until(lambda: last_step(running) >= 2, "the first run's steps", 120)
+    start = [a for a in read_attempts(running) if a["event"] == "start"][-1]
+    os.kill(queue.driver_info()["pid"], signal.SIGKILL)
+    os.kill(start["pid"], signal.SIGKILL)
+    wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--timeout", "60"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_driver_gone(queue)
+    assert ends(running) == ["cancelled"] and "it had died without an end record" in \
+        read_attempts(running)[-1]["reason"], read_attempts(running)
+    assert [a["event"] for a in read_attempts(running)].count("start") == 1
+    assert ends(waiting) == ["cancelled"] and "start" not in [a["event"] for a in read_attempts(waiting)]
+    assert not RunFolder(waiting).metrics.exists() and last_step(running) < 399
+
+
 def test_local_refuses_runs_this_node_cannot_hold(tmp_path, data_dir):
     sweep = write_sweep(tmp_path, "big", data_dir, steps=5)
     sweep.write_text(sweep.read_text().replace("gpus_per_node=0, tasks_per_node=1", "gpus_per_node=2"))

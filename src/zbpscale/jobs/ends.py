@@ -11,8 +11,9 @@ left. The rules, first match wins (`interrupted`: every status is 75 or unseen; 
 signal):
 
     the run is complete                                   -> completed
+    stopped by a cancel, interrupted or killed, or found dead without a word when the cancel came
+                                                          -> cancelled
     it ran and died without a word (no end record)        -> crashed, started again
-    stopped by a cancel, interrupted or killed            -> cancelled
     interrupted as the scheduler requeued the job itself  -> preempted (the scheduler starts it again)
     interrupted as the job's batch script was killed      -> crashed (nothing left to start it again)
     found frozen and killed by its executor               -> hung, started again
@@ -93,11 +94,12 @@ def classify(seen: Seen) -> Ending:
     interrupted = all(c in (None, EXIT_REQUEUE) for c in codes)
     if seen.complete:
         return Ending("completed", "all steps done")
-    if seen.unheard:
-        return Ending("crashed", retry=True)
     if stop in ("cancel", "scancel") and (interrupted or all(c is not None and c < 0 for c in codes)):
         who = "zbpscale cancel" if stop == "cancel" else "scancel"
-        return Ending("cancelled", f"{who}; {'checkpointed' if interrupted else 'killed'}")
+        how = "it had died without an end record" if seen.unheard else "checkpointed" if interrupted else "killed"
+        return Ending("cancelled", f"{who}; {how}")
+    if seen.unheard:
+        return Ending("crashed", retry=True)
     if stop == "requeued" and interrupted:
         return Ending("preempted", "requeued by SLURM (sacct: REQUEUED); checkpointed", retry=True,
                       by_scheduler=True)

@@ -107,9 +107,16 @@ class LocalExecutor(Executor):
         return []
 
     def cancel(self, run_dir: Path, job: str, seen: JobView) -> str:
-        self.queue.request_cancel(job)
-        self.queue.ensure_driver()  # the driver applies the request (a dead one's jobs are picked up again)
-        return ""
+        return self.cancel_all([(run_dir, job, seen)]).get(job, "")
+
+    def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> dict[str, str]:
+        """Every request written, then the driver started where it is not running (it applies them, and picks a
+        dead one's jobs up again): started after the first request, a new driver started the jobs still waiting
+        before it read the others."""
+        for _, job, _ in jobs:
+            self.queue.request_cancel(job)
+        self.queue.ensure_driver()
+        return {}
 
     def keep_going(self, submitted: list[dict]) -> str:
         """Two looks in a row without a driver (not one still starting) while jobs wait: start one."""
