@@ -502,6 +502,31 @@ def test_other_options_on_a_finished_folder(tmp_path):
     assert_one_line_error(run_cli("--source", "embedded", "--out", out, "--seed", 1), "other options", "seed")
 
 
+def test_a_garbled_manifest_or_a_data_folder_that_is_a_file_is_one_line(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("--source", "embedded", "--out", out).returncode == 0
+    manifest = out / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:100])  # cut mid-write by hand, or edited
+    assert_one_line_error(run_cli("--source", "embedded", "--out", out), "manifest.json", "is not a", "delete")
+    assert_one_line_error(run_cli("--source", "embedded", "--out", out, "--verify"), "manifest.json", "is not a")
+    with pytest.raises(DataError, match="is not a"):
+        loader.TokenLoader(out, seq_len=16, global_batch=2, seed=0)
+    (tmp_path / "afile").write_text("")
+    assert_one_line_error(run_cli("--source", "embedded", "--out", tmp_path / "afile"), "is not a folder", "--data")
+
+
+@pytest.mark.parametrize("name, data", [("bad.jsonl", b'{"text": "fine"}\n{"text": "cut\n'),
+                                        ("late.jsonl", b'{"text": "fine"}\n' * 5000 + b'{"text": "cut\n'),
+                                        ("latin1.txt", "caf\u00e9 au lait\n".encode("latin-1"))])
+def test_a_local_file_that_cannot_be_read_is_one_line_where_it_is_met(tmp_path, name, data):
+    """Not UTF-8, or a JSON line cut: the reader's error (pyarrow's, the codec's), first at the start or after
+    thousands of documents, is one line naming the source."""
+    (tmp_path / name).write_bytes(data)
+    proc = run_cli("--source", f"local:{tmp_path / name}", "--out", tmp_path / "out", "--val-tokens", 100)
+    assert_one_line_error(proc, f"cannot read local:{tmp_path / name}", "UTF-8")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_two_preps_into_one_folder(tmp_path):
     import fcntl
 

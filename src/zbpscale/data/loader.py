@@ -24,15 +24,20 @@ from zbpscale.errors import ConfigError, DataError
 
 
 def read_manifest(data_dir: Path) -> dict:
-    """The manifest of a finished prep; a DataError with the command to run if there is none."""
+    """The manifest of a finished prep; a DataError with the command to run if there is none, or it is not one this
+    release reads (another format, or a file cut or garbled)."""
     path = manifest_path(data_dir)
     if not path.is_file():
         what = "an unfinished prep" if (Path(data_dir) / ".prep_progress.npz").exists() else "no prepared data"
         raise DataError(f"{data_dir} holds {what} (no manifest.json)",
                         hint=f"run `zbpscale prepare-data --data {data_dir}` with the source you want (re-running "
                              "the same command resumes an interrupted prep)")
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != "zbpscale-shards" or manifest.get("format_version") != shards.VERSION:
+    try:
+        manifest = json.loads(path.read_bytes())
+    except ValueError:  # torn, edited, not UTF-8
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != "zbpscale-shards" or \
+            manifest.get("format_version") != shards.VERSION:
         raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
                         hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
     return manifest

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from zbpscale.data import MANIFEST, packing, shards, sources, tokenizer
 from zbpscale.errors import ConfigError, DataError
-from zbpscale.files import atomic_write, remove_stale_temps
+from zbpscale.files import atomic_write, remove_stale_temps, unwritable
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 DEFAULT_VAL_TOKENS = 10_000_000
@@ -244,7 +244,9 @@ def _versions() -> dict:
 
 
 def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
-    manifest = json.loads((out / MANIFEST).read_text())
+    from zbpscale.data.loader import read_manifest
+
+    manifest = read_manifest(out)
     if manifest.get("settings") != settings:
         diff = _diff(manifest.get("settings", {}), settings)
         raise DataError(f"{out} already holds a prep with other options ({diff})",
@@ -273,6 +275,8 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     settings = _settings(cfg, source)
     if (out / MANIFEST).exists():
         return _finished(out, settings, cfg, log)
+    if (why := unwritable(out)) is not None:  # before the source opens or a worker starts
+        raise DataError(f"cannot write the prep into {out}: {why}", hint="give --data a folder this process can write")
     route = tokenizer.choose_route()  # built where it tokenizes: here for 1 worker, else in each worker alone
     log(tokenizer.describe_route(route))
 

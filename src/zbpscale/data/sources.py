@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -197,7 +198,7 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
     if offline or source.kind == "local":
         apply_offline()
     dataset = _load(source, offline=offline)
-    columns = _columns(dataset)
+    columns = next(_read(source, iter([dataset]), _columns))
     if "text" not in columns:
         raise DataError(f"{source.spec} has no 'text' column (columns: {', '.join(columns)})",
                         hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
@@ -206,7 +207,7 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
         layout = "lines" if columns == ["text"] else "documents"
     if len(columns) > 1 and hasattr(dataset, "select_columns"):
         dataset = dataset.select_columns(["text"])
-    rows = (text for batch in dataset.iter(batch_size=1024) for text in batch["text"])  # columns, not row dicts
+    rows = (text for batch in _read(source, dataset.iter(batch_size=1024)) for text in batch["text"])  # columns
     docs = group_wikitext_articles(rows) if layout == "lines" else rows
     return (doc for doc in docs if doc and doc.strip()), layout
 
@@ -218,6 +219,8 @@ def _load(source: Source, *, offline: bool):
     import datasets
 
     if source.kind == "local":
+        # a file it cannot read is said once, by `_read`, not also by datasets' own log line before it
+        logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         extra = {"keep_linebreaks": True} if source.fmt == "text" else {}
         return datasets.load_dataset(source.fmt, data_files=list(source.files), split="train", streaming=True,
                                      **extra)
@@ -233,6 +236,19 @@ def _load(source: Source, *, offline: bool):
     except ValueError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DataError(f"cannot load {where}: {first}", hint="check --config against the dataset card") from None
+
+
+def _read(source: Source, items: Iterator, made=lambda item: item) -> Iterator:
+    """`made(item)` for each of `items`, read from the source's files; a file they cannot be read as (not UTF-8, a
+    JSON line cut or garbled, a parquet file torn), where it is met, is one DataError naming the source."""
+    try:
+        for item in items:
+            yield made(item)
+    except ValueError as err:  # pyarrow's ArrowInvalid, UnicodeDecodeError, a JSON decoder's error
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(f"cannot read {source.spec}: {first}",
+                        hint="local files are UTF-8: .jsonl one JSON object a line with a 'text' field, .txt plain "
+                             "text, .parquet with a 'text' column") from None
 
 
 def _columns(dataset) -> list[str]:
