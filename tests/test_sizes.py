@@ -63,6 +63,34 @@ def test_a_size_of_its_own_shape_in_python_and_in_yaml_is_planned_as_a_preset_is
     assert zbp.model.n_layer == 2 and zbp.model.d_model == 64 and zbp.model.zbp is not None and zbp.model.zbp.n == 4
 
 
+def test_a_yaml_shape_is_found_from_the_project_folder_as_init_configs_writes_it(tmp_path):
+    """`zbpscale init DIR --configs` writes DIR/configs/model/<preset>.yaml and the sweeps into DIR/sweeps/; a size's
+    `model="configs/model/<x>.yaml"` is read from DIR, as the sweep's jobs/ and data/ are (where both DIR and the
+    sweep file's folder hold the file, DIR's; a file only beside the sweep file, as releases before 2026-12-05 read
+    it, still is); the shape is the preset's, field for field."""
+    from zbpscale.examples import write_configs
+    from zbpscale.run.config import SIZES
+
+    write_configs(tmp_path)
+    path = write(tmp_path, name="mytiny", model="configs/model/tiny.yaml")
+    assert load_sweep(path).sizes[1].shape() == SIZES["tiny"]
+    beside = tmp_path / "sweeps" / "configs" / "model" / "tiny.yaml"  # another shape, beside the sweep file
+    beside.write_text(YAML)
+    assert load_sweep(path).sizes[1].shape() == SIZES["tiny"]
+    (tmp_path / "configs" / "model" / "tiny.yaml").unlink()
+    assert load_sweep(path).sizes[1].shape().d_model == 64  # the older place
+
+
+@pytest.mark.parametrize("where", ["sweep", "yaml"])
+def test_a_sweep_or_shape_file_that_is_not_utf8_is_one_line(tmp_path, where):
+    path = write(tmp_path)
+    target = path if where == "sweep" else tmp_path / "sweeps" / "configs" / "model" / "y2.yaml"
+    target.write_bytes(target.read_bytes() + "# caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    assert f"{target} is not UTF-8 text" in str(err.value) and len(str(err.value).splitlines()) == 1, err.value
+
+
 @pytest.mark.parametrize("change, at, words", [
     (dict(yaml=YAML.replace("d_model", "d_modle")), ("y2.yaml", 3),
      "a model shape has no field 'd_modle' (hint: did you mean 'd_model'?)"),

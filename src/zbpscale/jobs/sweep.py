@@ -22,7 +22,7 @@ from typing import Mapping
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import atomic_write
-from zbpscale.jobs.settings import MIN_POLL_S, POLL_S
+from zbpscale.jobs.settings import MIN_POLL_S, POLL_S, SweepSettings
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.config import (
     SIZES,
@@ -114,8 +114,8 @@ class Size:
     """What one run of this size asks for."""
     model: ModelConfig | str | None = None
     """The model's shape: None, the preset `name`; a ModelConfig of your own (any field but zbp, the arm's); or the
-    path of a YAML file of those fields (relative to the sweep file's folder), e.g. configs/model/m760.yaml. After
-    load, the ModelConfig (a YAML file's path is kept in `model_file`)."""
+    path of a YAML file of those fields, e.g. configs/model/m760.yaml, relative to the sweep's project folder (as its
+    jobs/ and data/; `model_path`). After load, the ModelConfig (a YAML file's path is kept in `model_file`)."""
     model_file: str = ""
     """The YAML file the shape was read from ("" for a preset or a ModelConfig): set at load, not given."""
 
@@ -156,7 +156,7 @@ class Size:
                               "name of its own", hint="e.g. name='m760', or leave out model= to train the preset")
         shape = self.model
         if isinstance(shape, (str, Path)):
-            path = Path(shape) if Path(shape).is_absolute() or _LOADING is None else _LOADING.parent / shape
+            path = model_path(shape)
             try:
                 shape = shape_from_yaml(path)
             except ConfigError as err:
@@ -615,6 +615,18 @@ def project_folder(sweep_file: Path) -> Path:
     return folder.parent if folder.name == "sweeps" else folder
 
 
+def model_path(given: str | Path) -> Path:
+    """Where a size's YAML model file is: a relative path starts at the project folder of the sweep file being
+    loaded (where its jobs/ and data/ go, and `zbpscale init --configs` writes configs/model/), or, where only that
+    holds the file, at the sweep file's own folder (as releases before 2026-12-05 read it); outside a load, at the
+    working directory."""
+    path = Path(given)
+    if path.is_absolute() or _LOADING is None:
+        return path
+    project, beside = project_folder(_LOADING) / path, _LOADING.parent / path
+    return beside if beside.is_file() and not project.is_file() else project
+
+
 _FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources, "Tune": Tune}
 """The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
 
@@ -676,17 +688,26 @@ def not_found(path: str | Path) -> ConfigError:
 
 
 _LOADING: Path | None = None
-"""The sweep file being loaded (load_sweep): a size's YAML model file is found relative to its folder."""
+"""The sweep file being loaded (load_sweep): a size's YAML model file is found from it (`model_path`)."""
 
 
 def load_sweep(path: str | Path) -> Sweep:
     """Run a sweep file and return its `SWEEP`; every mistake is one ConfigError naming the file (and line)."""
     global _LOADING
     path = Path(path)
+    if path.is_dir():  # a sweep's folder of runs (status, cancel and collect take one; submit, sizes, doctor do not)
+        kept = SweepSettings.read(path)
+        raise ConfigError(f"{path} is a folder, not a sweep file",
+                          hint=f"its runs' sweep file: {shown_path(Path(kept.sweep_file))}" if kept and kept.sweep_file
+                          else "give the sweep file, e.g. sweeps/ladder.py")
     if not path.is_file():
         raise not_found(path)
     namespace: dict = {"__name__": f"zbpscale_sweep_{path.stem}", "__file__": str(path)}
-    source = path.read_text()
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})",
+                          hint="a sweep file is Python source: save it as UTF-8") from None
     try:
         code = compile(source, str(path), "exec")
         _LOADING = path

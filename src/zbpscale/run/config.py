@@ -132,9 +132,13 @@ def read_yaml(path) -> tuple[object, dict[str, int]]:
     import yaml
 
     try:
-        text = open(path).read()
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except OSError as err:
         raise ConfigError(f"{path} cannot be read ({err.strerror})", hint="check the file's path") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})",
+                          hint="save it as UTF-8") from None
     try:
         node, value = yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
     except yaml.YAMLError as err:
