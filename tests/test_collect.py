@@ -127,6 +127,29 @@ def test_a_run_folder_gone_keeps_its_collected_copy_and_another_sweep_is_refused
         collect(other, out, log=lambda line: None)
 
 
+def test_the_summary_counts_timeouts_preemptions_and_failures_as_status_does(results_sweep, tmp_path):
+    """T/P/F: status's column and the bundle's timeouts, preemptions and failures (crashed, hung and failed ends)
+    are the same counts, since the run's last --retry."""
+    from zbpscale.jobs.status import collect_rows
+
+    jobs = tmp_path / "jobs" / "results"
+    shutil.copytree(jobs_of(results_sweep) / "tiny-bp", jobs / "tiny-bp")
+    now = time.time()
+    events = [{"event": "submitted", "time": now - 100, "job_id": "1", "executor": "local"}]
+    whys = ["crashed", "timeout", "preempted", "hung", "timeout", "crashed", "failed"]
+    for k, why in enumerate(whys):
+        if k == 2:  # a --retry: the counts start again
+            events.append({"event": "submitted", "time": now - 89.5 + 2 * k, "job_id": "1", "executor": "local",
+                           "retry": True})
+        events += [{"event": "start", "time": now - 89 + 2 * k, "job_id": "1"},
+                   {"event": "end", "time": now - 88 + 2 * k, "job_id": "1", "why": why, "reason": "r"}]
+    (jobs / "tiny-bp" / "attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (row,) = collect(jobs, tmp_path / "out", log=lambda line: None)
+    (shown,) = collect_rows(jobs)
+    assert (row.timeouts, row.preemptions, row.failures) == (1, 1, 3)
+    assert (shown["timeouts"], shown["preemptions"], shown["failures"]) == (1, 1, 3)
+
+
 def test_a_bundle_of_format_1_still_loads_and_plots(results_sweep, tmp_path):
     """Bundles collected before a run's state was called `state` (format 1 named it `status`) load with the same
     states, and plot draws them."""

@@ -57,23 +57,49 @@ class Bundle:
         return read_json(self.manifest) or None
 
     def read_summary(self) -> list[RunSummary]:
-        """The rows of summary.json; a ConfigError if the folder is not a collected bundle."""
-        self.require(self.summary_json)
-        return [summary_row(row) for row in json.loads(self.summary_json.read_text())["runs"]]
+        """The rows of summary.json; a ConfigError if the folder is not a collected bundle, or its summary.json is not
+        one collect wrote (cut or garbled)."""
+        summary = self._summary()
+        try:
+            return [summary_row(row) for row in summary["runs"]]
+        except (KeyError, TypeError, ValueError) as err:
+            raise self._garbled(f"its runs: {type(err).__name__}") from None
 
     def read_tune(self) -> dict | None:
         """summary.json's `tune` ({"sizes": the sizes the sweep fitted its lr law on, "check": those it checked it
         at}); None for a sweep that does not tune, or a bundle collected before 2026-12-05."""
-        self.require(self.summary_json)
-        tune = json.loads(self.summary_json.read_text()).get("tune")
+        tune = self._summary().get("tune")
         return tune if isinstance(tune, dict) else None
+
+    def _summary(self) -> dict:
+        self.require(self.summary_json)
+        try:
+            summary = json.loads(self.summary_json.read_bytes())
+        except ValueError as err:  # torn, edited, not UTF-8
+            raise self._garbled(str(err).splitlines()[0]) from None
+        if not isinstance(summary, dict):
+            raise self._garbled(f"a {type(summary).__name__}, not an object")
+        return summary
+
+    def _garbled(self, why: str) -> ConfigError:
+        return ConfigError(f"{self.summary_json} is not a summary collect wrote ({why})",
+                           hint="collect the sweep again into this folder: it writes the summary anew from the runs")
 
     def require(self, file: Path | None = None) -> None:
         """A ConfigError if the folder is not a collected bundle: no manifest (or no `file`)."""
         file = file or self.manifest
-        if not file.is_file():
-            raise ConfigError(f"{self.path} is not a collected results folder (no {file.name})",
-                              hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+        if file.is_file():
+            return
+        if RunFolder.is_run(self.path) or any(RunFolder.is_run(p) for p in _folders(self.path)):
+            raise ConfigError(f"{self.path} holds runs, not a collected results folder",
+                              hint=f"collect them first: zbpscale collect {self.path} (into "
+                                   f"{default_out(self.path)}), then give that folder")
+        raise ConfigError(f"{self.path} is not a collected results folder (no {file.name})",
+                          hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+
+
+def _folders(path: Path) -> list[Path]:
+    return [p for p in path.iterdir() if p.is_dir()] if path.is_dir() else []
 
 
 def default_out(folder: Path) -> Path:

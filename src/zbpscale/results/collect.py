@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.files import atomic_write
+from zbpscale.files import atomic_write, unwritable
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
 from zbpscale.results.summary import FIELDS, RunSummary, sort_key, summarize
 from zbpscale.run.folder import RunFolder
 from zbpscale.tables import seed_count
-from zbpscale.text import matches, patterns
+from zbpscale.text import matches, patterns, select
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -107,17 +107,30 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
     ((name, sources),) = found
     bundle = Bundle(out or default_out(sources[0].run_dir.parent))
+    runs_at = sources[0].run_dir.parent.absolute()
+    if bundle.path.absolute() == runs_at or runs_at in bundle.path.absolute().parents:
+        raise ConfigError(f"--out {bundle.path} is inside the sweep's folder of runs ({runs_at})",
+                          hint=f"give the bundle a folder of its own (the default: {default_out(runs_at)})")
+    if (why := unwritable(bundle.path)) is not None:
+        raise ConfigError(f"cannot write the bundle into {bundle.path}: {why}",
+                          hint="give --out a folder this process can write")
     ckpt_patterns = ["*"] if with_ckpt is True else patterns(with_ckpt or None)
+    if with_ckpt and with_ckpt is not True:  # the runs named: a pattern that names none is a mistake, as --only's
+        select(sources, with_ckpt, option="--with-ckpt")
     looked, _ = decided([s for s in sources if s.folder.config.exists()], sources[0].run_dir.parent.parent)
     looks = {r.name: r for r in looked}  # the look at its folder each was decided on, for its summary too
     old_manifest = bundle.read_manifest()
     if old_manifest and old_manifest.get("sweep") != name:
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
                           hint="collect each sweep into its own results/<tag>")
-    rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
+    try:
+        rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
+        kept_tune = bundle.read_tune() if bundle.summary_json.exists() else None
+    except ConfigError as err:  # a summary cut or garbled: written anew from the runs (what collecting again is for)
+        log(f"{err.args[0]}: written anew from the runs")
+        rows, kept_tune = {}, None
     sweep_file = next((s.planned.sweep for s in sources if s.planned is not None), None)
-    tune = tuned_sizes(sweep_file) if sweep_file is not None else \
-        bundle.read_tune() if bundle.summary_json.exists() else None  # collected from its folder: as it was
+    tune = tuned_sizes(sweep_file) if sweep_file is not None else kept_tune  # collected from its folder: as it was
     changed = []
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None

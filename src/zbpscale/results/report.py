@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
-from zbpscale.files import read_json
+from zbpscale.files import read_json, unwritable
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.summary import RunSummary
 from zbpscale.run.history import read_attempts
@@ -87,8 +87,11 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
 
     from zbpscale.results.plot import draw, plot_loss_curves
 
+    if out:  # before a sweep is collected for it
+        _check_page(Path(out))
     bundle = bundle_of(target, log=log)
     out = Path(out) if out else Bundle(bundle).report
+    _check_page(out)
     every = Bundle(bundle).read_summary()
     svg = {"svg.fonttype": "none", "svg.hashsalt": "zbpscale"}  # text as text (small); the same ids every time
     with tempfile.TemporaryDirectory(prefix="zbpscale-report-") as tmp, matplotlib.rc_context(svg):
@@ -105,6 +108,14 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
     out.write_text(page)
     log(f"wrote {out} ({len(page.encode()) / 1e6:.2f} MB): open it in a browser (file://{out.resolve()})")
     return out
+
+
+def _check_page(out: Path) -> None:
+    """A ConfigError when the page cannot be written at `out` (a folder there, or a folder it cannot write into)."""
+    why = f"{out} is a folder" if out.is_dir() else unwritable(out.parent)
+    if why is not None:
+        raise ConfigError(f"cannot write the page {out}: {why}", hint="give -o a file's path in a folder this process "
+                                                                      "can write, e.g. -o report.html")
 
 
 def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str], command: str) -> str:

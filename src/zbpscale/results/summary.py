@@ -95,6 +95,9 @@ class RunSummary:
     role: str = ""
     """In a sweep that tunes its lr (jobs/tuning.py): "tuning" (a run of an lr grid: the sensitivity figure, not
     the gap) or "final" (a run of the study, at its tuned or transferred lr); "" in any other sweep."""
+    failures: int | None = None
+    """Attempts that crashed, hung or failed (status's F, beside timeouts and preemptions: each counted since the run's
+    last `submit --retry`); None in older bundles."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
@@ -152,7 +155,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         updated=records[-1].get("time") if records else None,
         goodput=None if (g := spent.goodput.fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
-        lr=(config or {}).get("lr"), role=role or look.plan.get("role", ""),
+        lr=(config or {}).get("lr"), role=role or look.plan.get("role", ""), failures=history.requeue_counts()[2],
     )
 
 

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.run.folder import RunFolder
-from zbpscale.text import matches, patterns
+from zbpscale.text import select
 
 HEADER_BYTES = 7
 """A W&B run file holding only its header: the attempt was killed before W&B wrote any record."""
@@ -61,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from zbpscale.jobs.sweep import find_sweeps
 
-    runs = [p for _, folder in find_sweeps(args.sweep) for p in sorted(folder.iterdir())
-            if RunFolder(p).config.exists() and (not args.only or matches(p.name, patterns(args.only)))]
+    runs = select([p for _, folder in find_sweeps(args.sweep) for p in sorted(folder.iterdir())
+                   if RunFolder(p).config.exists()], args.only)
     plan = [(p, *pending(p)) for p in runs]
     todo = [(p, folders) for p, folders, _ in plan if folders]
     for p, folders, empty in plan:
