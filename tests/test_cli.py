@@ -115,6 +115,14 @@ def test_a_sweep_that_is_not_there_is_one_line_worded_the_same_by_every_command(
             lines.add(out.stderr)
         assert len(lines) == 1, lines
     one_line_error(zbpscale("status", cwd=tmp_path), f"no jobs/ folder in {tmp_path}", "zbpscale status sweeps/")
+    # a sweep's folder of runs, to a command that takes only its file: said so, with the file it was submitted from
+    runs = tmp_path / "jobs" / "mine"
+    (runs / "s60-bp").mkdir(parents=True)
+    (runs / "s60-bp" / "config.json").write_text("{}")
+    (runs / "sweep.json").write_text(json.dumps({"name": "mine", "sweep_file": str(tmp_path / "sweeps" / "mine.py")}))
+    for command in ("submit", "sizes"):
+        one_line_error(zbpscale(command, runs, cwd=tmp_path), f"{runs} is a folder, not a sweep file",
+                       "its runs' sweep file: ", "sweeps/mine.py")
 
 
 def immutable(folder: Path):
@@ -575,3 +583,87 @@ def test_a_boxed_table_is_the_rich_table_it_replaces():
                 for got, c in zip(line[1:-1].split("│"), columns):
                     got = got[1:-1].strip()
                     assert got == cells[c] or (got.endswith("…") and cells[c].startswith(got[:-1])), (got, cells[c])
+
+
+# ------------------------------------------------------------------ everyday mistakes, one line each (2026-12-05)
+@pytest.mark.parametrize("args, words", [
+    (("submit", "x.py", "--max-parallel", "-1"), "argument --max-parallel: an integer >= 1, got '-1'"),
+    (("submit", "x.py", "--max-parallel", "0"), "argument --max-parallel: an integer >= 1, got '0'"),
+    (("status", "--watch", "0"), "argument --watch: a number >= 0.1, got '0'"),
+    (("status", "--lines", "-5"), "argument --lines: an integer >= 1, got '-5'"),
+    (("status", "--stall-after", "-1"), "argument --stall-after: a number >= 1, got '-1'"),
+    (("status", "--watch", "inf"), "argument --watch: a number >= 0.1, got 'inf'"),
+    (("cancel", "x", "--timeout", "nan"), "argument --timeout: a number >= 0, got 'nan'"),
+    (("status", "--json", "--watch"), "error: --json does not --watch"),
+    (("status", "--logs", "r", "--watch", "5"), "error: --logs does not --watch"),
+    (("status", "--logs", "r", "--json"), "error: --logs prints a log, not JSON"),
+])
+def test_a_number_out_of_range_or_flags_that_do_not_go_together_are_one_line(args, words, capsys):
+    """A negative --max-parallel was kept in the local queue's settings and stopped it for good; --watch 0 or -1
+    spun or raised; --lines -5 printed all but five lines; --json and --logs ignored --watch."""
+    from zbpscale.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as stop:  # argparse's usage error
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and words in err.splitlines()[-1] and "Traceback" not in err, err
+
+
+def test_a_max_parallel_below_one_kept_by_an_older_release_does_not_stop_the_queue(tmp_path):
+    from zbpscale.jobs.executors.local_queue.driver import Driver
+    from zbpscale.jobs.executors.local_queue.queue import LocalQueue
+
+    queue = LocalQueue(tmp_path)
+    queue.dir.mkdir(parents=True)
+    driver = Driver(queue)
+    default = 0 if driver.inventory else 1  # as many as the GPUs allow; 1 on a CPU-only node
+    for kept, bound in ((-1, default), (0, default), (3, 3)):
+        (queue.dir / "settings.json").write_text(json.dumps({"max_parallel": kept}))
+        assert driver.max_parallel() == bound, kept
+
+
+def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_garbled_summary(tmp_path, results_sweep,
+                                                                                             capsys):
+    """collect into a file, into the runs' own folder, into a read-only folder; a report's page onto a folder; plot
+    of a folder of runs (its hint collects them where collect puts them); --with-ckpt and sync's --only that name no
+    run: each one line (they were tracebacks, or a silent success). A summary.json cut short is one line for plot
+    and report, and collecting again writes it anew, equal to a fresh collect's."""
+    from zbpscale.cli import main
+
+    jobs = tmp_path / "jobs"
+    shutil.copytree(results_sweep.parent / "jobs", jobs)
+    runs = jobs / "results"
+    (tmp_path / "afile").write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+
+    def one_line(*args) -> str:
+        code = main([str(a) for a in args])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.splitlines()) == 1 and "hint: " in err, (args, err)
+        return err
+
+    assert "is not a folder" in one_line("collect", runs, "--out", tmp_path / "afile")
+    assert "inside the sweep's folder of runs" in one_line("collect", runs, "--out", runs)
+    assert "inside the sweep's folder of runs" in one_line("collect", runs, "--out", runs / runs.name / "x")
+    assert "matches no run" in one_line("collect", runs, "--with-ckpt", "NOPE-*")
+    assert "matches no run" in one_line("sync", runs, "--only", "nope")
+    hint = one_line("plot", runs)
+    assert "holds runs" in hint and f"zbpscale collect {runs}" in hint and str(tmp_path / "results" / "results") in hint
+    if os.geteuid() != 0:  # root writes anywhere
+        locked.chmod(0o555)
+        assert "cannot write the bundle" in one_line("collect", runs, "--out", locked / "b")
+    assert main(["collect", str(runs)]) == 0
+    bundle = tmp_path / "results" / "results"
+    whole = (bundle / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert "is a folder" in one_line("report", bundle, "-o", tmp_path)
+    assert "is not a folder" in one_line("report", bundle, "-o", tmp_path / "afile" / "r.html")
+    (bundle / "summary.json").write_bytes(whole[:len(whole) // 2])
+    assert "is not a summary collect wrote" in one_line("plot", bundle)
+    assert "is not a summary collect wrote" in one_line("report", bundle)
+    assert main(["collect", str(runs)]) == 0
+    assert "written anew from the runs" in capsys.readouterr().out
+    assert (bundle / "summary.json").read_bytes() == whole

@@ -10,6 +10,7 @@ a run flagged as diverged with the val losses written above its start (and a run
 import json
 import math
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -152,6 +153,27 @@ def test_json_logs_and_bad_targets(tmp_path, fake_sacct):
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(tmp_path / "jobs"), "--logs", "tiny-bp",
                           "--lines", "5"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.splitlines()[1:] == [f"line {i}" for i in range(95, 100)]
+    # a study copied elsewhere: its runs' logs are its own, not those at the paths its records name (the old place)
+    moved = tmp_path / "copy" / "jobs" / "s"
+    shutil.copytree(sweep, moved)
+    (moved / "tiny-bp" / "logs" / "7_0_log.out").write_text("the copy's line\n")
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(moved), "--logs", "tiny-bp"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines()[1:] == ["the copy's line"], out.stdout + out.stderr
+    (row,) = collect_rows(moved)
+    assert row["state"] == "failed" and Path(row["log"]) == moved / "tiny-bp" / "logs" / "7_0_log.out", row["log"]
+    # its latest job cancelled before it started: no log of its own; the earlier job's is shown, and said to be
+    with open(moved / "tiny-bp" / "attempts.jsonl", "a") as fh:
+        for event in ({"event": "submitted", "time": time.time() - 5, "job_id": "8", "executor": "slurm",
+                       "logs": str(moved / "tiny-bp" / "logs")},
+                      {"event": "end", "time": time.time() - 4, "job_id": "8", "why": "cancelled",
+                       "reason": "cancelled before it started"}):
+            fh.write(json.dumps(event) + "\n")
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(moved), "--logs", "tiny-bp"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines() == [
+        f"==> {moved / 'tiny-bp' / 'logs' / '7_0_log.out'} <== (an earlier job's: job 8 has no log)",
+        "the copy's line"], out.stdout + out.stderr
     for args, message in (([str(tmp_path / "nope")], "no sweep file or sweep folder at"),
                           ([str(sweep), "--logs", "tiny-zz"], "no run 'tiny-zz' here")):
         out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", *args], capture_output=True, text=True,

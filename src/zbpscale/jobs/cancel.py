@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from zbpscale.argtypes import at_least
 from zbpscale.errors import ZbpError
 from zbpscale.jobs.runs import Run
 from zbpscale.jobs.settings import POLL_S
@@ -115,7 +116,7 @@ def add_arguments(p) -> None:
     p.add_argument("sweep", help="a sweep file (sweeps/ladder.py) or a sweep folder (jobs/ladder)")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
     p.add_argument("--no-wait", action="store_true", help="ask and return; do not wait for the jobs to stop")
-    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=at_least(0, float), default=900.0, metavar="SECONDS",
                    help="how long to wait for the jobs to stop (default 900)")
 
 

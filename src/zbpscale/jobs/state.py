@@ -124,7 +124,7 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
         said = job.reason if job.source == "submit" or job.reason not in WAITING_IN_LINE else ""
         return RunState("queued", said, next="leave")
     end = history.last_end()
-    log = lambda: end.get("log") or str(run.folder.log_path(sub, job_id))  # noqa: E731
+    log = lambda: str(run.folder.here(end["log"]) if end.get("log") else run.folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
         return RunState("failed", end.get("reason", ""), log(), next="retry")
     if end.get("why") == "cancelled" and not job.words:

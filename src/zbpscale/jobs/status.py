@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from zbpscale.argtypes import at_least
 from zbpscale.bulk import paused_gc, spread, spread_asking
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import executors, goodput_table
@@ -421,19 +422,19 @@ def add_arguments(p) -> None:
     p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>), a jobs root "
                                              "(default: ./jobs) or one run's folder (jobs/<sweep>/<run>)")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
-    p.add_argument("--watch", nargs="?", const=10.0, type=float, metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", const=10.0, type=at_least(0.1, float), metavar="SECONDS",
                    help="refresh every 10 s (or as given) until Ctrl-C, asking the scheduler at most once per the "
                         "sweep's poll_s (60 s by default; a sweep folder: as its last submit kept it); plain lines "
                         "when not on a terminal")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p.add_argument("--logs", metavar="RUN", help="print the tail of that run's latest log")
-    p.add_argument("--lines", type=int, default=40, help="lines of --logs (default 40)")
+    p.add_argument("--lines", type=at_least(1), default=40, help="lines of --logs (default 40)")
     p.add_argument("--goodput", action="store_true",
                    help="instead of the states: each run's held hours, goodput (training / held) and the split into "
                         "start-up, checkpoint saves, lost work and other, the queue wait beside, and a sweep total "
                         "(from the run folders alone)")
     p.epilog = f"{p.epilog}\n\n{LEGEND}." if p.epilog else f"{LEGEND}."
-    p.add_argument("--stall-after", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--stall-after", type=at_least(1, float), default=None, metavar="SECONDS",
                    help="a running job silent this long is stalled (default: the run's step_timeout_s, or 900 "
                         "when it has none)")
 
@@ -449,12 +450,15 @@ def run(args) -> int:
 def _run(args) -> int:
     if args.target and RunFolder(Path(args.target)).config.exists():  # one run's folder: that run of its sweep
         args.target, args.only = str(Path(args.target).parent), Path(args.target).name
+    for mode in ("json", "logs", "goodput"):
+        if args.watch and getattr(args, mode):
+            raise ConfigError(f"--{mode} does not --watch", hint="run it again when you want a newer one")
+    if args.json and args.logs:
+        raise ConfigError("--logs prints a log, not JSON", hint="leave out --json")
     found = find_runs(args.target, args.only)
     if args.logs:
         return print_logs(found, args.logs, args.lines)
     if args.goodput:
-        if args.watch:
-            raise ConfigError("--goodput does not --watch", hint="run it again when you want a newer account")
         accounted = [(name, goodput_table.rows(runs)) for name, runs in found]
         if args.json:
             print(json.dumps(dict(accounted), indent=1))
@@ -485,10 +489,17 @@ def print_logs(found: list[tuple[str, list[Run]]], name: str, lines: int) -> int
     for run in (r for _, runs in found for r in runs if r.name == name and r.folder.config.exists()):
         history = History.read(run.run_dir)
         end = history.last_end()
-        log = Path(end["log"]) if end.get("log") else run.folder.log_path(history.submitted, history.job_id)
-        if not log.is_file():
-            raise ConfigError(f"{name}: no log yet at {log}", hint="the run has not started")
-        print(f"==> {log} <==")
+        log = run.folder.here(end["log"]) if end.get("log") else run.folder.log_path(history.submitted, history.job_id)
+        said = ""
+        if not log.is_file():  # its latest job has not started, or was cancelled before it did: an earlier one's
+            earlier = [run.folder.here(e["log"]) for e in reversed(history.ends_since(None, 0)) if e.get("log")]
+            earlier += [run.folder.log_path(history.submitted, s["job_id"]) for s in reversed(history.starts())
+                        if s.get("job_id") not in (None, history.job_id)]  # SLURM's ends name no log
+            found = next((path for path in earlier if path.is_file()), None)
+            if found is None:
+                raise ConfigError(f"{name}: no log yet at {log}", hint="the run has not started")
+            log, said = found, f" (an earlier job's: job {history.job_id} has no log)"
+        print(f"==> {log} <=={said}")
         print("\n".join(log_tail(log, lines)))
         return 0
     names = sorted(r.name for _, runs in found for r in runs if r.folder.config.exists())

@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from zbpscale.argtypes import at_least
 from zbpscale.data import manifest_path
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import read_json, unwritable
@@ -567,7 +568,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: SLURM when it answers (waited for where SLURM is set up), else the local queue")
     p.add_argument("--wait", action="store_true",
                    help="stay until every run has finished, showing progress; exit 1 if one did not complete")
-    p.add_argument("--max-parallel", type=int, default=0, metavar="N",
+    p.add_argument("--max-parallel", type=at_least(1), default=0, metavar="N",
                    help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
     p.add_argument("--retry", action="store_true",
                    help="submit failed runs again from their last checkpoint, with fresh requeue counts")

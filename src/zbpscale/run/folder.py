@@ -145,7 +145,7 @@ class RunFolder:
     def log_path(self, submitted: dict, job: str) -> Path:
         """The job's log file (the local queue's `<job>_0.log`, submitit's `<job>_0_log.out`), else its folder;
         `submitted`: the run's latest submitted event, which names the executor's log folder."""
-        logs = Path(submitted.get("logs") or self.logs)
+        logs = self.here(submitted["logs"]) if submitted.get("logs") else self.logs
         out = job_log(logs, job, submitit=True)
         for path in (job_log(logs, job), out, out.with_name(out.name[:-4] + ".err")):
             if path.exists():
@@ -153,6 +153,15 @@ class RunFolder:
         found = sorted((p for p in logs.glob(f"{job}_*") if p.suffix in (".log", ".out", ".err")),
                        key=lambda p: p.stat().st_mtime) if logs.is_dir() else []  # a log, never submitit's pickle
         return found[-1] if found else logs
+
+    def here(self, recorded: str | Path) -> Path:
+        """A path recorded in the run's files (a log in attempts.jsonl), where it is now: one that lay in this run's
+        folder when the study was elsewhere (moved, or copied) is taken in this folder, not the old one; others as
+        recorded."""
+        parts = Path(recorded).parts
+        mine = (self.path.parent.name, self.path.name)  # <sweep>/<run>: the tail of any path the run folder had
+        at = next((i for i in range(len(parts) - 1, 0, -1) if parts[i - 1:i + 1] == mine), None)
+        return Path(recorded) if at is None else self.path.joinpath(*parts[at + 1:])
 
     def lock(self, *, stale_after_s: float | None = None, gone: Rule | None = None):
         """Take the trainer lock (lease.try_lock): one trainer per run folder, on every node. (Lock, "") or

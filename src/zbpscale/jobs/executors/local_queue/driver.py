@@ -115,8 +115,10 @@ class Driver:
                 "max_parallel": self.max_parallel(), "updated": time.time()}
 
     def max_parallel(self) -> int:
+        """Runs at once: the last submit's --max-parallel, else as many as the GPUs allow (1 on a CPU-only node). A
+        kept value below 1 (releases before 2026-12-05 took any) is no bound of its own: it had stopped the queue."""
         n = int(self.q.settings().get("max_parallel", 0))
-        return n if n else (0 if self.inventory else 1)
+        return n if n >= 1 else (0 if self.inventory else 1)
 
     # ---------------------------------------------------------------------------------------- start a job
     def start_ready(self, now: float) -> None:

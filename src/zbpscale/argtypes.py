@@ -1,0 +1,26 @@
+"""argparse types for the numbers the commands take: a value out of range is argparse's one-line usage error naming
+the option (`zbpscale submit: error: argument --max-parallel: an integer >= 1, got '-1'`), before anything runs or is
+kept. Torch-free."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+
+def at_least(low: float, kind: type = int) -> Callable[[str], float]:
+    """The type of an option whose value is an int (or, `kind` float, a finite number) of at least `low`."""
+    words = f"{'an integer' if kind is int else 'a number'} >= {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{words}, got {text!r}") from None
+        if not (math.isfinite(value) and value >= low):
+            raise argparse.ArgumentTypeError(f"{words}, got {text!r}")
+        return value
+
+    parse.__name__ = f"{kind.__name__} >= {low:g}"
+    return parse
