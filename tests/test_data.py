@@ -196,16 +196,25 @@ def write_wikitext_layout(folder: Path, docs: list[str]) -> list[str]:
     return articles
 
 
-@pytest.mark.parametrize("layout", ["fineweb", "wikitext"])
+@pytest.mark.parametrize("layout", ["fineweb", "wikitext", "text-only"])
 def test_local_parquet_prep_and_loader(tmp_path, layout, docs, enc):
+    """FineWeb-Edu's columns, WikiText's lines, and a file of documents in a text column alone (its documents were
+    glued into one, read as WikiText's lines without a title: `auto` takes lines only where the first text is one)."""
     if layout == "fineweb":
         expected = write_fineweb_layout(tmp_path / "src", docs)
-    else:
+    elif layout == "wikitext":
         expected = write_wikitext_layout(tmp_path / "src", docs)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        (tmp_path / "src").mkdir()
+        pq.write_table(pa.table({"text": [""] + docs}), tmp_path / "src" / "docs.parquet")  # an empty row first
+        expected = docs
     out = tmp_path / "out"
     manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path}/src/*.parquet", out=out,
                                                   shard_tokens=30_000, val_tokens=6_000), log=lambda _: None)
-    assert manifest["source"]["layout"] == ("documents" if layout == "fineweb" else "lines")
+    assert manifest["source"]["layout"] == ("lines" if layout == "wikitext" else "documents")
     assert manifest["tokenizer"]["route"] in (tokenizer.ROUTE_FILES, tokenizer.ROUTE_CACHE)
     assert manifest["val"]["tokens"] == 6_000 and not manifest["budget_short"]
 
@@ -525,6 +534,87 @@ def test_a_local_file_that_cannot_be_read_is_one_line_where_it_is_met(tmp_path, 
     proc = run_cli("--source", f"local:{tmp_path / name}", "--out", tmp_path / "out", "--val-tokens", 100)
     assert_one_line_error(proc, f"cannot read local:{tmp_path / name}", "UTF-8")
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_files_changed_under_a_prep_are_refused_not_mixed(tmp_path, docs):
+    """A local source's files are recorded by size and time: a rerun on a finished prep (and a resume: the same
+    comparison) of files added or rewritten since is refused, naming them; a prep of a release before the record is
+    not checked for them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_fineweb_layout(tmp_path / "src", docs[:40])
+    args = ["--source", f"local:{tmp_path}/src/*.parquet", "--out", tmp_path / "out", "--val-tokens", 1000]
+    assert run_cli(*args).returncode == 0
+    assert run_cli(*args).returncode == 0  # the same files: already prepared
+    pq.write_table(pa.table({"text": docs[40:50]}), tmp_path / "src" / "part_2.parquet")
+    assert_one_line_error(run_cli(*args), "other options", "local files 1 added (part_2.parquet)")
+    (tmp_path / "src" / "part_2.parquet").unlink()
+    os.utime(tmp_path / "src" / "part_0.parquet", ns=(1, 1))  # rewritten (as far as size and time tell)
+    assert_one_line_error(run_cli(*args), "local files 1 changed (part_0.parquet)")
+    manifest = tmp_path / "out" / "manifest.json"  # as a release before the record wrote it
+    kept = json.loads(manifest.read_text())
+    del kept["settings"]["files"]
+    manifest.write_text(json.dumps(kept))
+    assert "already prepared" in run_cli(*args).stdout
+
+
+def test_a_torn_parquet_file_is_named_and_one_without_rows_is_left_out(tmp_path, docs):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    expected = write_fineweb_layout(tmp_path / "src", docs[:40])
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "src" / "part_00_empty.parquet")
+    out = tmp_path / "out"
+    manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path}/src/*.parquet", out=out, val_tokens=0),
+                               log=lambda _: None)
+    assert manifest["documents_read"] == len(expected)
+    torn = tmp_path / "src" / "part_1.parquet"
+    torn.write_bytes(torn.read_bytes()[:200])
+    proc = run_cli("--source", f"local:{tmp_path}/src/*.parquet", "--out", tmp_path / "out2")
+    assert_one_line_error(proc, f"cannot read {torn}")
+
+
+def test_a_source_of_no_text_is_one_line_not_an_empty_prep(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": pa.array([None, "", "  "], pa.string())}), tmp_path / "blank.parquet")
+    proc = run_cli("--source", f"local:{tmp_path / 'blank.parquet'}", "--out", tmp_path / "out")
+    assert_one_line_error(proc, "holds no text")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_disk_that_fills_is_one_line_and_the_prep_goes_on_where_there_is_room(tmp_path):
+    """A 160 KiB disk under a prep of 276 KB of shards: one line (it was a 27-line traceback); what it wrote, moved to
+    a disk with room, resumes to the shards of a prep never stopped, byte for byte."""
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        args = ["--source", "embedded", "--shard-tokens", 20_000]
+        assert_one_line_error(run_cli(*args, "--out", small / "out"), "is full", "re-run the same command")
+        assert list((small / "out").glob("*.bin")) and not (small / "out" / "manifest.json").exists()
+        shutil.copytree(small / "out", tmp_path / "out")
+    finally:
+        subprocess.run(["umount", "-l", str(small)])
+    resumed = run_cli(*args, "--out", tmp_path / "out")
+    assert resumed.returncode == 0 and "resuming at document" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert run_cli(*args, "--out", tmp_path / "reference").returncode == 0
+    shards_of = lambda out: {p.name: p.read_bytes() for p in out.glob("*.bin")}  # noqa: E731
+    assert shards_of(tmp_path / "out") == shards_of(tmp_path / "reference")
+
+
+@pytest.mark.parametrize("values", [[b"bytes", b"more"], [1, 2]], ids=["binary", "int"])
+def test_a_text_column_that_holds_no_text_is_one_line(tmp_path, values):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": values}), tmp_path / "odd.parquet")
+    proc = run_cli("--source", f"local:{tmp_path / 'odd.parquet'}", "--out", tmp_path / "out")
+    assert_one_line_error(proc, "'text' column holds", "not text")
 
 
 def test_two_preps_into_one_folder(tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import errno
 import io
 import itertools
 import json
@@ -102,7 +103,7 @@ def _use_encoding(route: str) -> None:
 
 def _init_worker(route: str, parent_pid: int) -> None:
     global _INIT_ERROR
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and shuts the pool down
     try:
         _use_encoding(route)
     except Exception as err:  # a worker that died here would be restarted forever: report it with the first task
@@ -163,13 +164,22 @@ def _batches(docs: Iterator[str], packer: packing.Packer, first: int) -> Iterato
 
 
 def _start_pool(workers: int, route: str):
-    """None (tokenize in this process) for 1 worker, else a pool of spawned tokenizer processes."""
+    """None (tokenize in this process) for 1 worker, else a pool of spawned tokenizer processes, each started now
+    (a task each: they spawn as tasks come) so that they start up while the source opens. A ProcessPoolExecutor:
+    multiprocessing.Pool's terminate, with tasks still queued when the budget was reached, now and then hung for
+    ever in its task handler (2-3 preps in 80 with --workers 2 --tokens), and a task of a worker that died never
+    returned; here a dead worker fails every task (`_result`)."""
     if workers == 1:
         _use_encoding(route)
         return None
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    return multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(route, os.getpid()))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                               initargs=(route, os.getpid()))
+    for _ in range(workers):
+        pool.submit(int)
+    return pool
 
 
 def _tokenized(batches, pool, workers: int):
@@ -180,22 +190,40 @@ def _tokenized(batches, pool, workers: int):
             yield batch, encode_documents(batch[1])
         return
     in_flight = collections.deque()
-    for batch in batches:
-        in_flight.append((batch, pool.apply_async(encode_documents, (batch[1],))))
-        if len(in_flight) >= 4 * workers:
+    try:
+        for batch in batches:
+            in_flight.append((batch, pool.submit(encode_documents, batch[1])))
+            if len(in_flight) >= 4 * workers:
+                done, result = in_flight.popleft()
+                yield done, _result(result)
+        while in_flight:
             done, result = in_flight.popleft()
-            yield done, result.get()
-    while in_flight:
-        done, result = in_flight.popleft()
-        yield done, result.get()
+            yield done, _result(result)
+    finally:  # the budget reached, or an error: the batches sent and not started are dropped
+        for _, result in in_flight:
+            result.cancel()
+
+
+def _result(future):
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise DataError("a tokenizer process died (killed, or out of memory)",
+                        hint="re-run the same command: it resumes from the last shard written") from None
 
 
 # --------------------------------------------------------------------------------------- state on disk
 def _settings(cfg: PrepConfig, source: sources.Source) -> dict:
+    """What decides the shards: a prep resumed or found finished with other settings is refused. A local source's
+    files are recorded by size and time (`files`; a prep of a release before 2026-12-05 has none, and is not checked
+    for them)."""
     return {"format_version": shards.VERSION, "source": cfg.source, "config": source.config,
             "layout": cfg.layout, "tokens": cfg.tokens, "shard_tokens": cfg.shard_tokens,
             "val_tokens": cfg.resolved_val_tokens(), "seed": cfg.seed, "tokenizer": tokenizer.NAME,
-            "val_doc_fraction": packing.VAL_DOC_FRACTION}
+            "val_doc_fraction": packing.VAL_DOC_FRACTION,
+            **({"files": sources.identity(source)} if source.kind == "local" else {})}
 
 
 def _save_progress(out: Path, settings: dict, packer: packing.Packer, resumes: list[int]) -> None:
@@ -215,9 +243,10 @@ def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[in
     with np.load(path) as saved:
         state = json.loads(saved["state"].tobytes())
         train_pending, val_pending = saved["train"], saved["val"]
-    if state["settings"] != settings:
-        raise DataError(f"{out} holds an unfinished prep with other options ({_diff(state['settings'], settings)})",
-                        hint=f"re-run it with the same options, or use another --data folder, or delete {out}")
+    if differs := _diff(state["settings"], settings):
+        raise DataError(f"{out} holds an unfinished prep with other options ({differs})",
+                        hint=f"re-run it with the same options and files, or use another --data folder, or delete "
+                             f"{out}")
     for split in ("train", "val"):
         for shard in state["packer"][split]["shards"]:
             shards.check_shard(out / shard["file"], tokens=shard["tokens"], tokenizer=tokenizer.NAME,
@@ -227,8 +256,10 @@ def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[in
 
 
 def _diff(old: dict, new: dict) -> str:
-    return ", ".join(f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new))
-                     if old.get(k) != new.get(k))
+    """The settings a prep kept (`old`) and those asked now differ in, in words ("" for none)."""
+    files = sources.changed_files(old["files"], new.get("files", {})) if "files" in old else ""
+    return ", ".join([f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new))
+                      if k != "files" and old.get(k) != new.get(k)] + ([f"local files {files}"] if files else []))
 
 
 def _versions() -> dict:
@@ -247,8 +278,7 @@ def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
     from zbpscale.data.loader import read_manifest
 
     manifest = read_manifest(out)
-    if manifest.get("settings") != settings:
-        diff = _diff(manifest.get("settings", {}), settings)
+    if diff := _diff(manifest.get("settings", {}), settings):
         raise DataError(f"{out} already holds a prep with other options ({diff})",
                         hint=f"use another --data folder, or delete {out} first")
     total = shards.TOKEN_BYTES * (manifest["train"]["tokens"] + manifest["val"]["tokens"])
@@ -282,7 +312,7 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
 
     previous = signal.getsignal(signal.SIGTERM)
     in_main = threading.current_thread() is threading.main_thread()
-    if in_main:  # SIGTERM (scancel, kill) unwinds like Ctrl-C: the pool is terminated, the resume record stays
+    if in_main:  # SIGTERM (scancel, kill) unwinds like Ctrl-C: the pool is shut down, the resume record stays
         signal.signal(signal.SIGTERM, _interrupt)
     pool = None
     try:
@@ -290,11 +320,16 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
         docs, layout = sources.open_documents(source, offline=offline)  # fails before anything is written
         out.mkdir(parents=True, exist_ok=True)
         with _exclusive(out):
-            return _run(_Prep(cfg, source, layout, settings, route, log), docs, pool, report_every, t0)
+            try:
+                return _run(_Prep(cfg, source, layout, settings, route, log), docs, pool, report_every, t0)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise DataError(f"the disk of {out} is full ({err.strerror})", hint="free some space, then re-run the "
+                                "same command: it resumes from the last shard written") from None
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        if pool is not None:  # the tasks started are finished (a batch each), the others were cancelled
+            pool.shutdown(wait=True, cancel_futures=True)
         if in_main:
             signal.signal(signal.SIGTERM, previous)
 
@@ -365,6 +400,9 @@ def _run(prep: _Prep, docs, pool, report_every: float, t0: float) -> dict:
                     break
     finally:
         progress.close()
+    if packer.train.tokens + packer.val.tokens == 0:
+        raise DataError(f"{cfg.source} holds no text: every row of its text column is empty or null",
+                        hint="point --source at the files of a corpus")
     packer.train.finish()
     packer.val.finish()
     now = time.monotonic()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -137,6 +138,25 @@ def _expand_local(pattern: str) -> list[str]:
     return files
 
 
+def identity(source: Source) -> dict[str, list[int]]:
+    """{file: [size, mtime in ns]} of a local source's files, what a prep records of them: a resume, or a rerun on a
+    finished prep, of files that changed since (one added, one rewritten) is refused, not mixed ({} for other
+    sources)."""
+    found = {}
+    for name in source.files:
+        st = os.stat(name)
+        found[name] = [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def changed_files(kept: dict, now: dict) -> str:
+    """The files of two `identity`s that differ, in a few words ("" for none)."""
+    words = [f"{len(names)} {what} ({Path(sorted(names)[0]).name}{', ...' if len(names) > 1 else ''})"
+             for what, names in (("added", set(now) - set(kept)), ("gone", set(kept) - set(now)),
+                                 ("changed", {f for f in set(kept) & set(now) if kept[f] != now[f]})) if names]
+    return ", ".join(words)
+
+
 def embedded_documents() -> list[str]:
     """The embedded corpus: CPython's English help topics, one document per topic, in sorted topic order.
 
@@ -202,12 +222,19 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
     if "text" not in columns:
         raise DataError(f"{source.spec} has no 'text' column (columns: {', '.join(columns)})",
                         hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
-    layout = source.layout
-    if layout == "auto":
-        layout = "lines" if columns == ["text"] else "documents"
     if len(columns) > 1 and hasattr(dataset, "select_columns"):
         dataset = dataset.select_columns(["text"])
-    rows = (text for batch in _read(source, dataset.iter(batch_size=1024)) for text in batch["text"])  # columns
+    rows = _texts(source, (text for batch in _read(source, dataset.iter(batch_size=1024)) for text in batch["text"]))
+    layout = source.layout
+    if layout == "auto":  # WikiText's rows are the lines of articles, its first text a ` = Title = `; others documents
+        head = []  # the rows up to the first text (a text-only file of documents was glued into one)
+        for text in rows:
+            head.append(text)
+            if text and text.strip():
+                break
+        titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
+        layout = "lines" if columns == ["text"] and titled else "documents"
+        rows = itertools.chain(head, rows)
     docs = group_wikitext_articles(rows) if layout == "lines" else rows
     return (doc for doc in docs if doc and doc.strip()), layout
 
@@ -222,8 +249,8 @@ def _load(source: Source, *, offline: bool):
         # a file it cannot read is said once, by `_read`, not also by datasets' own log line before it
         logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         extra = {"keep_linebreaks": True} if source.fmt == "text" else {}
-        return datasets.load_dataset(source.fmt, data_files=list(source.files), split="train", streaming=True,
-                                     **extra)
+        files = _with_rows(source) if source.fmt == "parquet" else list(source.files)
+        return datasets.load_dataset(source.fmt, data_files=files, split="train", streaming=True, **extra)
     where = f"{source.hub_id} (config {source.config})"
     try:
         # Online: stream from the hub. Offline: only the local `datasets` cache can answer.
@@ -249,6 +276,34 @@ def _read(source: Source, items: Iterator, made=lambda item: item) -> Iterator:
         raise DataError(f"cannot read {source.spec}: {first}",
                         hint="local files are UTF-8: .jsonl one JSON object a line with a 'text' field, .txt plain "
                              "text, .parquet with a 'text' column") from None
+
+
+def _with_rows(source: Source) -> list[str]:
+    """A local parquet source's files that hold rows (datasets' reader fails on a file of none, on every rerun), each
+    checked by its footer first: a file cut or not parquet is one DataError naming it."""
+    import pyarrow.parquet as pq
+
+    kept = []
+    for name in source.files:
+        try:
+            rows = pq.read_metadata(name).num_rows
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise DataError(f"cannot read {name}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}",
+                            hint="download it again, or leave it out of local:") from None
+        if rows:
+            kept.append(name)
+    if not kept:
+        raise DataError(f"{source.spec}: its parquet files hold no rows", hint="point local: at FineWeb-Edu's files")
+    return kept
+
+
+def _texts(source: Source, rows: Iterator) -> Iterator[str | None]:
+    """The rows of the text column, each a str or None (a null); another type is one DataError."""
+    for text in rows:
+        if text is not None and not isinstance(text, str):
+            raise DataError(f"{source.spec}: its 'text' column holds {type(text).__name__} values, not text",
+                            hint="FineWeb-Edu's layout: a string column named text")
+        yield text
 
 
 def _columns(dataset) -> list[str]:
