@@ -86,16 +86,17 @@ def to_argv(cfg) -> list[str]:
     return argv
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> int:
     from zbpscale.data.prepare import prepare
 
     cfg = config_from_args(args)
     try:
         prepare(cfg, report_every=args.log_every, log=lambda line: print(line, flush=True))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (prepare turns it into one): this line, not the CLI's as well
         print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.data}",
               file=sys.stderr)
-        raise
+        return 130
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
