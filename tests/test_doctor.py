@@ -218,3 +218,13 @@ def test_a_sweep_s_trackers_are_named_by_doctor_the_plan_and_the_wait_s_ending(t
     assert [line.strip() for line in ending[-2:]] == tracker_lines(sweep, str(path))
     monkeypatch.setenv("WANDB_API_KEY", "not-a-real-key")
     assert tracker_lines(sweep, str(path))[-1] == "# W&B: online, project 'tracked' (WANDB_API_KEY is set)"
+
+
+def test_the_disk_row_fails_where_submit_could_not_write(tmp_path):
+    """--dir on a file said the disk was fine; the row asks what submit asks (files.unwritable)."""
+    (tmp_path / "afile").write_text("")
+    row = doctor.check_disk(tmp_path / "afile")
+    assert row.level == "fail" and "is not a folder" in row.detail, row
+    row = doctor.check_disk(tmp_path / "afile" / "jobs")
+    assert row.level == "fail" and "is not a folder" in row.detail, row
+    assert "GiB free at" in doctor.check_disk(tmp_path / "new" / "jobs").detail  # made when the runs start

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from zbpscale.data import manifest_path
 from zbpscale.errors import ZbpError
+from zbpscale.files import unwritable
 from zbpscale.tables import terminal_width
 
 TIMEOUT_S = 5.0  # for sinfo / sacct
@@ -174,9 +175,8 @@ def check_disk(folder: Path) -> Check:
     detail = f"{free:,.1f} GiB free at {existing}"
     if existing != folder.absolute():
         detail += f" ({folder} not made yet)"
-    if not os.access(existing, os.W_OK):
-        return Check(name="disk", level="fail", detail=f"{existing} is not writable",
-                     hint="use --dir, or a sweep root you own")
+    if (why := unwritable(folder)) is not None:  # submit's own test: a file there, a read-only mount, permissions
+        return Check(name="disk", level="fail", detail=why, hint="use --dir, or a sweep root you own")
     if free < MIN_FREE_GB:
         return Check(name="disk", level="fail", detail=detail,
                      hint="free space, or put the runs elsewhere (Sweep.root)")
