@@ -288,6 +288,8 @@ def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
     out = zbpscale("submit", "sweeps/arm.py", "--dry-run", cwd=home)
     one_line_error(out, "unknown arm 'zbp_x4'")
     assert out.stderr.count("hint:") == 1 and "--dry-run" not in out.stderr
+    (home / "sweeps" / "exits.py").write_text("import sys\n\nsys.exit(0)\n" + smoke)  # it ended silently, status 0
+    one_line_error(zbpscale("submit", "sweeps/exits.py", cwd=home), "sweeps/exits.py:3: the sweep file exits (0)")
     train = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", tmp_path / "r", "--size", "tiny",
                             "--data", tmp_path, "--steps", "3", "--set", "eval_evry=3"], capture_output=True,
                            text=True, timeout=120)

@@ -717,6 +717,11 @@ def load_sweep(path: str | Path) -> Sweep:
             _LOADING = None
     except SyntaxError as err:
         raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
+    except SystemExit as err:  # sys.exit() or exit() in the file: the command ended without a word, status 0
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
+        where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+        raise ConfigError(f"{where}: the sweep file exits ({err.code!r}) as it is loaded",
+                          hint="a sweep file builds one SWEEP = Sweep(...) and does nothing else") from None
     except Exception as err:
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
         line = frames[-1].lineno if frames else None
