@@ -469,3 +469,6 @@ def test_a_fit_leaves_out_a_seed_missing_at_a_size_and_refuses_a_gap_not_positiv
     assert "zbp_n64" not in fits
     assert remarks["zbp_n64"] == ("zbp_n64: no power-law fit, a gap is not positive (seed 1 at s2: -0.0100); the "
                                   "fit is in log-log space")
+    _, remarks = fit_gaps(points("zbp_n64", [(0, 1, 2)] * 3, change={(1, 2): -0.01, (2, 0): 0.0}))
+    assert remarks["zbp_n64"] == ("zbp_n64: no power-law fit, 2 gaps are not positive (seed 1 at s2: -0.0100, seed 2 "
+                                  "at s0: +0.0000); the fit is in log-log space")  # each one, checked in the table

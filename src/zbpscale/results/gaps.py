@@ -162,9 +162,10 @@ def full_table(points: list[GapPoint]) -> tuple[FullTable | None, str | None]:
         return None, "no seed is at every size at the full budget"
     table = [[p.gaps[p.seeds.index(s)] for p in full] for s in seeds]  # (seeds, sizes)
     bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if g <= 0]
-    if bad:
-        s, p, g = bad[0]
-        return None, f"a gap is not positive (seed {s} at {p.size}: {g:+.4f}); the fit is in log-log space"
+    if bad:  # every one named: a reader checks them against the table
+        said = ", ".join(f"seed {s} at {p.size}: {g:+.4f}" for s, p, g in bad)
+        return None, (f"{'a gap is' if len(bad) == 1 else f'{len(bad)} gaps are'} not positive ({said}); the fit is "
+                      "in log-log space")
     dropped = sorted(set().union(*(p.seeds for p in full)) - set(seeds))
     return FullTable(params=tuple(p.params for p in full), sizes=tuple(p.size for p in full), seeds=tuple(seeds),
                      gaps=tuple(tuple(g) for g in table), dropped=tuple(dropped)), None

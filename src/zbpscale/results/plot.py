@@ -306,7 +306,7 @@ def _clip(ax, size: str, curves: Curves, arms: dict[str, list[RunSummary]], colo
 def _clip_note(over: list[Clipped]) -> str:
     """The note of a panel's clipped points: the limit, and each run's highest point above it."""
     highest = {c.run: c for c in sorted(over, key=lambda c: c.val_loss)}
-    runs = ", ".join(f"{c.run} ({c.val_loss:.2f} at step {c.step:,})" for c in highest.values())
+    runs = ", ".join(f"{c.run} ({c.val_loss:.2f} after {c.step:,} steps)" for c in highest.values())  # steps done
     return f"loss_curves: the y axis of {over[0].size} is clipped at {over[0].top:.2f}; above it: {runs}"
 
 
@@ -466,7 +466,7 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
         ax.axhline(1.0, color="gray", linestyle=":", label="theory, d ≫ 1: c ≈ 1")
         _log_axis(ax, "x", fmt_count)
         ax.set_xlabel(_measure(field)[1])
-        ax.set_ylabel("c = NSR · n / d")
+        ax.set_ylabel("c = NSR · n / d (method.md)")  # attention's d: its energy-weighted effective dimension
         ax.set_title({"attn": "attention core (score softmax)", "ffn": "SwiGLU core"}[core])
         ax.grid(alpha=0.3, which="both")
     entries = {}  # one entry per label over both panels
