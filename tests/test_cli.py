@@ -650,6 +650,8 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     assert "is not a folder" in one_line("collect", runs, "--out", tmp_path / "afile")
     assert "inside the sweep's folder of runs" in one_line("collect", runs, "--out", runs)
     assert "inside the sweep's folder of runs" in one_line("collect", runs, "--out", runs / runs.name / "x")
+    assert main(["collect", str(runs), "--out", str(runs / ".." / ".." / "via-dots")]) == 0  # '..' leaves it
+    capsys.readouterr()
     assert "matches no run" in one_line("collect", runs, "--with-ckpt", "NOPE-*")
     assert "matches no run" in one_line("sync", runs, "--only", "nope")
     hint = one_line("plot", runs)

@@ -559,6 +559,21 @@ def test_files_changed_under_a_prep_are_refused_not_mixed(tmp_path, docs):
     assert "already prepared" in run_cli(*args).stdout
 
 
+def test_files_changed_under_an_unfinished_prep_are_refused_on_its_resume(tmp_path, resume_source):
+    src = tmp_path / "src"
+    shutil.copytree(resume_source, src)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, prep_args(src, out))]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: (out / prepare.PROGRESS).exists(), "a finished shard's record", 60, proc=proc, every=0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert (out / prepare.PROGRESS).exists() and not (out / "manifest.json").exists()
+    os.utime(src / "part_1.parquet", ns=(1, 1))
+    assert_one_line_error(run_cli(*prep_args(src, out)), "unfinished prep with other options",
+                          "local files 1 changed (part_1.parquet)")
+
+
 def test_a_torn_parquet_file_is_named_and_one_without_rows_is_left_out(tmp_path, docs):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -22,6 +22,7 @@ import pytest
 from conftest import config_json, losses, unwrapped
 from zbpscale.jobs.status import collect_rows, exit_code
 from zbpscale.run.divergence import diverged
+from zbpscale.run.folder import RunFolder
 from zbpscale.run.records import tail_records
 
 
@@ -179,6 +180,21 @@ def test_json_logs_and_bad_targets(tmp_path, fake_sacct):
         out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", *args], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("recorded, now", [
+    ("/old/jobs/smoke/tiny-bp/logs/a.log", "NEW/jobs/smoke/tiny-bp/logs/a.log"),  # the run's own folder
+    ("/old/jobs/smoke/array-logs/tiny/5_0_0_log.out", "NEW/jobs/smoke/array-logs/tiny/5_0_0_log.out"),  # SLURM array
+    ("NEW/jobs/smoke/tiny-bp/logs/a.log", "NEW/jobs/smoke/tiny-bp/logs/a.log"),  # not moved: as recorded
+    ("/scratch/logs/a.log", "/scratch/logs/a.log"),  # outside the sweep's folder: as recorded
+    ("/old/runs/smoke/tiny-bp/logs/a.log", "/old/runs/smoke/tiny-bp/logs/a.log"),  # another jobs root: as recorded
+])
+def test_a_path_recorded_in_a_moved_study_is_found_where_the_study_is_now(tmp_path, monkeypatch, recorded, now):
+    """RunFolder.here, for a run given by a path relative to the working folder (as `status jobs/smoke` gives it):
+    absolute, as the records have it."""
+    monkeypatch.chdir(tmp_path)
+    folder = RunFolder(Path("jobs") / "smoke" / "tiny-bp")
+    assert folder.here(recorded.replace("NEW", str(tmp_path))) == Path(now.replace("NEW", str(tmp_path)))
 
 
 def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):

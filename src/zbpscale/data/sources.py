@@ -266,12 +266,14 @@ def _load(source: Source, *, offline: bool):
 
 
 def _read(source: Source, items: Iterator, made=lambda item: item) -> Iterator:
-    """`made(item)` for each of `items`, read from the source's files; a file they cannot be read as (not UTF-8, a
-    JSON line cut or garbled, a parquet file torn), where it is met, is one DataError naming the source."""
+    """`made(item)` for each of `items`, read from the source's files; a local file they cannot be read as (not UTF-8,
+    a JSON line cut or garbled, a parquet file torn), where it is met, is one DataError naming the source."""
     try:
         for item in items:
             yield made(item)
     except ValueError as err:  # pyarrow's ArrowInvalid, UnicodeDecodeError, a JSON decoder's error
+        if source.kind != "local":  # the hub's files are not the user's to fix: its traceback stands
+            raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DataError(f"cannot read {source.spec}: {first}",
                         hint="local files are UTF-8: .jsonl one JSON object a line with a 'text' field, .txt plain "

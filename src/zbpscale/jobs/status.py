@@ -495,10 +495,10 @@ def print_logs(found: list[tuple[str, list[Run]]], name: str, lines: int) -> int
             earlier = [run.folder.here(e["log"]) for e in reversed(history.ends_since(None, 0)) if e.get("log")]
             earlier += [run.folder.log_path(history.submitted, s["job_id"]) for s in reversed(history.starts())
                         if s.get("job_id") not in (None, history.job_id)]  # SLURM's ends name no log
-            found = next((path for path in earlier if path.is_file()), None)
-            if found is None:
+            older = next((path for path in earlier if path.is_file()), None)
+            if older is None:
                 raise ConfigError(f"{name}: no log yet at {log}", hint="the run has not started")
-            log, said = found, f" (an earlier job's: job {history.job_id} has no log)"
+            log, said = older, f" (an earlier job's: job {history.job_id} has no log)"
         print(f"==> {log} <=={said}")
         print("\n".join(log_tail(log, lines)))
         return 0

@@ -720,7 +720,8 @@ def load_sweep(path: str | Path) -> Sweep:
     except SystemExit as err:  # sys.exit() or exit() in the file: the command ended without a word, status 0
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
         where = f"{path}:{frames[-1].lineno}" if frames else str(path)
-        raise ConfigError(f"{where}: the sweep file exits ({err.code!r}) as it is loaded",
+        code = "" if err.code is None else f" ({err.code!r})"
+        raise ConfigError(f"{where}: the sweep file exits{code} as it is loaded",
                           hint="a sweep file builds one SWEEP = Sweep(...) and does nothing else") from None
     except Exception as err:
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]

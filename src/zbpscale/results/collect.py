@@ -107,8 +107,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
     ((name, sources),) = found
     bundle = Bundle(out or default_out(sources[0].run_dir.parent))
-    runs_at = sources[0].run_dir.parent.absolute()
-    if bundle.path.absolute() == runs_at or runs_at in bundle.path.absolute().parents:
+    runs_at = sources[0].run_dir.parent.resolve()
+    if bundle.path.resolve() == runs_at or runs_at in bundle.path.resolve().parents:  # '..' and links followed
         raise ConfigError(f"--out {bundle.path} is inside the sweep's folder of runs ({runs_at})",
                           hint=f"give the bundle a folder of its own (the default: {default_out(runs_at)})")
     if (why := unwritable(bundle.path)) is not None:

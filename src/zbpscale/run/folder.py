@@ -155,13 +155,14 @@ class RunFolder:
         return found[-1] if found else logs
 
     def here(self, recorded: str | Path) -> Path:
-        """A path recorded in the run's files (a log in attempts.jsonl), where it is now: one that lay in this run's
-        folder when the study was elsewhere (moved, or copied) is taken in this folder, not the old one; others as
-        recorded."""
+        """A path recorded in the run's files (a log in attempts.jsonl), where it is now: one that lay in its sweep's
+        folder (the run's own, a SLURM array's logs beside the runs) when the study was elsewhere (moved, or copied)
+        is taken in that folder where it is now, absolute as recorded; others as recorded."""
+        sweep = self.path.absolute().parent
         parts = Path(recorded).parts
-        mine = (self.path.parent.name, self.path.name)  # <sweep>/<run>: the tail of any path the run folder had
+        mine = (sweep.parent.name, sweep.name)  # <jobs root>/<sweep>: the tail of any path the sweep's folder had
         at = next((i for i in range(len(parts) - 1, 0, -1) if parts[i - 1:i + 1] == mine), None)
-        return Path(recorded) if at is None else self.path.joinpath(*parts[at + 1:])
+        return Path(recorded) if at is None else sweep.joinpath(*parts[at + 1:])
 
     def lock(self, *, stale_after_s: float | None = None, gone: Rule | None = None):
         """Take the trainer lock (lease.try_lock): one trainer per run folder, on every node. (Lock, "") or
