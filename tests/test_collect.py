@@ -148,6 +148,11 @@ def test_the_summary_counts_timeouts_preemptions_and_failures_as_status_does(res
     (shown,) = collect_rows(jobs)
     assert (row.timeouts, row.preemptions, row.failures) == (1, 1, 3)
     assert (shown["timeouts"], shown["preemptions"], shown["failures"]) == (1, 1, 3)
+    # a run folder whose config.json is gone: the state status gives it (collect called it new)
+    (jobs / "tiny-bp" / "config.json").unlink()
+    (row,) = collect(jobs, tmp_path / "out", log=lambda line: None)
+    (shown,) = collect_rows(jobs)
+    assert row.state == shown["state"] and row.reason == (shown["reason"] or None), (row.state, shown["state"])
 
 
 def test_a_bundle_of_format_1_still_loads_and_plots(results_sweep, tmp_path):

@@ -138,7 +138,8 @@ def test_the_y_axis_of_loss_curves_is_set_by_the_bulk_and_the_spike_is_marked(dr
     assert [t.get_text() for t in panels["tiny"].texts] == ["tiny-bp-s2: 11.00 at 2K tok ↑"]
     assert not [line for line in panels["nano"].get_lines() if line.get_marker() == "^"] and not panels["nano"].texts
     (note,) = [n for n in figures.notes if n.startswith("loss_curves:")]
-    assert note == f"loss_curves: the y axis of tiny is clipped at {top:.2f}; above it: tiny-bp-s2 (11.00 at step 16)"
+    assert note == (f"loss_curves: the y axis of tiny is clipped at {top:.2f}; above it: tiny-bp-s2 (11.00 after 16 "
+                    "steps)")
 
 
 def test_no_legend_lies_over_an_axes(drawn):

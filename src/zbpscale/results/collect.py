@@ -117,7 +117,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     ckpt_patterns = ["*"] if with_ckpt is True else patterns(with_ckpt or None)
     if with_ckpt and with_ckpt is not True:  # the runs named: a pattern that names none is a mistake, as --only's
         select(sources, with_ckpt, option="--with-ckpt")
-    looked, _ = decided([s for s in sources if s.folder.config.exists()], sources[0].run_dir.parent.parent)
+    looked, _ = decided(sources, sources[0].run_dir.parent.parent)  # every run, as status decides them
     looks = {r.name: r for r in looked}  # the look at its folder each was decided on, for its summary too
     old_manifest = bundle.read_manifest()
     if old_manifest and old_manifest.get("sweep") != name:
