@@ -550,6 +550,10 @@ def test_extending_a_finished_run_says_what_can_change(tmp_path, data_dir):
     for flags in ([], ["--steps", "2"], ["--set", "lr=0.003", "--data", str(data_dir)]):  # what it has: go on
         out = cli(*flags)
         assert out.returncode == 0 and "already complete" in out.stdout and "edited" not in out.stdout, out.stderr
+    spelled = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run), "--data",
+                              "./" + os.path.relpath(data_dir, tmp_path)], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)  # the same folder, spelled another way: not a change
+    assert spelled.returncode == 0 and "already complete" in spelled.stdout, spelled.stderr
     # #59 item 10: its config.json edited by hand after it finished: said, with the fields, and nothing trains
     config = json.loads(RunFolder(run).config.read_text())
     RunFolder(run).config.write_text(json.dumps({**config, "lr": 0.001, "steps": 5}))
@@ -739,17 +743,19 @@ def test_a_run_from_yaml_files_is_the_run_its_fields_give_by_flags(tmp_path, dat
                   ckpt_every_s=0, device="cpu")
     (tmp_path / "zbp_n4.yaml").write_text(yaml.safe_dump(fields))
     by_flags = [sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "flags"), "--size", "nano",
-                "--arm", "zbp_n4", "--data", str(data_dir), "--steps", "6", "--set", "global_batch=8", "--set",
+                "--arm", "zbp_n4", "--data", os.path.relpath(data_dir, tmp_path), "--steps", "6", "--set",
+                "global_batch=8", "--set",
                 "lr=3e-3", "--set", "warmup_steps=2", "--set", "eval_every=3", "--set", "eval_batches=2", "--set",
                 "ckpt_every=0", "--set", "ckpt_every_s=0", "--set", "device=cpu"]
     by_files = [sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "files"), "--model",
                 str(tmp_path / "configs" / "model" / "nano.yaml"), "--train", str(tmp_path / "zbp_n4.yaml"),
                 "--data", str(data_dir), "--steps", "6"]
     for command in (by_flags, by_files):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=trainer_env(1))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=trainer_env(1), cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
     a, b = (json.loads(RunFolder(tmp_path / d).config.read_text()) for d in ("flags", "files"))
     assert a == b and a["model"]["zbp"]["n"] == 4
+    assert a["data_dir"] == str(data_dir)  # kept absolute (given relative): a resume from elsewhere reads the same
     assert losses(tmp_path / "flags") == losses(tmp_path / "files")
     ref, got = final_state(tmp_path / "flags"), final_state(tmp_path / "files")
     assert all(torch.equal(ref[k], got[k]) for k in ref)

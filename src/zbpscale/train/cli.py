@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 from zbpscale.errors import ConfigError, LeaseLost, ZbpError, report
@@ -66,8 +67,12 @@ def config_from_args(args) -> TrainConfig:
              if getattr(args, k) is not None]
     given += [f"--set {item}" for item in args.set]
     saved = folder.read_config()
+    if args.data is not None:  # kept absolute, as a sweep's runs keep it: a resume from another folder reads the same
+        args.data = os.path.abspath(args.data)  # data (a relative path was read from wherever the resume ran)
     if saved is not None:  # an existing run: its config.json fixes every setting (resume is bit for bit)
         cfg = TrainConfig.from_dict(saved, source=str(folder.config))
+        if args.data is not None and os.path.realpath(args.data) == os.path.realpath(cfg.data_dir):
+            args.data = cfg.data_dir  # the same folder, spelled another way (relative, ./, absolute, a link)
         if not given:
             return cfg
         have, want = cfg.to_dict(), _asked(args, cfg, _train_file(args)).to_dict()
@@ -90,7 +95,8 @@ def config_from_args(args) -> TrainConfig:
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run"
                           + (" (or in the --train file)" if args.train and missing != ["--size"] else ""))
-    return _asked(args, None, trained)
+    cfg = _asked(args, None, trained)
+    return dataclasses.replace(cfg, data_dir=os.path.abspath(cfg.data_dir))  # a --train file's too
 
 
 def _train_file(args) -> dict:
