@@ -72,6 +72,25 @@ def test_restore_onto_another_device_keeps_rng_states_on_the_cpu(tmp_path, monke
         assert torch.equal(a, b), name
 
 
+def test_a_restored_cpu_run_keeps_no_map_of_its_checkpoint_file(tmp_path):
+    """The file is loaded memory-mapped; on the CPU the optimizer kept the loaded moments themselves, so the file
+    stayed mapped for the whole attempt and its disk space held after the next saves removed it (a resumed run
+    needed room for one checkpoint more than a fresh one). The moments restored are the saved ones, bit for bit."""
+    import gc
+
+    _, _, _, trained = _trained_checkpoint(tmp_path)
+    saved = torch.load(RunFolder(tmp_path).checkpoint(1), map_location="cpu", weights_only=True)["optimizer"]
+    model = Transformer(SMALL)
+    optimizer = build_optimizer(model, TrainConfig(model=SMALL, data_dir="x", steps=1, device="cpu"))
+    checkpoint.restore(tmp_path, model, optimizer)
+    gc.collect()
+    with open("/proc/self/maps") as maps:
+        mapped = [line for line in maps if "ckpt_" in line]
+    assert mapped == [], mapped
+    for got, want in zip(optimizer.state_dict()["state"].values(), saved["state"].values()):
+        assert all(torch.equal(got[k], want[k]) for k in ("exp_avg", "exp_avg_sq")), "moments differ"
+
+
 def test_control_rng_states_mapped_to_the_training_device_are_refused(tmp_path):
     _trained_checkpoint(tmp_path)
     (_, path), = RunFolder(tmp_path).list_checkpoints()

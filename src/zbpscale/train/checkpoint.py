@@ -274,5 +274,9 @@ def restore(run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimi
         return Restored(0, None)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    for kept in optimizer.state.values():  # on the CPU the optimizer keeps the loaded tensors themselves, mapped from
+        for k, v in kept.items():  # the file: it stayed mapped for the whole attempt, its disk space held after the
+            if torch.is_tensor(v) and v.device.type == "cpu":  # next saves removed it (a resumed run needed room
+                kept[k] = v.clone()  # for one checkpoint more than a fresh one)
     set_rng_state(state["rng"])
     return Restored(state["step"], state.get("numerics"))
