@@ -226,14 +226,16 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
         dataset = dataset.select_columns(["text"])
     rows = _texts(source, (text for batch in _read(source, dataset.iter(batch_size=1024)) for text in batch["text"]))
     layout = source.layout
-    if layout == "auto":  # WikiText's rows are the lines of articles, its first text a ` = Title = `; others documents
-        head = []  # the rows up to the first text (a text-only file of documents was glued into one)
-        for text in rows:
+    if layout == "auto" and columns != ["text"]:
+        layout = "documents"
+    elif layout == "auto":  # WikiText's rows are the lines of articles, its first text a ` = Title = `; rows of a text
+        head = []  # column alone that start otherwise are documents (they were glued into one); read only here: a
+        for text in rows:  # reader started and left (a refused resume) was torn down at exit, aborting now and then
             head.append(text)
             if text and text.strip():
                 break
         titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
-        layout = "lines" if columns == ["text"] and titled else "documents"
+        layout = "lines" if titled else "documents"
         rows = itertools.chain(head, rows)
     docs = group_wikitext_articles(rows) if layout == "lines" else rows
     return (doc for doc in docs if doc and doc.strip()), layout
