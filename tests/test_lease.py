@@ -374,7 +374,8 @@ def test_two_trainers_on_two_nodes_with_a_node_local_flock(tmp_path, data_dir):
             kill(first)
     third = trainer(run, "node-a", site)
     try:
-        wait_until(lambda: lease.read_holder(RunFolder(run).trainer_lease).pid == third.pid,
+        # no lease for a moment (the first's released, the third's not written yet): not a holder yet
+        wait_until(lambda: getattr(lease.read_holder(RunFolder(run).trainer_lease), "pid", None) == third.pid,
                    "the third trainer's lease", 120, proc=third)
     finally:
         kill(third)
