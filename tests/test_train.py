@@ -570,6 +570,37 @@ def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
         train(small_cfg(data_dir, steps=2, lr=1e-2), tmp_path / "run")
 
 
+def test_a_resume_on_other_data_is_refused_and_on_the_same_data_re_prepared_goes_on(tmp_path, data_dir, monkeypatch):
+    """The run's data folder re-prepared between two attempts: with other options its shards differ and the resume
+    is refused before anything is written (it trained on other data up to its checkpoint); prepared again with the
+    same options (the same shards, written anew) it resumes to the losses of a straight run."""
+    from zbpscale import signals
+    from zbpscale.data.prepare import PrepConfig, prepare
+    from zbpscale.errors import DataError
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(data_dir, data)
+    cfg = small_cfg(data, steps=8)
+    stop_at_3 = lambda: signal.SIGUSR2 if len(losses(run)) >= 3 else 0  # noqa: E731
+    monkeypatch.setattr(signals, "received", stop_at_3)
+    assert train(cfg, run) == "checkpointed"
+    monkeypatch.undo()
+    stopped = RunFolder(run).metrics.read_bytes()
+    for options, refused in (({"val_tokens": 4096}, True), ({}, False)):
+        shutil.rmtree(data)
+        prepare(PrepConfig(source="embedded", out=data, offline=True, **options), log=lambda line: None)
+        if refused:
+            with pytest.raises(DataError, match=f"{data} holds other data than this run trained on up to its "
+                                                 "checkpoint"):
+                train(cfg, run)
+            assert RunFolder(run).metrics.read_bytes() == stopped  # nothing written
+    assert train(cfg, run) == "completed"
+    train(small_cfg(data_dir, steps=8), tmp_path / "straight")
+    assert losses(run) == losses(tmp_path / "straight")
+    starts = [r for r in read_records(run) if r["kind"] == "start"]
+    assert len(starts) == 2 and starts[0]["data_id"] == starts[1]["data_id"]
+
+
 # ---------------------------------------------------------------- non-finite guard
 
 def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, monkeypatch):

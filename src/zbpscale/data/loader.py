@@ -16,6 +16,7 @@ same from the manifest and says so in its plan, before anything is queued.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -41,6 +42,16 @@ def read_manifest(data_dir: Path) -> dict:
         raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
                         hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
     return manifest
+
+
+def data_identity(manifest: dict) -> str:
+    """The data a run trains on, in one word: the sha256 of the token count and sha256 of every shard of both
+    splits, in order (hex, 16 digits). The same for the same shards wherever they lie and whatever their files are
+    called (a prep resumed after a kill writes byte-identical shards); another for any other data, tokenizer or
+    split."""
+    shards_of = {split: [[s["tokens"], s["sha256"]] for s in manifest[split]["shards"]] for split in ("train", "val")}
+    text = json.dumps({"tokenizer": manifest["tokenizer"]["name"], **shards_of}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def open_split(data_dir: Path, split: str, *, verify: bool | str = "auto") -> list:
@@ -129,6 +140,7 @@ class TokenLoader:
         self.val = open_split(data_dir, "val", verify=verify)
         manifest = read_manifest(data_dir)
         self.vocab = manifest["tokenizer"]["n_vocab"]
+        self.identity = data_identity(manifest)
         self._paths = {split: [Path(data_dir) / s["file"] for s in manifest[split]["shards"]]
                        for split in ("train", "val")}  # for errors that name the shard
         windows = np.array([max(len(m) - seq_len, 0) for m in self.train], dtype=np.int64)  # starts per shard

@@ -34,6 +34,7 @@ class StartRecord(TypedDict, total=False):
     world_size: int
     config: dict  # the resolved TrainConfig (TrainConfig.to_dict)
     derived: dict  # run/config.py's derived_numbers: params, params_non_embedding, total_steps, total_tokens, ...
+    data_id: str  # the shards it trains on (data/loader.py's data_identity; absent before 2026-12-06)
     numerics: dict  # numerics.fingerprint: torch, cpu, cpu_capability, threads, gpu
     impl_used: dict[str, str]  # {core: closed | fused | plain}: what each ZBP core runs; {} for bp
     git: str

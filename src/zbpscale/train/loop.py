@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from zbpscale import signals
-from zbpscale.errors import ConfigError, LeaseLost, RunFolderBusy, ZbpError
+from zbpscale.errors import ConfigError, DataError, LeaseLost, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write, read_json
 from zbpscale.lease import Follower, Lock, Rule
 from zbpscale.run.config import TrainConfig, batch_plan, derived_numbers
@@ -427,11 +427,12 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
     numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
     phases.done("data")
 
+    records = read_records(run_dir) if env.is_main else []
+    before = _checkpointed_by(records, start)  # the start record of the attempt whose checkpoint this resumes
+    _same_data(before, loader, env)
     log = MetricsLog(run_dir, enabled=env.is_main, guard=lambda: _renew(lock, run_dir))
     if env.is_main:
-        records = read_records(run_dir)
         attempt = 1 + sum(r["kind"] == "start" for r in records)
-        before = _checkpointed_by(records, start)  # the start record of the attempt whose checkpoint this resumes
         # What the attempt before left past this attempt's starting point is its lost work (goodput's accounting)
         redo = redone(records, read_json(RunFolder(run_dir).heartbeat), start, _mtime(RunFolder(run_dir), start))
         # Whatever an earlier attempt logged past this attempt's starting point (its checkpoint, or step 0 when it
@@ -463,7 +464,8 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
             print(f"note: the validation split holds fewer than {cfg.global_batch} windows of {cfg.seq_len + 1} "
                   f"tokens: evaluating on one batch of {numbers['val_batch']}", flush=True)
         log.write("start", attempt=attempt, step=start, world_size=env.world_size, config=cfg.to_dict(),
-                  derived=numbers, numerics=numerics.fingerprint(env.device), impl_used=impl_used, git=git_revision(),
+                  derived=numbers, data_id=loader.identity, numerics=numerics.fingerprint(env.device),
+                  impl_used=impl_used, git=git_revision(),
                   host=os.uname().nodename,
                   versions={"zbpscale": version(), "torch": torch.__version__, "python": sys.version.split()[0]},
                   setup_s=phases.total())
@@ -480,6 +482,21 @@ def _mtime(folder: RunFolder, step: int) -> float | None:
         return folder.checkpoint(step).stat().st_mtime if step else None
     except OSError:
         return None
+
+
+def _same_data(before: dict | None, loader, env: dist.DistEnv) -> None:
+    """Refuse, on every rank, to resume a run on other data than the attempt whose checkpoint it resumes trained on
+    (`before`, its start record, read on rank 0): its data folder re-prepared with other options or from another
+    source, or, for a run whose config names the folder by a relative path (an older release kept it so), another
+    folder of that name. Their shards' identity (loader.data_identity) differs; a start record of a release before
+    2026-12-06 has none, and nothing is compared."""
+    trained = (before or {}).get("data_id")
+    other = env.is_main and trained is not None and trained != loader.identity
+    if dist.all_reduce_sum([1.0 if other else 0.0], env)[0]:
+        raise DataError(f"{loader.data_dir.resolve()} holds other data than this run trained on up to its checkpoint "
+                        f"(shards {loader.identity}, not {trained or 'those of rank 0'})",
+                        hint="resume it on the data it trained on (re-preparing it with the same command and options "
+                             "writes the same shards), or train in a new run folder")
 
 
 def _checkpointed_by(records: list, start: int) -> dict | None:
