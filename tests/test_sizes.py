@@ -15,7 +15,7 @@ import pytest
 
 from zbpscale.errors import ConfigError
 from zbpscale.jobs.sweep import load_sweep
-from zbpscale.run.config import ModelConfig, n_params, shape_from_yaml, shapes_near
+from zbpscale.run.config import ModelConfig, n_params, shape_from_yaml, shapes_near, train_fields_from_yaml
 from zbpscale.run.folder import RunFolder
 
 SWEEP = """\
@@ -100,10 +100,18 @@ def test_a_sweep_or_shape_file_that_is_not_utf8_is_one_line(tmp_path, where):
     (dict(yaml="n_layer: 2\nn_head: [2\n"), ("y2.yaml", 3), "not valid YAML"),
     (dict(yaml=YAML + "zbp: {n: 4}\n"), ("y2.yaml", 5), "zbp is an arm's setting, not a size's"),
     (dict(yaml="- 1\n- 2\n"), None, "holds a list, not a mapping of a model shape's fields"),
+    (dict(yaml="# to do\n"), None, "holds nothing, not a mapping of a model shape's fields"),
+    (dict(yaml=YAML + "n_head: 4\n"), ("y2.yaml", 5), "n_head is given twice (first on line 2)"),
+    (dict(yaml=YAML + "init_std: abc\n"), ("y2.yaml", 5), "ModelConfig.init_std must be a number > 0, got 'abc'"),
+    (dict(yaml=YAML + "rope_theta: 0\n"), ("y2.yaml", 5), "ModelConfig.rope_theta must be a number > 0, got 0"),
+    (dict(yaml=YAML + "norm_eps: .nan\n"), ("y2.yaml", 5), "ModelConfig.norm_eps must be a number > 0, got nan"),
+    (dict(yaml=YAML.replace("n_layer: 2", "n_layer: true")), ("y2.yaml", 1),
+     "ModelConfig.n_layer must be an integer >= 1, got True"),
     (dict(model="configs/model/nope.yaml"), None, "nope.yaml cannot be read"),
     (dict(name="y-2"), None, "Size name must not hold '-'"),
     (dict(name="tiny"), None, "Size name 'tiny' is a preset's"),
-], ids=["unknown-key", "heads", "rope", "yaml-syntax", "zbp", "a-list", "missing-file", "hyphen", "preset-name"])
+], ids=["unknown-key", "heads", "rope", "yaml-syntax", "zbp", "a-list", "comments-only", "twice", "float-text",
+        "rope-theta-0", "eps-nan", "bool-int", "missing-file", "hyphen", "preset-name"])
 def test_a_bad_shape_is_one_line_at_its_lines_and_writes_nothing(tmp_path, change, at, words):
     """The sweep file's line of the size at fault, then the YAML file's line of the key at fault where there is one;
     one line; nothing written."""
@@ -117,6 +125,16 @@ def test_a_bad_shape_is_one_line_at_its_lines_and_writes_nothing(tmp_path, chang
     if at is not None:
         assert f"{at[0]}:{at[1]}: " in message, message
     assert len(message.splitlines()) == 1 and not (tmp_path / "jobs").exists()
+
+
+def test_yaml_numbers_with_an_exponent_and_no_dot_are_numbers(tmp_path):
+    """`1e-5` is a float in YAML 1.2 and text in YAML 1.1 (PyYAML's): a shape's norm_eps and a training file's lr
+    written so are read as the numbers they mean (the config held the string '1e-5' and the trainer crashed)."""
+    (tmp_path / "m.yaml").write_text(YAML + "norm_eps: 1e-5\nrope_theta: +1E4\n")
+    (tmp_path / "t.yaml").write_text("lr: 3e-4\nweight_decay: 1_0e-2\nsteps: 10\n")
+    shape = shape_from_yaml(tmp_path / "m.yaml")
+    assert (shape.norm_eps, shape.rope_theta) == (1e-5, 1e4)
+    assert train_fields_from_yaml(tmp_path / "t.yaml") == {"lr": 3e-4, "weight_decay": 0.1, "steps": 10}
 
 
 def test_a_bad_python_shape_points_at_its_line(tmp_path):

@@ -90,6 +90,21 @@ def test_a_bad_grid_is_one_error_at_its_line_of_the_sweep_file(tmp_path, change,
     assert message.startswith(f"{path}:{line_of(path, keyword)}: ") and words in message, message
 
 
+def test_tuned_sizes_of_one_shape_leave_no_law_and_are_refused_at_load(tmp_path):
+    """Two tuned sizes of the same model (here: the same shape at another seq_len) give the law one N: the other
+    sizes could never take an lr from it (a final run trained at its untuned lr, and each later plan raised)."""
+    path = write(tmp_path, sizes=("nano", "nano_long"), rungs=("nano", "tiny"))
+    long = ("Size(name='nano_long', model=model_config('nano'), global_batch=4, seq_len=64, tokens=4 * 64 * 6, "
+            "lr=4e-3, resources=CPU), ")
+    text = path.read_text().replace("sizes=(rung('nano', 0.004), ", "sizes=(rung('nano', 0.004), " + long)
+    path.write_text("from zbpscale.run.config import model_config\n" + text)
+    with pytest.raises(ConfigError) as err:
+        load_sweep(path)
+    message = str(err.value.args[0])
+    assert message.startswith(f"{path}:{line_of(path, '        sizes=')}: "), message
+    assert "tunes sizes of one non-embedding count" in message and "other sizes (tiny)" in message, message
+
+
 def test_an_unknown_keyword_of_tune_is_named_with_its_fields(tmp_path):
     path = write(tmp_path)
     path.write_text(path.read_text().replace("budget=", "budgt="))

@@ -508,10 +508,16 @@ def tune_problem(sweep: Sweep) -> None:
                 hint="check the sizes the lr law transfers to: " + ", ".join(s for s in sizes
                                                                               if s not in tune.sizes))
     left = [s for s in sizes if s not in tune.sizes]
+    counts = {s.params_non_embedding for s in sweep.sizes if s.name in tune.sizes}
     if left and len(set(tune.sizes)) < 2:
         raise field_error("Tune", "sizes", f"Tune.sizes={tune.sizes!r} tunes one size; the sweep's other sizes "
                           f"({', '.join(left)}) take their lr from a law lr = a N^b fitted on the tuned sizes, "
                           "which needs two", hint="tune at least two sizes, or all of them")
+    if left and len(counts) < 2:
+        raise field_error("Tune", "sizes", f"Tune.sizes={tune.sizes!r} tunes sizes of one non-embedding count "
+                          f"(N={counts.pop():,}); the sweep's other sizes ({', '.join(left)}) take their lr from a "
+                          "law lr = a N^b fitted on the tuned sizes, which needs two counts",
+                          hint="tune sizes of two different shapes, or all of them")
 
 
 @dataclass(frozen=True)

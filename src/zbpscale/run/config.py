@@ -9,7 +9,9 @@ imports torch or the training loop; train/model.py and train/loop.py build on th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import re
 from dataclasses import dataclass
 
 from zbpscale.errors import ConfigError
@@ -50,18 +52,22 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "d_model", "max_seq_len", "vocab_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise ConfigError(f"ModelConfig.{name} must be an integer >= 1, got {value!r}")
+        for name in ("rope_theta", "norm_eps", "init_std"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 < value < math.inf:
+                raise ConfigError(f"ModelConfig.{name} must be a number > 0, got {value!r}")
         if self.d_model % self.n_head:
-            raise ConfigError(
-                f"ModelConfig.n_head={self.n_head} must divide d_model={self.d_model}",
-                hint=f"allowed n_head values: {[h for h in range(1, self.d_model + 1) if self.d_model % h == 0]}",
-            )
+            heads = [h for h in range(1, 257) if self.d_model % h == 0 and self.d_model // h >= 8]
+            raise ConfigError(f"ModelConfig.n_head={self.n_head} must divide d_model={self.d_model}",
+                              hint=f"n_head values that do (head dim >= 8): {heads}" if heads else
+                              "choose a d_model that is a multiple of the head dim you want (e.g. 64)")
         if self.pos_emb not in POS_EMBS:
             raise ConfigError(f"ModelConfig.pos_emb must be one of {', '.join(POS_EMBS)}; got {self.pos_emb!r}")
         if self.pos_emb == "rope" and self.head_dim % 2:
             raise ConfigError(f"ModelConfig: rope needs an even head dim (d_model / n_head), got {self.head_dim}")
-        if not isinstance(self.d_ff, int) or self.d_ff < 0:
+        if not _is_int(self.d_ff) or self.d_ff < 0:
             raise ConfigError(f"ModelConfig.d_ff must be an integer >= 0 (0 = automatic), got {self.d_ff!r}")
         if self.zbp is not None and not isinstance(self.zbp, ZBPConfig):
             raise ConfigError(f"ModelConfig.zbp must be a ZBPConfig or None, got {type(self.zbp).__name__}")
@@ -77,6 +83,14 @@ class ModelConfig:
     @property
     def padded_vocab(self) -> int:
         return 64 * math.ceil(self.vocab_size / 64)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # true is not the integer 1 of a shape
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # Named sizes, ordered by parameter count. Ladder sizes are named after their total parameter count;
@@ -107,7 +121,8 @@ def shape_of(fields, source: str, lines: dict[str, int] | None = None) -> ModelC
         return f"{source}:{lines[key]}" if key in lines else source
 
     if not isinstance(fields, dict):
-        raise ConfigError(f"{source} holds a {type(fields).__name__}, not a mapping of a model shape's fields",
+        held = "nothing" if fields is None else f"a {type(fields).__name__}"
+        raise ConfigError(f"{source} holds {held}, not a mapping of a model shape's fields",
                           hint="e.g. n_layer: 24, n_head: 16, d_model: 1536 (one per line)")
     for key in fields:
         if key == "zbp":
@@ -140,14 +155,33 @@ def read_yaml(path) -> tuple[object, dict[str, int]]:
         raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})",
                           hint="save it as UTF-8") from None
     try:
-        node, value = yaml.compose(text, Loader=yaml.SafeLoader), yaml.safe_load(text)
+        node, value = yaml.compose(text, Loader=_yaml_loader()), yaml.load(text, Loader=_yaml_loader())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{at}: not valid YAML ({getattr(err, 'problem', None) or err})",
                           hint="one `field: value` per line, e.g. n_layer: 24") from None
-    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    lines: dict[str, int] = {}
+    for key, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+        if key.value in lines:  # PyYAML keeps the last of two silently
+            raise ConfigError(f"{path}:{key.start_mark.line + 1}: {key.value} is given twice (first on line "
+                              f"{lines[key.value]})", hint="keep one of them")
+        lines[key.value] = key.start_mark.line + 1
     return value, lines
+
+
+@functools.cache
+def _yaml_loader():
+    """PyYAML's safe loader, reading a number with an exponent and no dot (`1e-5`, `3e-4`) as a float, as YAML 1.2
+    does: PyYAML follows YAML 1.1, which reads it as text, and a config then held the string '1e-5'."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    exponent = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", exponent, list("-+0123456789"))
+    return Loader
 
 
 def shape_from_yaml(path) -> ModelConfig:
