@@ -472,3 +472,52 @@ def test_a_fit_leaves_out_a_seed_missing_at_a_size_and_refuses_a_gap_not_positiv
     _, remarks = fit_gaps(points("zbp_n64", [(0, 1, 2)] * 3, change={(1, 2): -0.01, (2, 0): 0.0}))
     assert remarks["zbp_n64"] == ("zbp_n64: no power-law fit, 2 gaps are not positive (seed 1 at s2: -0.0100, seed 2 "
                                   "at s0: +0.0000); the fit is in log-log space")  # each one, checked in the table
+
+
+def test_a_seed_whose_loss_is_not_a_number_is_no_fit_no_win_and_no_crash(tmp_path):
+    """A diverged run's val loss is nan: the gap law is not fitted through it (named), its compute multiplier is
+    censored above (BP's first eval is already below it), not '< 1', which says ZBP beat BP; the loss curves' band
+    over seeds (the report's) leaves that point out instead of raising in statistics.stdev."""
+    from zbpscale.results.laws import bp_tokens_for
+    from zbpscale.results.plot import draw
+
+    rows = ladder_rows(3, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06], [1.02, 1.01, 0.92, 1.00]])
+    broken = next(r for r in rows if r["run"] == "mini-zbp_n16-s1")
+    broken.update(final_val_loss=math.nan, best_val_loss=math.nan)
+    bundle = write_bundle(tmp_path / "nan", rows)
+    figures = draw(bundle, tmp_path / "figures", band=True, formats=("png",))
+    assert "zbp_n16" not in figures.fits
+    assert "a gap is not a finite positive number (seed 1 at mini: +nan)" in " ".join(figures.notes), figures.notes
+    assert bp_tokens_for(math.nan, [(100, 5.0), (1000, 3.0)]) == 0.0
+    figures, _ = drawn_plot(None, rows, bundle)
+    claims = Bundle(bundle).claims.read_text()
+    assert "mini: per seed " in claims and "< 1" not in claims, claims
+
+
+def test_sizes_go_by_their_non_embedding_count_and_a_run_never_started_changes_no_axis(tmp_path):
+    """Rungs of your own, a deep narrow one (the larger N, the smaller total) beside a shallow wide one: the summary,
+    the groups over seeds, claims.md's ladder and table.md put the wide one first, as `zbpscale sizes` does; a run
+    that never started (neither count known) leaves N the figures' axis (it made the whole study's axis the total
+    parameter count)."""
+    from zbpscale.results.seeds import group_runs
+    from zbpscale.results.summary import sort_key
+
+    shapes = {"deep": (321_000, 6_800_000), "wide": (214_000, 13_100_000)}
+    rows = []
+    for size, (n, total) in shapes.items():
+        for arm, loss in (("bp", 3.0), ("zbp_n4", 3.2)):
+            rows.append({**row("nano", arm, loss), "run": f"{size}-{arm}", "size": size, "params": total,
+                         "params_non_embedding": n})
+    rows.append({**row("nano", "zbp_n4", None, state="new", seed=1), "run": "wide-zbp_n4-s1", "size": "wide",
+                 "params": None, "params_non_embedding": None})
+    bundle = write_bundle(tmp_path / "own", rows)
+    summaries = [RunSummary(**r) for r in rows]
+    assert [r.run for r in sorted(summaries, key=sort_key)] == ["wide-bp", "wide-zbp_n4", "deep-bp", "deep-zbp_n4",
+                                                                 "wide-zbp_n4-s1"]  # its count unknown: last
+    assert [g.size for g in group_runs(summaries)] == ["wide", "wide", "deep", "deep"]
+    figures, _ = drawn_plot(None, rows, bundle)
+    assert not any("total parameter count" in n for n in figures.notes), figures.notes
+    ladder = [line.split(" | ")[0].strip("| ") for line in Bundle(bundle).claims.read_text().splitlines()[2:4]]
+    assert ladder == ["wide", "deep"]
+    table = (bundle / "table.md").read_text()
+    assert table.index("| wide") < table.index("| deep")

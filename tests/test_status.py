@@ -996,3 +996,13 @@ def test_status_on_a_terminal_is_the_boxed_table_with_each_state_in_its_color(tm
         assert f" {painted(state, status.STYLE[state])} " in rows[name.split("-")[0]], (name, rows)
     notes = colored[colored.index(next(line for line in colored if line.startswith("└"))) + 3:]
     assert notes and all(line.startswith("\x1b[") and line.endswith("\x1b[0m") for line in notes)
+
+
+def test_runs_go_by_their_non_embedding_count_then_the_total(tmp_path):
+    """A deep narrow rung (the larger N, the smaller total) after a shallow wide one, as `zbpscale sizes` orders
+    them; a run folder of an older release, whose plan and records say only the total, by the total."""
+    sweep = tmp_path / "jobs" / "own"
+    for name, n, total in (("deep-bp", 321_000, 6_800_000), ("wide-bp", 214_000, 13_100_000)):
+        make_run(sweep, name, plan={"params": total, "params_non_embedding": n, "gpus": 8, "gpu_hours": 1.0})
+    make_run(sweep, "old-bp", plan={"params": 250_000, "gpus": 8, "gpu_hours": 1.0})
+    assert [r["run"] for r in collect_rows(sweep)] == ["wide-bp", "old-bp", "deep-bp"]

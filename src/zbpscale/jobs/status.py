@@ -109,6 +109,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "job": history.job_id, "executor": history.executor, "heartbeat_age_s": beat_age,
         "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
         "next": verdict.next, "params": derived.get("params") or plan.get("params"),
+        "params_non_embedding": derived.get("params_non_embedding") or plan.get("params_non_embedding"),
         "nodes": history.nodes,
         "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
         "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
@@ -121,6 +122,7 @@ def run_row(run: Run, *, now: float) -> dict:
     if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
         row.update(steps=run.planned.steps, params=run.planned.size.params,
+                   params_non_embedding=run.planned.size.params_non_embedding,
                    gpu_hours_planned=None if hours != hours else hours * run.planned.size.resources.gpus)
     return row
 
@@ -167,10 +169,10 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
 
 
 def order(row: dict) -> tuple:
-    """The ladder's order: by parameters, then size and arm, a tuning sweep's grid (by lr) before its final runs,
-    then seed."""
-    return (row["params"] or 0, row["size"], row["arm"], row["role"] != "tuning", row["lr"] or 0.0, row["seed"],
-            row["run"])
+    """The ladder's order: by the non-embedding count N (the total for a run that does not say N), then size and
+    arm, a tuning sweep's grid (by lr) before its final runs, then seed."""
+    return (row["params_non_embedding"] or row["params"] or 0, row["size"], row["arm"], row["role"] != "tuning",
+            row["lr"] or 0.0, row["seed"], row["run"])
 
 
 def exit_code(rows: list[dict]) -> int:

@@ -582,7 +582,8 @@ class PlannedRun:
         if not folder.config.exists():
             atomic_write(folder.config, json.dumps(self.train_config().to_dict(), indent=1) + "\n")
         res, hours = self.size.resources, self.estimated_hours()
-        plan = {"params": self.size.params, "gpus": res.gpus, "world_size": res.world_size,
+        plan = {"params": self.size.params, "params_non_embedding": self.size.params_non_embedding, "gpus": res.gpus,
+                "world_size": res.world_size,
                 "gpu_hours": 0.0 if not res.gpus else hours * res.gpus, "time_min": res.time_min}
         if self.role:  # a run of a sweep that tunes its lr: what it is, and where a final run's lr came from
             plan.update(role=self.role, lr_from=self.lr_from)

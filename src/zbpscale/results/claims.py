@@ -12,7 +12,7 @@ from zbpscale.results.fit import LEVELS, RESAMPLES, LossLaw, PowerLaw
 from zbpscale.results.gaps import Curves, GapPoint
 from zbpscale.results.laws import HeldOut, Multiplier, Rise, hold_out_largest, loss_laws, multipliers, rises
 from zbpscale.results.seeds import Spread
-from zbpscale.results.summary import RunSummary, arm_order
+from zbpscale.results.summary import RunSummary, arm_order, ladder_count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +127,7 @@ def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str
     over the seeds (the numbers of table.md's table over seeds, three decimals)."""
     arms = sorted({r.arm for r in rows}, key=arm_order)
     zbp = [a for a in arms if a != "bp"]
-    sizes = sorted({r.size for r in rows}, key=lambda n: min(r.params or 0 for r in rows if r.size == n))
+    sizes = sorted({r.size for r in rows}, key=lambda n: min(ladder_count(r) for r in rows if r.size == n))
     gaps = {(p.size, p.arm): p.spread for p in points}
     cell = lambda sp: "" if sp is None or not sp.n else (  # noqa: E731
         f"{sp.mean:+.3f}" if sp.n == 1 else f"{sp.mean:+.3f} ± {sp.sd:.3f}")

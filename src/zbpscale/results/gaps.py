@@ -11,6 +11,7 @@ over seeds. Torch-free.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,10 +162,11 @@ def full_table(points: list[GapPoint]) -> tuple[FullTable | None, str | None]:
     if not seeds:
         return None, "no seed is at every size at the full budget"
     table = [[p.gaps[p.seeds.index(s)] for p in full] for s in seeds]  # (seeds, sizes)
-    bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if g <= 0]
-    if bad:  # every one named: a reader checks them against the table
+    bad = [(s, p, g) for s, gs in zip(seeds, table) for p, g in zip(full, gs) if not 0 < g < math.inf]
+    if bad:  # every one named: a reader checks them against the table (a diverged run's gap is nan or inf)
         said = ", ".join(f"seed {s} at {p.size}: {g:+.4f}" for s, p, g in bad)
-        return None, (f"{'a gap is' if len(bad) == 1 else f'{len(bad)} gaps are'} not positive ({said}); the fit is "
+        what = "not positive" if all(g <= 0 for _, _, g in bad) else "not a finite positive number"
+        return None, (f"{'a gap is' if len(bad) == 1 else f'{len(bad)} gaps are'} {what} ({said}); the fit is "
                       "in log-log space")
     dropped = sorted(set().union(*(p.seeds for p in full)) - set(seeds))
     return FullTable(params=tuple(p.params for p in full), sizes=tuple(p.size for p in full), seeds=tuple(seeds),

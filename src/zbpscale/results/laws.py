@@ -157,8 +157,9 @@ class Multiplier:
 
 def bp_tokens_for(loss: float, curve: list[tuple[int, float]]) -> float:
     """The tokens at which a BP curve [(tokens, val loss)] first comes down to `loss`, interpolated linearly in
-    log tokens between its evals; 0 when its first eval is already at or below it, inf when it never gets there."""
-    if curve[0][1] <= loss:
+    log tokens between its evals; 0 when its first eval is already at or below it (and for a loss that is not a
+    number, a diverged run's: as high as can be), inf when it never gets there."""
+    if math.isnan(loss) or curve[0][1] <= loss:
         return 0.0
     for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
         if l1 <= loss:

@@ -249,9 +249,10 @@ def _seeds_and_mean(ax, lines: list[tuple[RunSummary, dict]], color: str, *, lab
     if several:
         shared = sorted(set.intersection(*(set(pts) for _, pts in lines)))
         done = all(r.state == "complete" for r, _ in lines)
-        if band and shared:  # the mean ± 1 sample sd over the seeds
+        if band and shared:  # the mean ± 1 sample sd over the seeds; none where a seed's loss is not finite
             means = [statistics.fmean(pts[k] for _, pts in lines) for k in shared]
-            sds = [statistics.stdev([pts[k] for _, pts in lines]) for k in shared]
+            sds = [statistics.stdev(v) if all(map(math.isfinite, v)) else math.nan
+                   for v in ([pts[k] for _, pts in lines] for k in shared)]
             ax.fill_between(shared, [m - d for m, d in zip(means, sds)], [m + d for m, d in zip(means, sds)],
                             color=color, alpha=0.15, linewidth=0, gid=f"arm-{lines[0][0].arm}-band")
         ax.plot(shared, [statistics.fmean(pts[k] for _, pts in lines) for k in shared], marker=marker,
@@ -622,7 +623,7 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
     grid, rows = [r for r in rows if r.role == "tuning"], [r for r in rows if r.role != "tuning"]  # the lr grid's
     notes: list[str] = []  # runs are in the lr figure and table, not in the study's
     field = PARAMS[params][0]
-    if any(getattr(r, field) is None for r in rows):  # a bundle collected before the field existed
+    if any(getattr(r, field) is None and r.params is not None for r in rows):  # collected before the field existed
         field = "params"
         notes.append("N is the total parameter count: this bundle's summary has no non-embedding count")
     colors = _colors(r.arm for r in rows)

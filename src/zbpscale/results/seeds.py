@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zbpscale.results.summary import RunSummary, arm_order
+from zbpscale.results.summary import RunSummary, arm_order, ladder_count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +65,7 @@ class SeedGroup:
 
 
 def group_runs(rows: list[RunSummary]) -> list[SeedGroup]:
-    """One group per size and arm, in the ladder's order (parameters, then bp first, then probes)."""
+    """One group per size and arm, in the ladder's order (N, then bp first, then probes)."""
     groups: dict[tuple[str, str], list[RunSummary]] = {}
     for r in rows:
         groups.setdefault((r.size, r.arm), []).append(r)
@@ -75,8 +75,7 @@ def group_runs(rows: list[RunSummary]) -> list[SeedGroup]:
         out.append(SeedGroup(size=size, arm=arm, runs=tuple(runs),
                              final=Spread.of(r.final_val_loss for r in runs if r.final_val_loss is not None),
                              best=Spread.of(r.best_val_loss for r in runs if r.best_val_loss is not None)))
-    params = lambda g: min((r.params for r in g.runs if r.params is not None), default=math.inf)  # noqa: E731
-    return sorted(out, key=lambda g: (params(g), g.size, arm_order(g.arm)))
+    return sorted(out, key=lambda g: (min(map(ladder_count, g.runs)), g.size, arm_order(g.arm)))
 
 
 def seeds_of(rows: list[RunSummary]) -> tuple[int, ...]:

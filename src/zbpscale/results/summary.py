@@ -174,8 +174,16 @@ def arm_order(arm: str) -> tuple:
     return (0, 0, arm) if arm == "bp" else (1, int(m[1]) if m else 0, arm)
 
 
+def ladder_count(row: RunSummary) -> float:
+    """What the ladder orders its sizes by: the non-embedding count N (the scaling axis; a deep narrow rung of your
+    own may have the larger N and the smaller total), the total where a bundle of an older release has no N, inf
+    for a run without either (not started, its config unknown)."""
+    n = row.params_non_embedding if row.params_non_embedding is not None else row.params
+    return math.inf if n is None else n
+
+
 def sort_key(row: RunSummary) -> tuple:
-    """Summary rows in the ladder's order: by parameters, then arm (bp first), an lr grid (by lr) before the final
-    runs, then seed."""
-    return (row.params if row.params is not None else math.inf, row.size, arm_order(row.arm), row.role != "tuning",
+    """Summary rows in the ladder's order: by N (`ladder_count`), then arm (bp first), an lr grid (by lr) before
+    the final runs, then seed."""
+    return (ladder_count(row), row.size, arm_order(row.arm), row.role != "tuning",
             row.lr or 0.0 if row.role == "tuning" else 0.0, row.seed)
