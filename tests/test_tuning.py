@@ -6,6 +6,7 @@ then the final runs at the chosen lr, submitted by `submit --wait` once their tu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -204,6 +205,29 @@ def test_planned_waits_chooses_grows_at_an_edge_and_transfers_by_the_law(tmp_pat
     assert not any(r.name == "nano-zbp_n4-lr5e-4" for r in runs)
 
 
+def test_a_final_run_whose_lr_waits_again_keeps_its_config_and_a_live_job_is_named(tmp_path):
+    """The grid grew (Tune.grid widened, Tune.extend raised) under a final run already submitted at the old best:
+    its lr waits for tuning again. Its config is not compared with the sweep file's untuned lr (it was rewritten to
+    it, and the queued job trained at it while status called it tuned); a live job is named, with its cancel."""
+    from zbpscale.jobs.state import RunState
+    from zbpscale.jobs.sweep_edits import config_notes
+
+    sweep = load_sweep(write(tmp_path, sizes=("nano",), rungs=("nano",)))
+    runs, _ = tuning.planned(sweep, fake_losses({}))
+    final = next(r for r in runs if r.name == "nano-bp")
+    assert final.waits_for and final.lr is None
+    dataclasses.replace(final, lr=8e-3, waits_for=()).write_folder()  # submitted at the grid's old best
+    config = RunFolder(final.run_dir).config.read_bytes()
+    for state, said in (("queued", True), ("new", False)):
+        states = {r.name: RunState(state) for r in runs}
+        notes = config_notes(runs, states, apply=False, dry_run=False)
+        assert RunFolder(final.run_dir).config.read_bytes() == config
+        assert [n for n in notes if n.startswith("nano-bp:")] == ([
+            "nano-bp: its lr waits for tuning again (its grid grew), but its job at lr 8e-3 is live: it trains at "
+            f"the lr it was given unless cancelled (zbpscale cancel {final.run_dir.parent} --only nano-bp)"]
+            if said else [])
+
+
 FINAL_LOSS_CASES = {  # metrics.jsonl lines, COMPLETE or not -> what a tuning run answers
     "complete": ([{"kind": "eval", "step": 3, "val_loss": 3.5}, {"kind": "train", "step": 4, "loss": 3.0},
                   {"kind": "eval", "step": 7, "val_loss": 3.25}, {"kind": "end", "step": 7, "why": "completed"}],
@@ -340,7 +364,8 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     for (size, arm), choice in tuned.choices.items():  # the table's choice is the one the final runs trained at
         assert f"| {size} | {arm} | {choice.lrs} lrs | {lr_text(choice.lr)} |" in table
         assert finals[f"{size}-{arm}"].lr == choice.lr
-    assert json.loads((bundle / "summary.json").read_text())["tune"] == {"sizes": ["nano", "micro"], "check": []}
+    assert json.loads((bundle / "summary.json").read_text())["tune"] == {"sizes": ["nano", "micro"], "check": [],
+                                                                          "near": 3e-3}
     for arm, law in tuned.laws.items():  # and its law the one tiny's final runs took their lr from
         assert f"{arm} {law.words().removeprefix('lr law ')}" in unwrapped(table)
     # #56: the report of the sweep file (its bundle, brought up to date first) has the lr section and its figure
@@ -389,6 +414,42 @@ def test_the_bundle_s_lrs_and_what_tuning_changed_in_the_gap():
     assert "zbp_n4 at a: +0.2000 at its own best lr, +0.3000 at BP's" in text
 
 
+def test_a_loss_not_finite_answers_lr_too_high_and_a_grid_not_all_answered_chooses_nothing(tmp_path):
+    """One rule for the planner and the bundle (tuning.answer): a grid run that completed with a nan val loss, or
+    that its trainer stopped at a non-finite loss, answers inf (the planner raised on nan, every command of the
+    sweep with it; the bundle waited for it for ever); a run that crashed or was cancelled has not answered, and its
+    size and arm have no choice in the bundle yet, as the planner's final runs wait (the bundle chose from the runs
+    that had answered: a 1-lr 'grid' at its low edge); the near-best margin is the sweep's Tune.near."""
+    from types import SimpleNamespace
+
+    from zbpscale.results.lr import lr_markdown, tuning_of
+
+    folder = tmp_path / "nano-bp-lr1e30"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "time": 0.0, "step": 0, "tokens": 8,
+                                                      "val_loss": math.nan}) + "\n")
+    (folder / "COMPLETE").write_text("{}\n")
+    assert tuning.final_loss(SimpleNamespace(run_dir=folder)) == math.inf
+    assert tuning.best_lr({1e-3: [3.0], 1e30: [tuning.final_loss(SimpleNamespace(run_dir=folder))]}).lr == 1e-3
+
+    def told(r, **fields):
+        return dataclasses.replace(r, **fields)
+
+    rows = [row("a-bp-lr1e-3", "a", "bp", 1e-3, 3.30, params=10**5),
+            told(row("a-bp-lr2e-3", "a", "bp", 2e-3, math.nan, params=10**5), stopped_nonfinite=False),
+            told(row("a-bp-lr4e-3", "a", "bp", 4e-3, None, state="failed", params=10**5), stopped_nonfinite=True),
+            told(row("a-zbp_n4-lr1e-3", "a", "zbp_n4", 1e-3, 3.40, params=10**5), stopped_nonfinite=False),
+            told(row("a-zbp_n4-lr2e-3", "a", "zbp_n4", 2e-3, None, state="failed", params=10**5),
+                 stopped_nonfinite=False),  # crashed, its bounds spent: a retry resumes it
+            told(row("a-zbp_n4-lr4e-3", "a", "zbp_n4", 4e-3, None, state="cancelled", params=10**5),
+                 stopped_nonfinite=False)]
+    t = tuning_of(rows, tune={"sizes": ["a"], "check": [], "near": 0.5})
+    assert {k: (c.lr, c.loss, c.edge) for k, c in t.choices.items()} == {("a", "bp"): (1e-3, 3.30, "low")}
+    assert t.waiting == {("a", "zbp_n4"): ("a-zbp_n4-lr2e-3", "a-zbp_n4-lr4e-3")}
+    text = lr_markdown(t, [])
+    assert "| a | zbp_n4 | waits for 2 runs | | | | |  |" in text and "within 5e-1 of the best" in text, text
+
+
 def test_the_bundle_s_lr_law_is_the_one_the_final_runs_took_theirs_from(tmp_path):
     """A sweep tuning nano and micro and checking the law at tiny: the bundle's law (results/lr.py, told the tuned
     sizes as collect keeps them) is the planner's own, not a fit through the checked size too; the check says the
@@ -407,7 +468,7 @@ def test_the_bundle_s_lr_law_is_the_one_the_final_runs_took_theirs_from(tmp_path
     rows = [row(r.name, r.size.name, r.arm.name, r.lr, table[r.name], params=r.size.params_non_embedding)
             for r in runs if r.name in table]
     tune = tuned_sizes(sweep)
-    assert tune == {"sizes": ["nano", "micro"], "check": ["tiny"]}
+    assert tune == {"sizes": ["nano", "micro"], "check": ["tiny"], "near": 3e-3}
     t = tuning_of(rows, tune=tune)
     assert t.laws == tuned.laws and t.laws["bp"].sizes == 2  # a, b and their interval: the planner's, exactly
     ((size, arm, law_lr, best),) = t.checks

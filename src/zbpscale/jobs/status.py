@@ -117,7 +117,8 @@ def run_row(run: Run, *, now: float) -> dict:
         "diverged": None if spike is None else dataclasses.asdict(spike),
         "lr": config.get("lr", run.planned.lr if run.planned else None),
         "role": plan.get("role", run.planned.role if run.planned else ""),  # a tuning sweep's: tuning | final
-        "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from else plan.get("lr_from", ""),
+        "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from and run.planned.lr == config.get(
+            "lr", run.planned.lr) else plan.get("lr_from", ""),  # else the words of the lr it was submitted with
     }
     if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()

@@ -20,7 +20,7 @@ from pathlib import Path
 from zbpscale.files import atomic_write
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.state import RunState
-from zbpscale.jobs.sweep import PlannedRun
+from zbpscale.jobs.sweep import PlannedRun, lr_text
 from zbpscale.run.config import RESUME_SAFE, TrainConfig
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
@@ -33,9 +33,19 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
     the file now gives: a run that has not trained (no checkpoint, no live attempt) is rewritten to match; a run
     that has trained keeps its config (it resumes as it was trained), except, with `apply` (--apply-changes),
     the fields that are safe to change on resume (schema.RESUME_SAFE). One line per run either way; a dry run
-    writes nothing and says what the submit would do. `looks`: {run name: the look its state was decided on}."""
+    writes nothing and says what the submit would do. A final run whose lr waits for tuning (its grid grew) is
+    compared once the lr is known; one whose job is live is named (it trains at the lr it was given). `looks`:
+    {run name: the look its state was decided on}."""
     notes = []
     for run in runs:
+        if run.waits_for:  # a final run whose lr tuning has not given yet: compared (and rewritten) once it has
+            if states[run.name].state in ("queued", "running", "stalled", "unknown"):
+                lr = (((looks or {}).get(run.name) or Snapshot(run.run_dir)).config or {}).get("lr")
+                at = f" at lr {lr_text(lr)}" if isinstance(lr, float) else ""
+                notes.append(f"{run.name}: its lr waits for tuning again (its grid grew), but its job{at} is live: "
+                             f"it trains at the lr it was given unless cancelled (zbpscale cancel "
+                             f"{shown_path(run.run_dir.parent)} --only {run.name})")
+            continue
         changes = config_changes(run, (looks or {}).get(run.name))
         if not changes:
             continue

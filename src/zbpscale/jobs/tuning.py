@@ -117,21 +117,29 @@ def law_sizes(sweep: Sweep) -> list[str]:
     return [s.name for s in sweep.sizes if sweep.tune is not None and s.name in sweep.tune.sizes]
 
 
+def answer(*, complete: bool, diverged: bool, loss: float | None) -> float | None:
+    """A tuning run's answer, the one rule of the planner (`final_loss`, from its folder) and of the bundle
+    (results/lr.py, from its summary row): inf for an lr too high (its trainer stopped it at a non-finite loss, or
+    it completed with a last validation loss that is not finite), else its last validation loss once complete, else
+    None: it has not answered (queued, running, stopped, cancelled, or failed for another cause, which a retry
+    resumes)."""
+    if diverged or (complete and loss is not None and not math.isfinite(loss)):
+        return math.inf
+    return loss if complete else None
+
+
 def final_loss(run: PlannedRun) -> float | None:
-    """A tuning run's answer: its last validation loss once complete, inf if it diverged (an end record of any of
-    its attempts says so), None while neither. Only its end records and its last eval are decoded (status, submit
+    """A tuning run's `answer` from its folder: an end record of any of its attempts that says diverged, its
+    COMPLETE stamp, its last validation loss. Only its end records and its last eval are decoded (status, submit
     and collect ask it of every grid run of a tuning sweep)."""
     folder = RunFolder(run.run_dir)
     try:
         data = folder.metrics.read_bytes()
     except FileNotFoundError:
         data = b""
-    if any(r.get("why") == "diverged" for r in records_of_kind(data, "end")):
-        return math.inf
-    if not folder.complete.exists():
-        return None
     last = next((r for r in records_of_kind(data, "eval", backwards=True) if r.get("val_loss") is not None), None)
-    return None if last is None else float(last["val_loss"])
+    return answer(complete=folder.complete.exists(), loss=None if last is None else float(last["val_loss"]),
+                  diverged=any(r.get("why") == "diverged" for r in records_of_kind(data, "end")))
 
 
 @dataclass(frozen=True)

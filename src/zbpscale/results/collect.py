@@ -76,13 +76,14 @@ def _csv(rows: list[RunSummary]) -> bytes:
 
 
 def tuned_sizes(sweep) -> dict | None:
-    """summary.json's `tune`: the sizes a tuning sweep fits its lr law on and those it checks it at (None: the sweep
-    does not tune its lr)."""
+    """summary.json's `tune`: the sizes a tuning sweep fits its lr law on, those it checks it at, and its near-best
+    margin (Tune.near; None: the sweep does not tune its lr)."""
     from zbpscale.jobs.tuning import law_sizes
 
     if sweep.tune is None:
         return None
-    return {"sizes": law_sizes(sweep), "check": [s.name for s in sweep.sizes if s.name in sweep.tune.check]}
+    return {"sizes": law_sizes(sweep), "check": [s.name for s in sweep.sizes if s.name in sweep.tune.check],
+            "near": sweep.tune.near}
 
 
 # ------------------------------------------------------------------------------------------------ collect

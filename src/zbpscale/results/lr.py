@@ -4,12 +4,16 @@ choice and the law are jobs/tuning.py's (the same rule that gave the final runs 
 applied to the bundle's rows, the law fitted on the sizes the sweep tuned (summary.json's `tune`, which collect
 keeps), never on a checked one.
 
-Grid runs (RunSummary.role "tuning") answer with their final validation loss once complete; one that failed
-without a finite loss (the trainer stops at a non-finite loss) is an lr too high, worse than any; others wait.
+Grid runs (RunSummary.role "tuning") answer as they answer the planner (jobs/tuning.py's `answer`): their final
+validation loss once complete, inf (an lr too high, worse than any) where the trainer stopped them at a non-finite
+loss; others have not answered, and a size and arm with such a run has no choice yet, as the planner's final runs
+wait for it. A bundle of a release before 2026-12-06 does not say how a run stopped: a failed grid run without a
+finite loss reads as diverged there, as that release read it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -19,18 +23,33 @@ from zbpscale.results.summary import RunSummary, arm_order
 def grid_losses(rows: list[RunSummary]) -> dict[tuple[str, str], dict[float, list[float]]]:
     """{(size, arm): {lr: [final val loss per seed]}} of the grid runs that answered."""
     found: dict[tuple[str, str], dict[float, list[float]]] = {}
-    for r in rows:
-        if r.role != "tuning" or r.lr is None:
-            continue
-        loss = r.final_val_loss
-        if r.state == "complete" and loss is not None and math.isfinite(loss):
-            value = loss
-        elif r.state == "failed" and (loss is None or not math.isfinite(loss) or r.diverged):
-            value = math.inf
-        else:
-            continue
-        found.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
+    for r in _grid(rows):
+        value = _answer(r)
+        if value is not None:
+            found.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
     return found
+
+
+def grid_waiting(rows: list[RunSummary]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """{(size, arm): the grid runs that have not answered} where there are some: no choice there yet."""
+    waiting: dict[tuple[str, str], tuple[str, ...]] = {}
+    for r in _grid(rows):
+        if _answer(r) is None:
+            waiting[r.size, r.arm] = waiting.get((r.size, r.arm), ()) + (r.run,)
+    return waiting
+
+
+def _grid(rows: list[RunSummary]) -> list[RunSummary]:
+    return [r for r in rows if r.role == "tuning" and r.lr is not None]
+
+
+def _answer(r: RunSummary) -> float | None:
+    from zbpscale.jobs.tuning import answer
+
+    loss = r.final_val_loss
+    stopped = r.stopped_nonfinite if r.stopped_nonfinite is not None else (  # an older bundle: as it was read
+        r.state == "failed" and (loss is None or not math.isfinite(loss) or bool(r.diverged)))
+    return answer(complete=r.state == "complete", diverged=stopped, loss=loss)
 
 
 @dataclass(frozen=True)
@@ -49,20 +68,26 @@ class Tuning:
     named: bool = True
     checks: tuple[tuple[str, str, float, float], ...] = ()
     """(checked size, arm, the law's lr there, the best lr of its grid): how the law transferred."""
+    waiting: dict[tuple[str, str], tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """(size, arm) -> its grid runs that have not answered: no choice there yet (grid_waiting)."""
+    near: float = 3e-3
+    """Tune.near: a loss within this of the best is near-best."""
 
 
-def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near: float = 3e-3,
-              tune: dict | None = None) -> Tuning | None:
-    """The bundle's tuning (None when it has no grid run); `tune`: the sweep's tuned and checked sizes
-    ({"sizes": [...], "check": [...]}, summary.json's `tune`), None in a bundle that does not name them."""
+def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", tune: dict | None = None
+              ) -> Tuning | None:
+    """The bundle's tuning (None when it has no grid run that answered); `tune`: the sweep's tuned and checked
+    sizes and its near-best margin ({"sizes": [...], "check": [...], "near": 3e-3}, summary.json's `tune`), None in
+    a bundle that does not name them. A size and arm whose grid has a run that has not answered has no choice."""
     from zbpscale.jobs.sweep import round_lr
     from zbpscale.jobs.tuning import best_lr, lr_laws
 
-    losses = grid_losses(rows)
+    losses, waiting = grid_losses(rows), grid_waiting(rows)
     if not losses:
         return None
+    near = (tune or {}).get("near", 3e-3)
     params = {r.size: getattr(r, field) for r in rows if getattr(r, field) is not None}
-    choices = {key: best_lr(by_lr, near) for key, by_lr in losses.items()}
+    choices = {key: best_lr(by_lr, near) for key, by_lr in losses.items() if key not in waiting}
     if tune is not None:
         sizes, checked = tuple(tune.get("sizes", ())), tuple(tune.get("check", ()))
     else:  # every size with a grid, smallest first: what a bundle that does not say could fit
@@ -78,7 +103,8 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", near:
             continue
         at_bp = sum(losses[size, arm][bp.lr]) / len(losses[size, arm][bp.lr])
         gaps.append((size, arm, choice.loss - bp.loss, at_bp - bp.loss))
-    return Tuning(choices, laws, params, gaps, law_sizes=sizes, named=tune is not None, checks=checks)
+    return Tuning(choices, laws, params, gaps, law_sizes=sizes, named=tune is not None, checks=checks,
+                  waiting=waiting, near=near)
 
 
 def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
@@ -89,7 +115,8 @@ def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
     final_lr = {(r.size, r.arm): r.lr for r in finals if r.lr is not None}
     lines = ["## Learning rates", "",
              "Each size and arm's grid runs, by final validation loss at equal tokens (seeds averaged); an lr "
-             "within 3e-3 of the best is near-best; a best at the grid's edge may not be the optimum.", "",
+             f"within {lr_text(t.near)} of the best is near-best; a best at the grid's edge may not be the "
+             "optimum.", "",
              "| size | arm | grid | best lr | loss | near-best | edge | final runs' lr |", "|---" * 8 + "|"]
     for (size, arm), c in sorted(t.choices.items(), key=lambda kv: (t.params.get(kv[0][0], 0),
                                                                      arm_order(kv[0][1]))):
@@ -97,7 +124,12 @@ def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
         final = final_lr.get((size, arm))
         lines.append(f"| {size} | {arm} | {c.lrs} lrs | {lr_text(c.lr)} | {c.loss:.4f} | {near} | "
                      f"{c.edge or ''} | {'' if final is None else lr_text(final)} |")
-    untuned = sorted({(r.size, r.arm) for r in finals if (r.size, r.arm) not in t.choices and r.lr is not None},
+    for (size, arm), names in sorted(t.waiting.items(), key=lambda kv: (t.params.get(kv[0][0], 0),
+                                                                       arm_order(kv[0][1]))):
+        lines.append(f"| {size} | {arm} | waits for {len(names)} run{'s' if len(names) > 1 else ''} | | | | | "
+                     f"{lr_text(final_lr[size, arm]) if (size, arm) in final_lr else ''} |")
+    untuned = sorted({(r.size, r.arm) for r in finals if (r.size, r.arm) not in t.choices and r.lr is not None
+                      and (r.size, r.arm) not in t.waiting},
                      key=lambda k: (t.params.get(k[0], 0), arm_order(k[1])))
     for size, arm in untuned:
         lines.append(f"| {size} | {arm} | (lr law) | | | | | {lr_text(final_lr[size, arm])} |")

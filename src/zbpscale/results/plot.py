@@ -486,11 +486,11 @@ def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path, *,
     files written."""
     import matplotlib
 
-    arms = sorted({arm for _, arm in t.choices}, key=arm_order)
-    sizes = sorted({size for size, _ in t.choices}, key=lambda s: t.params.get(s, 0))
+    losses = grid_losses(rows)
+    arms = sorted({arm for _, arm in losses}, key=arm_order)
+    sizes = sorted({size for size, _ in losses}, key=lambda s: t.params.get(s, 0))
     cmap = matplotlib.colormaps["viridis"]
     color = {s: cmap(i / max(1, len(sizes) - 1) * 0.85) for i, s in enumerate(sizes)}
-    losses = grid_losses(rows)
     finite = [v for by_lr in losses.values() for vs in by_lr.values() for v in vs if math.isfinite(v)]
     top = max(finite) if finite else 1.0
     fig, axes = _panels(len(arms))
@@ -507,9 +507,10 @@ def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path, *,
                             color=color[size], alpha=0.45, markersize=4)
             shown = [(lr, m) for lr, m in zip(lrs, means) if math.isfinite(m)]
             ax.plot([lr for lr, _ in shown], [m for _, m in shown], color=color[size], label=size)
-            c = t.choices[size, arm]
-            ax.plot(c.lr, c.loss, "*", markersize=13, color=color[size],
-                    markerfacecolor="white" if c.edge else color[size], markeredgecolor=color[size])
+            c = t.choices.get((size, arm))
+            if c is not None:  # none while a run of its grid has not answered
+                ax.plot(c.lr, c.loss, "*", markersize=13, color=color[size],
+                        markerfacecolor="white" if c.edge else color[size], markeredgecolor=color[size])
         _log_axis(ax, "x", lambda v: f"{v:.0e}".replace("e-0", "e-"))
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("final validation loss")

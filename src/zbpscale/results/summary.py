@@ -98,6 +98,9 @@ class RunSummary:
     failures: int | None = None
     """Attempts that crashed, hung or failed (status's F, beside timeouts and preemptions: each counted since the run's
     last `submit --retry`); None in older bundles."""
+    stopped_nonfinite: bool | None = None
+    """Its trainer stopped it at a non-finite loss (an end record says diverged: for a grid run of a tuning sweep,
+    the answer 'lr too high', jobs/tuning.py's `answer`); None in older bundles."""
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(RunSummary))
@@ -156,6 +159,7 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         goodput=None if (g := spent.goodput.fraction) is None else round(g, 4),
         diverged=None if (d := diverged(records, config)) is None else d.words(),
         lr=(config or {}).get("lr"), role=role or look.plan.get("role", ""), failures=history.requeue_counts()[2],
+        stopped_nonfinite=any(r.get("why") == "diverged" for r in kinds.get("end", [])),
     )
 
 
