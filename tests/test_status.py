@@ -1006,3 +1006,23 @@ def test_runs_go_by_their_non_embedding_count_then_the_total(tmp_path):
         make_run(sweep, name, plan={"params": total, "params_non_embedding": n, "gpus": 8, "gpu_hours": 1.0})
     make_run(sweep, "old-bp", plan={"params": 250_000, "gpus": 8, "gpu_hours": 1.0})
     assert [r["run"] for r in collect_rows(sweep)] == ["wide-bp", "old-bp", "deep-bp"]
+
+
+def test_a_grid_run_whose_lr_diverged_is_complete_with_its_answer(tmp_path):
+    """A tuning sweep's grid run that its trainer stopped at a non-finite loss has given its grid's answer ('lr too
+    high'): complete, said under the table, nothing to retry (it was failed: status exited 1, submit --wait said
+    'not complete' and told the user to fix the cause and --retry it); a run of the study that diverges is failed."""
+    sweep = tmp_path / "jobs" / "tuned"
+    for name, role in (("nano-bp-lr1e30", "tuning"), ("nano-bp", "final")):
+        run = make_run(sweep, name, done=2, job=f"local-{len(name)}", executor="local",
+                       ends=[("failed", "exit status 3 (diverged)")],
+                       plan={"params": 1000, "gpus": 0, "gpu_hours": 0.0, "role": role})
+        with (run / "metrics.jsonl").open("a") as fh:
+            fh.write(json.dumps({"kind": "end", "time": time.time() - 70, "step": 1, "why": "diverged",
+                                 "reason": "non-finite loss nan / grad norm nan"}) + "\n")
+    rows = {r["run"]: r for r in collect_rows(sweep)}
+    grid, final = rows["nano-bp-lr1e30"], rows["nano-bp"]
+    assert (grid["state"], grid["next"]) == ("complete", "leave") and grid["reason"] == (
+        "its lr is too high, an answer of its grid (the trainer stopped it at step 1: non-finite loss nan / grad norm "
+        "nan)")
+    assert final["state"] == "failed" and exit_code([grid]) == 0 and exit_code([grid, final]) == 1

@@ -151,6 +151,8 @@ def test_the_best_lr_of_a_hand_computed_table(losses, lr, edge, near):
     choice = tuning.best_lr(losses, near=3e-3)
     assert (choice.lr, choice.edge, choice.near) == (lr, edge, near)
     assert choice.lrs == len(losses)
+    every = all(v == INF for vs in losses.values() for v in vs)  # said so, not 'best of 2 tuned lrs (loss inf)'
+    assert ("every one of 2 tuned lrs diverged, the smallest taken (lower Tune.grid)" in choice.words()) == every
 
 
 def test_the_lr_law_recovers_a_known_law_and_its_interval_covers_it():

@@ -4,7 +4,8 @@ Two vocabularies, each used verbatim by status, submit's plan, submit --wait, co
   State   what a run is in (STATES; `zbpscale status`'s state column, collect's `state` field);
   Action  what submit does with it (ACTIONS; the plan's action column): new, resume, retry, or leave it alone.
 How one attempt ended is another word (`why`, run/history.py: completed, timeout, ...); a run is `complete` when
-its trainer wrote COMPLETE.
+its trainer wrote COMPLETE, and a grid run of a tuning sweep also when its trainer stopped it at a non-finite loss
+(its lr is too high: an answer, `answered_too_high`).
 
 Deciding reads nothing and writes nothing: `decide` is a function of one look at the run's folder (a Snapshot,
 run/snapshot.py: each file read at most once) and the scheduler's view of its job. An attempt that died without a
@@ -126,6 +127,10 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
     end = history.last_end()
     log = lambda: str(run.folder.here(end["log"]) if end.get("log") else run.folder.log_path(sub, job_id))  # noqa: E731
     if end.get("why") == "failed" and not job.words:
+        if answered_too_high(run):
+            stopped = run.own["end"]
+            return RunState("complete", f"its lr is too high, an answer of its grid (the trainer stopped it at step "
+                                        f"{stopped.get('step')}: {stopped.get('reason', 'diverged')})", next="leave")
         return RunState("failed", end.get("reason", ""), log(), next="retry")
     if end.get("why") == "cancelled" and not job.words:
         return RunState("cancelled", end.get("reason", ""))
@@ -138,6 +143,15 @@ def decide(run: Snapshot, job: JobView = JobView(), *, now: float | None = None,
     if job_id:
         return RunState("stopped", f"{end.get('why')}: {end.get('reason', '')}; nothing queued")
     return direct_state(run, now, stall_after_s)
+
+
+def answered_too_high(run: Snapshot) -> bool:
+    """A grid run of a tuning sweep whose trainer stopped it at a non-finite loss (its latest end record, after its
+    latest start, says diverged): its grid's answer 'lr too high' (jobs/tuning.py's `answer`), which it is done
+    giving: complete, not a failure to retry."""
+    own = run.own
+    return run.plan.get("role") == "tuning" and own.get("end", {}).get("why") == "diverged" and \
+        own["end"].get("time", 0) >= own.get("start", {}).get("time", 0)
 
 
 WAITING_IN_LINE = ("", "None", "Priority", "Resources", "JobArrayTaskLimit", "Dependency", "BeginTime")

@@ -313,7 +313,8 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
                           "beyond it (Tune.extend, Tune.grid)", "stopped"))
         if r["state"] == "unknown" and r.get("scheduler_notes"):  # the outage, said once above
             continue
-        if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued", "new") and r["reason"]:
+        if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued", "new", "complete") \
+                and r["reason"]:  # complete with a reason: a grid run whose lr diverged (state.answered_too_high)
             where = f" on {r['nodes']}" if r.get("nodes") and r["state"] == "failed" else ""
             then = NEXT.get((r["state"], r["next"]), "")
             if then and not r["executor"]:  # trained by hand, without a sweep to submit

@@ -533,7 +533,7 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
         if said:
             print(said, flush=True)
         time.sleep(tick_s)
-    bad = [r.name for r in runs if not RunFolder(r.run_dir).complete.exists()]
+    bad = [r.name for r in runs if states[r.name].state != "complete"]  # a grid run whose lr diverged is complete
     print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {named(bad)}", flush=True)
     return not bad
 

@@ -42,9 +42,11 @@ class Choice:
     """How many lrs the grid held."""
 
     def words(self) -> str:
+        edge = f"; at the {self.edge} edge of the grid" if self.edge else ""
+        if math.isinf(self.loss):  # best_lr's pick when every lr diverged: a final run there diverges too
+            return f"every one of {self.lrs} tuned lrs diverged, the smallest taken (lower Tune.grid){edge}"
         span = "" if self.near[0] == self.near[1] else \
             f"; near-best {lr_text(self.near[0])}..{lr_text(self.near[1])}"
-        edge = f"; at the {self.edge} edge of the grid" if self.edge else ""
         return f"best of {self.lrs} tuned lrs (loss {self.loss:.4f}{span}){edge}"
 
 
