@@ -108,10 +108,11 @@ def test_a_sweep_or_shape_file_that_is_not_utf8_is_one_line(tmp_path, where):
     (dict(yaml=YAML.replace("n_layer: 2", "n_layer: true")), ("y2.yaml", 1),
      "ModelConfig.n_layer must be an integer >= 1, got True"),
     (dict(model="configs/model/nope.yaml"), None, "nope.yaml cannot be read"),
+    (dict(model="tiny"), None, "(hint: a preset is a size's name: Size(name='tiny', ...) without model=)"),
     (dict(name="y-2"), None, "Size name must not hold '-'"),
     (dict(name="tiny"), None, "Size name 'tiny' is a preset's"),
 ], ids=["unknown-key", "heads", "rope", "yaml-syntax", "zbp", "a-list", "comments-only", "twice", "float-text",
-        "rope-theta-0", "eps-nan", "bool-int", "missing-file", "hyphen", "preset-name"])
+        "rope-theta-0", "eps-nan", "bool-int", "missing-file", "preset-as-model", "hyphen", "preset-name"])
 def test_a_bad_shape_is_one_line_at_its_lines_and_writes_nothing(tmp_path, change, at, words):
     """The sweep file's line of the size at fault, then the YAML file's line of the key at fault where there is one;
     one line; nothing written."""
@@ -135,6 +136,18 @@ def test_yaml_numbers_with_an_exponent_and_no_dot_are_numbers(tmp_path):
     shape = shape_from_yaml(tmp_path / "m.yaml")
     assert (shape.norm_eps, shape.rope_theta) == (1e-5, 1e4)
     assert train_fields_from_yaml(tmp_path / "t.yaml") == {"lr": 3e-4, "weight_decay": 0.1, "steps": 10}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--params", ""], "--params must be a parameter count, e.g. 760M or 1.2B, got ''"),  # printed the presets
+    (["SWEEP", "--params", "5M"], "--params proposes shapes for any sweep; a sweep file lists its own sizes"),
+])
+def test_sizes_options_that_do_not_go_together_are_one_line(tmp_path, args, words):
+    path = write(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "sizes", *[str(path) if a == "SWEEP" else a
+                                                                           for a in args]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
 
 
 def test_a_bad_python_shape_points_at_its_line(tmp_path):

@@ -201,6 +201,9 @@ BAD_SWEEPS = [
                ("../esc", "_esc"), ("b/slash", "b_slash"), ("b space", "b_space"), (".hidden", "hidden"),
                ("-x", "x")))],
         ("empty_name.py", 'name="t"', 'name=""', "empty_name.py:5: Sweep.name must be a non-empty name, got ''"),
+        ("micro_batch_split.py", "global_batch=8,", "global_batch=8, micro_batch=3,",  # at load, not at submit
+         "micro_batch_split.py:6: run tiny-bp: micro_batch=3 does not divide the per-rank batch 8 (global_batch=8 / "
+         "world size 1)"),
         ("repeated_arm.py", 'arm("zbp_n4")', 'arm("bp")',
          "repeated_arm.py:8: Sweep 't' has duplicate run names: tiny-bp (hint: each size and arm may appear once; "
          "use seeds for repeats)"),

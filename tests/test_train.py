@@ -570,6 +570,26 @@ def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
         train(small_cfg(data_dir, steps=2, lr=1e-2), tmp_path / "run")
 
 
+def test_a_vocabulary_smaller_than_the_data_s_is_one_line_before_a_step(tmp_path, data_dir):
+    """A shape of your own with vocab_size below the tokenizer's: the embedding was indexed past its end (an
+    IndexError traceback on CPU, a device-side assert on a GPU); submit's plan refuses it too once the data exist
+    (jobs/submit.py's data_notes, the same check)."""
+    small = ModelConfig(**{**SMALL.__dict__, "vocab_size": 10})
+    with pytest.raises(ConfigError, match=r"the model's vocab_size=10 is smaller than the vocabulary of the data in "
+                                          r".* \(50257 token ids, gpt2\)"):
+        train(small_cfg(data_dir, model=small), tmp_path / "run")
+    assert not RunFolder(tmp_path / "run").metrics.exists()
+    from zbpscale.jobs.submit import data_notes
+    from zbpscale.jobs.sweep import expand
+    from zbpscale.sweep import Data, Resources, Size, Sweep, arm
+
+    cpu = Resources(gpus_per_node=0, cpus_per_task=1, time_min=30)
+    sweep = Sweep(name="v", sizes=(Size(name="v10", model=small, global_batch=8, resources=cpu),),
+                  arms=(arm("bp"),), data=Data(dir=str(data_dir)), root=str(tmp_path / "jobs"))
+    with pytest.raises(ConfigError, match="v10-bp: the model's vocab_size=10 is smaller than the vocabulary"):
+        data_notes(sweep, expand(sweep))
+
+
 def test_a_resume_on_other_data_is_refused_and_on_the_same_data_re_prepared_goes_on(tmp_path, data_dir, monkeypatch):
     """The run's data folder re-prepared between two attempts: with other options its shards differ and the resume
     is refused before anything is written (it trained on other data up to its checkpoint); prepared again with the

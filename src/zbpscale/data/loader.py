@@ -54,6 +54,17 @@ def data_identity(manifest: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def vocab_problem(vocab_size: int, manifest: dict, data_dir: Path) -> ConfigError | None:
+    """The error of a model whose vocabulary is smaller than the data's tokenizer's (its embedding would be indexed
+    past its end: an IndexError on CPU, a device-side assert on a GPU); None when it holds every token id."""
+    tok = manifest["tokenizer"]
+    if vocab_size >= tok["n_vocab"]:
+        return None
+    return ConfigError(f"the model's vocab_size={vocab_size} is smaller than the vocabulary of the data in {data_dir} "
+                       f"({tok['n_vocab']} token ids, {tok['name']})",
+                       hint=f"leave vocab_size at its default ({tok['n_vocab']}) or set it to at least that")
+
+
 def open_split(data_dir: Path, split: str, *, verify: bool | str = "auto") -> list:
     """The split's shards as read-only memmaps, each checked against the manifest: header and length always,
     the sha256 too when `verify` is True, or "auto" and the split is at most shards.CHECKSUM_LIMIT_BYTES."""

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from zbpscale.errors import ConfigError
 from zbpscale.jobs.sweep import load_sweep
 from zbpscale.run.config import ASPECT, parse_count, shapes_near, size_table
 
@@ -17,7 +18,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    if args.params:
+    if args.params is not None and args.target:
+        raise ConfigError("--params proposes shapes for any sweep; a sweep file lists its own sizes",
+                          hint=f"give one: zbpscale sizes {args.target}, or zbpscale sizes --params {args.params}")
+    if args.params is not None:
         target = parse_count(args.params)
         near = shapes_near(target)
         if not near:

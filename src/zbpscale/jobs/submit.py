@@ -162,9 +162,10 @@ def _waiting(tune, key: tuple[str, str], tuned: tuning.Tuned) -> str:
 
 def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     """Check the runs against the sweep's data when it is already prepared: a ConfigError for a run that could
-    not start (no training window, not one validation window per rank), a note for each run that will evaluate
-    on a smaller batch than its global batch. Nothing to check (no notes) before the data exist."""
-    from zbpscale.data.loader import read_manifest, split_windows, val_fit
+    not start (a vocabulary smaller than the data's, no training window, not one validation window per rank), a
+    note for each run that will evaluate on a smaller batch than its global batch. Nothing to check (no notes)
+    before the data exist."""
+    from zbpscale.data.loader import read_manifest, split_windows, val_fit, vocab_problem
 
     if not manifest_path(data_path(sweep)).exists():
         return []
@@ -172,6 +173,8 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     notes = []
     for run in runs:
         cfg, world = run.train_config(), run.size.resources.world_size
+        if problem := vocab_problem(cfg.model.vocab_size, manifest, data_path(sweep)):
+            raise ConfigError(f"{run.name}: {problem.args[0]}", hint=problem.hint)
         if split_windows(manifest, "train", cfg.seq_len) == 0:
             raise ConfigError(f"{run.name}: no training shard of {data_path(sweep)} holds {cfg.seq_len + 1} tokens",
                               hint="prepare more tokens (larger shards), or a shorter seq_len")

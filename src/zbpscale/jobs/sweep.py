@@ -28,6 +28,7 @@ from zbpscale.run.config import (
     SIZES,
     ModelConfig,
     TrainConfig,
+    batch_plan,
     flops_per_token,
     n_params,
     shape_from_yaml,
@@ -156,11 +157,13 @@ class Size:
                               "name of its own", hint="e.g. name='m760', or leave out model= to train the preset")
         shape = self.model
         if isinstance(shape, (str, Path)):
-            path = model_path(shape)
+            path = model_path(Path(shape).expanduser())
             try:
                 shape = shape_from_yaml(path)
             except ConfigError as err:
-                raise field_error("Size", "model", f"Size {self.name}: {err.args[0]}", hint=err.hint) from None
+                hint = f"a preset is a size's name: Size(name={str(shape)!r}, ...) without model=" if str(shape) in \
+                    SIZES else err.hint
+                raise field_error("Size", "model", f"Size {self.name}: {err.args[0]}", hint=hint) from None
             object.__setattr__(self, "model_file", str(self.model))
         elif not isinstance(shape, ModelConfig):
             raise field_error("Size", "model", f"Size {self.name}: model must be a ModelConfig or a YAML file's path, "
@@ -474,9 +477,9 @@ class Sweep:
             raise field_error("Sweep", "arms" if len(set(arms)) < len(arms) else "sizes",
                               f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
                               hint="each size and arm may appear once; use seeds for repeats")
-        for run in expand(self):  # every value the trainer will check, checked now
+        for run in expand(self):  # every value the trainer will check, checked now, the batch's split too
             try:
-                run.train_config()
+                batch_plan(run.train_config(), run.size.resources.world_size)
             except ConfigError as err:
                 field = str(err.args[0]).split(" ")[0].rpartition(".")[2].split("=")[0]
                 raise field_error("", field, f"run {run.name}: {err.args[0]}", hint=err.hint) from None
