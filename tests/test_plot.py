@@ -16,6 +16,7 @@ the error bars and the band are, and "one seed" where there is one.
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import config_json, plotted, trainer_env
+from zbpscale.errors import ConfigError
 from zbpscale.results import plot as plot_module
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.collect import collect
@@ -521,3 +523,95 @@ def test_sizes_go_by_their_non_embedding_count_and_a_run_never_started_changes_n
     assert ladder == ["wide", "deep"]
     table = (bundle / "table.md").read_text()
     assert table.index("| wide") < table.index("| deep")
+
+
+def test_two_runs_of_one_size_arm_and_seed_are_refused_not_merged(tmp_path):
+    """A run trained by hand into the sweep's folder beside the sweep's own, the same size, arm and seed: the gap
+    took one of them, claims.md averaged both into bp's cell and table.md said 2 seeds, silently. collect refuses
+    in one line, naming them, before it writes anything; plot refuses such a bundle (an older one, or edited)."""
+    sweep = tmp_path / "jobs" / "twin"
+    make_run(sweep, "nano-bp", steps=4, done=4, eval_every=2, val=lambda s: 5.0 - s / 10)
+    make_run(sweep, "rerun bp", steps=4, done=4, eval_every=2, val=lambda s: 4.5 - s / 10)  # nano, bp, seed 0
+    out = subprocess.run(["zbpscale", "collect", "jobs/twin"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "runs nano-bp, rerun bp are each size nano, arm bp, seed 0: the study compares one" in out.stderr
+    assert not (tmp_path / "results").exists()
+    rows = [row("nano", "bp", 3.0), {**row("nano", "bp", 2.9), "run": "rerun bp"}]
+    with pytest.raises(ConfigError, match="runs nano-bp, rerun bp are each size nano, arm bp, seed 0"):
+        plot(write_bundle(tmp_path / "edited", rows), log=lambda line: None)
+
+
+def test_claims_say_each_size_s_seeds_and_mark_runs_not_complete(tmp_path):
+    """A seed missing at one size and a run failed mid-way at another: claims.md said 'over 2 seeds' for a size of
+    one and averaged the failed run's last loss into the ladder's table unmarked (table.md marks both)."""
+    rows = [r for r in ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]])
+            if r["run"] != "tiny-zbp_n16-s1"]
+    cut = next(r for r in rows if r["run"] == "mini-zbp_n16")
+    cut.update(state="failed")
+    _, _ = drawn_plot(tmp_path / "cut", rows)
+    claims = (tmp_path / "cut" / "claims.md").read_text()
+    assert "mean ± sample sd over its seeds: " in claims and "(tiny, 1 seed)" in claims and "(nano, 2 seeds)" in \
+        claims, claims
+    mini = next(line for line in claims.splitlines() if line.startswith("| mini "))
+    assert mini.count(" *") == 2, mini  # zbp_n16's loss and its gap
+    assert "\\* over a run not complete" in claims and "S - 1 d.o.f., S the seeds it is over" in claims
+    full, _ = drawn_plot(tmp_path / "full", ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]]))
+    claims = (tmp_path / "full" / "claims.md").read_text()
+    assert "mean ± sample sd over 2 seeds: " in claims and " *" not in claims and "at 1 d.o.f." in claims
+
+
+def test_collect_of_a_bundle_and_plot_of_a_file_or_a_run_say_what_to_give(tmp_path):
+    """collect results/x (or its runs/) made a bundle of the bundle's copies (a sweep called 'runs', in
+    results/results/runs); plot of a sweep file hinted to collect into the sweep file; plot of one run's folder
+    hinted a collect of that folder, which then found no runs. Each is one line naming what to give."""
+    sweep = tmp_path / "jobs" / "x"
+    make_run(sweep, "nano-bp", steps=4, done=4, eval_every=2, val=lambda s: 5.0 - s / 10)
+    zbpscale("collect", "jobs/x", cwd=tmp_path)
+    (tmp_path / "x.py").write_text("# a sweep file\n")
+    for command, words in ((("collect", "results/x"), "results/x is a collected results folder (results/x) (hint: "
+                            "collect the sweep it came from: zbpscale collect jobs/x)"),
+                           (("collect", "results/x/runs"), "results/x/runs is in one (results/x)"),
+                           (("plot", "x.py"), "x.py is a file, not a collected results folder (hint: collect its "
+                            "sweep first: zbpscale collect x.py"),
+                           (("plot", "jobs/x/nano-bp"), "jobs/x/nano-bp is a run's folder, not a collected results "
+                            "folder (hint: collect its sweep first: zbpscale collect jobs/x (into")):
+        out = subprocess.run(["zbpscale", *command], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["x"]
+
+
+def test_a_figure_the_bundle_no_longer_draws_is_removed(tmp_path):
+    """Plotted with ZBP runs, then again once they left the bundle: gap_vs_scale stayed in figures/ (and was
+    uploaded) though table.md no longer showed it."""
+    rows = ladder_rows(1, [[1.05, 0.97, 1.10, 0.98]])
+    bundle = write_bundle(tmp_path / "b", rows)
+    plot(bundle, log=lambda line: None)
+    figures = bundle / "figures"
+    assert (figures / "gap_vs_scale.png").is_file() and (figures / "gap_vs_scale.pdf").is_file()
+    said = []
+    (bundle / "summary.json").write_text(json.dumps({"sweep": "ladder", "fields": FIELDS,
+                                                     "runs": [r for r in rows if r["arm"] == "bp"]}))
+    plot(bundle, log=said.append)
+    assert not (figures / "gap_vs_scale.png").exists() and not (figures / "gap_vs_scale.pdf").exists()
+    assert (figures / "loss_curves.png").is_file()
+    assert f"removed {figures / 'gap_vs_scale.png'}: this bundle no longer draws it" in said
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"final_val_loss": "8.73"}, "run nano-bp: final_val_loss '8.73' is not float | None"),
+    ({"params_non_embedding": "500"}, "run nano-bp: params_non_embedding '500' is not int | None"),
+    ({"steps": True}, "run nano-bp: steps True is not int"),
+], ids=["loss-as-text", "count-as-text", "bool-for-int"])
+def test_a_summary_edited_by_hand_is_one_line_naming_the_field(tmp_path, edit, words):
+    """A number written as text in summary.json raised a ValueError or TypeError in table.py or fmt_count; a row
+    of a run's name alone, a TypeError: the one line summary.json's reader promises, naming the field."""
+    bundle = write_bundle(tmp_path / "edited", [row("nano", "bp", 3.0)])
+    summary = json.loads((bundle / "summary.json").read_text())
+    summary["runs"][0].update(edit)
+    (bundle / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ConfigError, match=re.escape(f"is not a summary collect wrote (its runs: {words})")):
+        plot(bundle, log=lambda line: None)
+    (tmp_path / "edited" / "summary.json").write_text(json.dumps({"sweep": "x", "runs": [{"run": "x"}]}))
+    with pytest.raises(ConfigError, match=re.escape("(its runs: a run without its size)")):
+        plot(tmp_path / "edited", log=lambda line: None)

@@ -62,7 +62,9 @@ class Bundle:
         summary = self._summary()
         try:
             return [summary_row(row) for row in summary["runs"]]
-        except (KeyError, TypeError, ValueError) as err:
+        except ValueError as err:
+            raise self._garbled(f"its runs: {err}") from None
+        except (KeyError, TypeError) as err:
             raise self._garbled(f"its runs: {type(err).__name__}") from None
 
     def read_tune(self) -> dict | None:
@@ -91,7 +93,15 @@ class Bundle:
         file = file or self.manifest
         if file.is_file():
             return
-        if RunFolder.is_run(self.path) or any(RunFolder.is_run(p) for p in _folders(self.path)):
+        if self.path.is_file():  # a sweep file, most likely
+            raise ConfigError(f"{self.path} is a file, not a collected results folder",
+                              hint=f"collect its sweep first: zbpscale collect {self.path}, then give the folder "
+                                   "it writes (results/<sweep>)")
+        if RunFolder.is_run(self.path):  # one run: its sweep's folder is what collect takes
+            raise ConfigError(f"{self.path} is a run's folder, not a collected results folder",
+                              hint=f"collect its sweep first: zbpscale collect {self.path.parent} (into "
+                                   f"{default_out(self.path.parent)}), then give that folder")
+        if any(RunFolder.is_run(p) for p in _folders(self.path)):
             raise ConfigError(f"{self.path} holds runs, not a collected results folder",
                               hint=f"collect them first: zbpscale collect {self.path} (into "
                                    f"{default_out(self.path)}), then give that folder")
@@ -112,13 +122,34 @@ def default_out(folder: Path) -> Path:
 
 
 def summary_row(row: dict) -> RunSummary:
-    """A RunSummary from a row of summary.json, of this version or an older one (missing fields are None)."""
+    """A RunSummary from a row of summary.json, of this version or an older one (missing or null fields are None,
+    but a run's name, size, arm and state); a ValueError naming the field whose value is not of its type (a hand
+    edit: "8.73" for a loss), as every reader of the rows would fail on it further on."""
     row = dict(row)
     if "state" not in row and "status" in row:  # version 1
         row["state"] = row.pop("status")
     known = {f.name: f for f in dataclasses.fields(RunSummary)}
+    for name in ("run", "size", "arm", "state"):
+        if not isinstance(row.get(name), str):
+            raise ValueError(f"a run without its {name}" if name not in row else f"{name} {row[name]!r}")
+    for name, value in row.items():
+        if name in known and not _of_type(value, known[name].type):
+            raise ValueError(f"run {row['run']}: {name} {value!r} is not {known[name].type}")
     values = {name: row.get(name, None if f.default is dataclasses.MISSING else f.default) for name, f in known.items()}
     return RunSummary(**values)
+
+
+_TYPES = {"str": (str,), "State": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "None": ()}
+
+
+def _of_type(value, annotation: str) -> bool:
+    """Whether a value read from JSON is of a RunSummary field's type ('float | None': a number), or null (a field
+    an older release wrote so, read as not known)."""
+    if value is None:
+        return True
+    names = annotation.split(" | ")
+    kinds = tuple(t for n in names for t in _TYPES[n])
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:

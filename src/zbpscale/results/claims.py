@@ -13,6 +13,7 @@ from zbpscale.results.gaps import Curves, GapPoint
 from zbpscale.results.laws import HeldOut, Multiplier, Rise, hold_out_largest, loss_laws, multipliers, rises
 from zbpscale.results.seeds import Spread
 from zbpscale.results.summary import RunSummary, arm_order, ladder_count
+from zbpscale.tables import plural
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,9 +118,13 @@ def fits_markdown(s: Study) -> str:
     return "\n\n".join(b for b in blocks if b) + "\n"
 
 
-def _gaps_words(points: list[GapPoint]) -> str:
-    return ", ".join(f"{p.spread.mean:+.2f} ± {p.spread.sd:.2f} ({p.size})" if p.spread.n > 1 else
-                     f"{p.spread.mean:+.2f} ({p.size})" for p in sorted(points, key=lambda p: p.params))
+def _gaps_words(points: list[GapPoint], each: bool) -> str:
+    """Each size's gap, mean ± sample sd over its seeds; `each`: with its seed count (the sizes have different)."""
+    def said(p: GapPoint) -> str:
+        where = f"{p.size}, {plural(p.spread.n, 'seed')}" if each else p.size
+        return f"{p.spread.mean:+.2f} ± {p.spread.sd:.2f} ({where})" if p.spread.n > 1 else \
+            f"{p.spread.mean:+.2f} ({where})"
+    return ", ".join(said(p) for p in sorted(points, key=lambda p: p.params))
 
 
 def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str:
@@ -128,9 +133,11 @@ def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str
     arms = sorted({r.arm for r in rows}, key=arm_order)
     zbp = [a for a in arms if a != "bp"]
     sizes = sorted({r.size for r in rows}, key=lambda n: min(ladder_count(r) for r in rows if r.size == n))
-    gaps = {(p.size, p.arm): p.spread for p in points}
-    cell = lambda sp: "" if sp is None or not sp.n else (  # noqa: E731
-        f"{sp.mean:+.3f}" if sp.n == 1 else f"{sp.mean:+.3f} ± {sp.sd:.3f}")
+    gaps = {(p.size, p.arm): p for p in points}
+    cell = lambda p: "" if p is None or not p.spread.n else (  # noqa: E731
+        f"{p.spread.mean:+.3f}" if p.spread.n == 1 else f"{p.spread.mean:+.3f} ± {p.spread.sd:.3f}") + (
+        "" if p.final else " *")
+    partial = False
     head = ["size", "non-emb. / all params"] + [c for a in arms for c in ([a] if a == "bp" else [a, f"gap {a}"])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for size in sizes:
@@ -138,11 +145,19 @@ def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str
         first = mine[0]
         cells = [size, f"{(first.params_non_embedding or 0) / 1e6:.2f}M / {(first.params or 0) / 1e6:.1f}M"]
         for a in arms:
-            final = Spread.of(r.final_val_loss for r in mine if r.arm == a and r.final_val_loss is not None)
-            cells.append("" if not final.n else f"{final.mean:.3f}" + (f" ± {final.sd:.3f}" if final.n > 1 else ""))
+            done = [r for r in mine if r.arm == a and r.final_val_loss is not None]
+            final = Spread.of(r.final_val_loss for r in done)
+            cut = " *" if any(r.state != "complete" for r in done) else ""
+            cells.append("" if not final.n else f"{final.mean:.3f}" + (f" ± {final.sd:.3f}" if final.n > 1 else "")
+                         + cut)
             if a in zbp:
                 cells.append(cell(gaps.get((size, a))))
+                partial |= gaps.get((size, a)) is not None and not gaps[size, a].final
+            partial |= bool(cut and final.n)
         lines.append("| " + " | ".join(cells) + " |")
+    if partial:
+        lines += ["", "\\* over a run not complete: its last validation loss, or the gap at the tokens both have "
+                  "(table.md names it)"]
     return "\n".join(lines) + "\n"
 
 
@@ -150,13 +165,16 @@ def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
     """claims.md: the ladder's table (final val loss and gap per size, over seeds), then one paragraph per ZBP arm
     saying the fits' and tests' numbers in words."""
     seeds = len({r.seed for r in rows})
+    counts = {p.spread.n for p in s.points if p.final}
+    each = counts != {seeds}  # a size with fewer seeds than the study (a run missing or failed): said per size
     out = [ladder_markdown(rows, s.points).rstrip("\n")]
     for arm in sorted({p.arm for p in s.points}, key=arm_order):
         pts = [p for p in s.points if p.arm == arm and p.final]
         if not pts:
             continue
-        words = [f"**{arm}.** Gap to BP of the same seed at equal tokens, mean ± sample sd over "
-                 f"{seeds} seed{'s' if seeds > 1 else ''}: {_gaps_words(pts)}."]
+        over = "its seeds" if each else plural(seeds, "seed")
+        words = [f"**{arm}.** Gap to BP of the same seed at equal tokens, mean ± sample sd over {over}: "
+                 f"{_gaps_words(pts, each)}."]
         rise = next((r for r in s.rises if r.arm == arm), None)
         if rise is not None and len(rise.values) > 1:
             ups = sum(v > 0 for v in rise.values)
@@ -193,7 +211,9 @@ def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
     if seeds > 1:
         out.append(f"What the ± and intervals are: ± after a mean is the sample sd over the seeds; the intervals come "
                    f"from the bootstrap over seeds ({RESAMPLES:,} resamples of whole seeds), its s.e. corrected by "
-                   f"sqrt(S/(S-1)) with Student's t at {seeds - 1} d.o.f. (for a mean of the seeds' log multipliers "
+                   f"sqrt(S/(S-1)) with Student's t at "
+                   f"{'S - 1 d.o.f., S the seeds it is over' if each else f'{seeds - 1} d.o.f.'} "
+                   "(for a mean of the seeds' log multipliers "
                    "that is the t interval itself); the multiplier's is on its log scale.")
     return "\n\n".join(out) + "\n"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from zbpscale.errors import ConfigError
 from zbpscale.files import atomic_write, unwritable
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
-from zbpscale.results.summary import FIELDS, RunSummary, sort_key, summarize
+from zbpscale.results.summary import FIELDS, RunSummary, same_run, sort_key, summarize
 from zbpscale.run.folder import RunFolder
 from zbpscale.tables import seed_count
 from zbpscale.text import matches, patterns, select
@@ -99,6 +99,12 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         from zbpscale.jobs.sweep import not_found
 
         raise not_found(path)
+    for held in (path, path.parent):  # a bundle, or its runs/: collected already (it made a bundle of the copies)
+        made = Bundle(held).read_manifest() if path.is_dir() else None
+        if isinstance(made, dict) and made.get("format") == FORMAT:
+            source = made.get("source", "SWEEP")
+            raise ConfigError(f"{path} is {'a collected results folder' if held == path else 'in one'} ({held})",
+                              hint=f"collect the sweep it came from: zbpscale collect {source}")
     found = find_runs(str(path), planned_only=True)
     if len(found) > 1:
         raise ConfigError(f"{path} holds {len(found)} sweeps ({', '.join(n for n, _ in found)})",
@@ -132,7 +138,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         rows, kept_tune = {}, None
     sweep_file = next((s.planned.sweep for s in sources if s.planned is not None), None)
     tune = tuned_sizes(sweep_file) if sweep_file is not None else kept_tune  # collected from its folder: as it was
-    changed = []
+    changed, summaries = [], {}
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None
         seen = looks.get(src.name)
@@ -141,6 +147,12 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
                         role=src.planned.role if src.planned else "")
         if src.planned is not None and src.planned.waits_for:  # a final run whose lr its tuning has not given yet
             row = dataclasses.replace(row, lr=None)
+        summaries[src.name] = row
+    if twins := same_run(summaries.values()):
+        raise ConfigError(f"{path}: {twins}", hint="keep one run per size, arm and seed in the sweep's folder (move "
+                          "the other aside), or train it as another seed")
+    for src in sources:
+        row = summaries[src.name]
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue

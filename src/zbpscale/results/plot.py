@@ -36,13 +36,14 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale.errors import ConfigError
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.claims import Study, claims_markdown, fits_markdown, study
 from zbpscale.results.fit import LEVEL, PowerLaw
 from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpaired, val_curves
 from zbpscale.results.lr import Tuning, grid_losses, lr_markdown, tuning_of
 from zbpscale.results.seeds import Spread, seeds_of
-from zbpscale.results.summary import RunSummary, arm_order, sort_key
+from zbpscale.results.summary import RunSummary, arm_order, same_run, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
 from zbpscale.run.folder import parse_run_name
 from zbpscale.run.records import BlockRow, by_kind, read_records
@@ -147,6 +148,10 @@ SAVED_AS = {"png": {"dpi": 150, "metadata": {"Software": None}}, "pdf": {"metada
                                                                                     "Creator": None}},
             "svg": {"metadata": {"Date": None, "Creator": None}}}
 """The files a figure can be saved as, with the options that keep them reproducible (no date, no software name)."""
+
+
+FIGURES = ("loss_curves", "gap_vs_scale", "nsr_c", "rho_k", "lr_sensitivity")
+"""The figures `draw` makes, by file name (each saved in plot's formats, png and pdf)."""
 
 
 def _save(fig, folder: Path, name: str, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
@@ -595,6 +600,11 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     bundle = Path(bundle)
     drawn = draw(bundle, Bundle(bundle).figures, params=params)
     files, notes, rows, tuned, found = list(drawn.files), drawn.notes, list(drawn.rows), drawn.tuning, drawn.study
+    for name in FIGURES:  # a figure an earlier plot drew and this one does not (its runs left the bundle): removed,
+        for old in (Bundle(bundle).figures / f"{name}.{fmt}" for fmt in ("png", "pdf")):  # not shown nor uploaded
+            if old.is_file() and old not in files:
+                old.unlink()
+                log(f"removed {old}: this bundle no longer draws it")
     names = [f.stem for f in files if f.suffix == ".png"]
     table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
@@ -621,6 +631,8 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
 
     matplotlib.use("Agg")
     rows = Bundle(bundle).read_summary()
+    if twins := same_run(rows):  # a bundle of an older release, or edited by hand
+        raise ConfigError(f"{bundle}: {twins}", hint="collect the sweep again with one run per size, arm and seed")
     grid, rows = [r for r in rows if r.role == "tuning"], [r for r in rows if r.role != "tuning"]  # the lr grid's
     notes: list[str] = []  # runs are in the lr figure and table, not in the study's
     field = PARAMS[params][0]

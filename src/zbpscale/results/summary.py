@@ -178,6 +178,22 @@ def arm_order(arm: str) -> tuple:
     return (0, 0, arm) if arm == "bp" else (1, int(m[1]) if m else 0, arm)
 
 
+def same_run(rows) -> str | None:
+    """Words for the runs of the study (not an lr grid's) that are one size, arm and seed twice (a run trained by
+    hand into the sweep's folder beside the sweep's own): the gap, the table and claims each took one of them or
+    both, silently; None when there are none."""
+    by: dict[tuple, list[str]] = {}
+    for r in rows:
+        if r.role != "tuning":
+            by.setdefault((r.size, r.arm, r.seed), []).append(r.run)
+    twins = [(key, names) for key, names in by.items() if len(names) > 1]
+    if not twins:
+        return None
+    (size, arm, seed), names = twins[0]
+    more = f" (and {len(twins) - 1} more such)" if len(twins) > 1 else ""
+    return f"runs {', '.join(names)} are each size {size}, arm {arm}, seed {seed}: the study compares one{more}"
+
+
 def ladder_count(row: RunSummary) -> float:
     """What the ladder orders its sizes by: the non-embedding count N (the scaling axis; a deep narrow rung of your
     own may have the larger N and the smaller total), the total where a bundle of an older release has no N, inf
