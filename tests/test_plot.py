@@ -569,9 +569,10 @@ def test_collect_of_a_bundle_and_plot_of_a_file_or_a_run_say_what_to_give(tmp_pa
     make_run(sweep, "nano-bp", steps=4, done=4, eval_every=2, val=lambda s: 5.0 - s / 10)
     zbpscale("collect", "jobs/x", cwd=tmp_path)
     (tmp_path / "x.py").write_text("# a sweep file\n")
-    for command, words in ((("collect", "results/x"), "results/x is a collected results folder (results/x) (hint: "
+    for command, words in ((("collect", "results/x"), "results/x is a collected results folder (of sweep 'x') (hint: "
                             "collect the sweep it came from: zbpscale collect jobs/x)"),
-                           (("collect", "results/x/runs"), "results/x/runs is in one (results/x)"),
+                           (("collect", "results/x/runs"), "results/x/runs is inside the collected results folder "
+                            "results/x"),
                            (("plot", "x.py"), "x.py is a file, not a collected results folder (hint: collect its "
                             "sweep first: zbpscale collect x.py"),
                            (("plot", "jobs/x/nano-bp"), "jobs/x/nano-bp is a run's folder, not a collected results "
@@ -613,5 +614,25 @@ def test_a_summary_edited_by_hand_is_one_line_naming_the_field(tmp_path, edit, w
     with pytest.raises(ConfigError, match=re.escape(f"is not a summary collect wrote (its runs: {words})")):
         plot(bundle, log=lambda line: None)
     (tmp_path / "edited" / "summary.json").write_text(json.dumps({"sweep": "x", "runs": [{"run": "x"}]}))
-    with pytest.raises(ConfigError, match=re.escape("(its runs: a run without its size)")):
+    with pytest.raises(ConfigError, match=re.escape("(its runs: run x: no size)")):
         plot(tmp_path / "edited", log=lambda line: None)
+
+
+def test_a_run_moved_aside_leaves_the_bundle_its_twin_took(tmp_path):
+    """A run trained by hand, collected, then the sweep's own run of its size, arm and seed: collect refuses the
+    pair; the hand-made one moved aside as told, collect drops the row and copy an earlier collect kept of it (it
+    stayed, and plot refused the bundle for ever)."""
+    sweep = tmp_path / "jobs" / "twin"
+    make_run(sweep, "rerun bp", steps=4, done=4, eval_every=2, val=lambda s: 4.5 - s / 10)  # nano, bp, seed 0
+    zbpscale("collect", "jobs/twin", cwd=tmp_path)
+    make_run(sweep, "nano-bp", steps=4, done=4, eval_every=2, val=lambda s: 5.0 - s / 10)
+    refused = subprocess.run(["zbpscale", "collect", "jobs/twin"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 2 and "the study compares one" in refused.stderr, refused.stderr
+    (sweep / "rerun bp").rename(tmp_path / "rerun bp")
+    out = zbpscale("collect", "jobs/twin", cwd=tmp_path)
+    assert "rerun bp: left out of the bundle, where an earlier collect put it: nano-bp is the run of size nano, arm " \
+           "bp, seed 0 now" in out.stdout, out.stdout
+    bundle = tmp_path / "results" / "twin"
+    assert [r.run for r in Bundle(bundle).read_summary()] == ["nano-bp"] and not (bundle / "runs" / "rerun bp").exists()
+    zbpscale("plot", "results/twin", cwd=tmp_path)

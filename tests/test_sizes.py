@@ -136,6 +136,28 @@ def test_yaml_numbers_with_an_exponent_and_no_dot_are_numbers(tmp_path):
     shape = shape_from_yaml(tmp_path / "m.yaml")
     assert (shape.norm_eps, shape.rope_theta) == (1e-5, 1e4)
     assert train_fields_from_yaml(tmp_path / "t.yaml") == {"lr": 3e-4, "weight_decay": 0.1, "steps": 10}
+    (tmp_path / "t.yaml").write_text("lr: 3e-4\nzbp:\n  n: 16\n  scheme: central\n  n: 64\n")  # nested, twice
+    with pytest.raises(ConfigError, match=r"t.yaml:5: n is given twice \(first on line 3\)"):
+        train_fields_from_yaml(tmp_path / "t.yaml")
+
+
+def test_a_model_file_edited_after_its_runs_trained_is_named_as_what_changed(tmp_path):
+    """The plan's note on a run whose shape changed since it trained names the YAML file (it blamed the sweep file,
+    which the user had not touched)."""
+    from zbpscale.jobs.state import RunState
+    from zbpscale.jobs.sweep import expand
+    from zbpscale.jobs.sweep_edits import config_notes
+
+    path = write(tmp_path)
+    run = next(r for r in expand(load_sweep(path)) if r.name == "y2-bp")
+    run.write_folder()
+    (path.parent / "configs" / "model" / "y2.yaml").write_text(YAML.replace("n_layer: 2", "n_layer: 3"))
+    runs = expand(load_sweep(path))
+    notes = config_notes(runs, {r.name: RunState("complete") for r in runs}, apply=False, dry_run=True)
+    assert [n for n in notes if n.startswith("y2-bp")] == [
+        "y2-bp: its model file configs/model/y2.yaml changed since it trained (model.n_layer 2 -> 3); it stays as it "
+        "was trained: for model.n_layer, train a new run (another name: a seed or an arm of the sweep), or move its "
+        "folder aside to start it anew"]
 
 
 @pytest.mark.parametrize("args, words", [

@@ -579,6 +579,11 @@ def test_a_vocabulary_smaller_than_the_data_s_is_one_line_before_a_step(tmp_path
                                           r".* \(50257 token ids, gpt2\)"):
         train(small_cfg(data_dir, model=small), tmp_path / "run")
     assert not RunFolder(tmp_path / "run").metrics.exists()
+    from zbpscale.data.loader import vocab_problem
+
+    gpt2 = {"tokenizer": {"n_vocab": 50257, "name": "gpt2"}}
+    assert vocab_problem(50250, gpt2, data_dir) is None  # its tables are padded to 50304 rows: it trains
+    assert vocab_problem(50240, gpt2, data_dir) is not None  # 50240 rows
     from zbpscale.jobs.submit import data_notes
     from zbpscale.jobs.sweep import expand
     from zbpscale.sweep import Data, Resources, Size, Sweep, arm

@@ -531,3 +531,24 @@ def test_a_checked_size_tunes_a_small_grid_around_the_law_s_lr_once_the_law_is_k
     final = next(r for r in runs if r.name == "tiny-bp")
     assert final.lr == grid[1].lr and final.lr_from.startswith(f"checked at tiny around the lr law's {lr_text(center)}")
     assert tuned.laws["bp"].sizes == 2  # the law is the tuned sizes' alone
+
+
+def test_what_collect_keeps_of_a_grid_and_a_final_run_whose_lr_waits(tmp_path):
+    """A final run submitted at its grid's old best while its lr waits again keeps that lr in the bundle (collect
+    blanked it: status showed it, the bundle did not); a grid run an earlier collect kept that the sweep file no
+    longer plans and that never answered is dropped (its size and arm waited for it for ever in the bundle); the
+    plan's budget note is about the final runs (a grid run trains Tune.budget of a size's tokens by design)."""
+    from zbpscale.jobs.submit import budget_notes
+    from zbpscale.results.collect import collect, superseded
+
+    sweep = load_sweep(write(tmp_path, sizes=("nano",), rungs=("nano",), budget=0.5))
+    runs, _ = tuning.planned(sweep, fake_losses({}))
+    assert budget_notes(runs) == []  # it said 'nano: tokens 768 cut to 384' of the grid runs
+    final = next(r for r in runs if r.name == "nano-bp")
+    dataclasses.replace(final, lr=8e-3, waits_for=()).write_folder()
+    rows = {r.run: r for r in collect(tmp_path / "tuned.py", log=lambda line: None)}
+    assert rows["nano-bp"].lr == 8e-3 and rows["nano-zbp_n4"].lr is None  # the latter not submitted: no config
+    old = row("nano-bp-lr1e-1", "nano", "bp", 0.1, None, state="cancelled")
+    assert superseded({old.run: old}, rows, planned=True) == [
+        ("nano-bp-lr1e-1", "a grid run the sweep file no longer plans, which never answered")]
+    assert superseded({old.run: old}, rows, planned=False) == []  # collected from its folder: nothing to tell

@@ -55,10 +55,11 @@ def data_identity(manifest: dict) -> str:
 
 
 def vocab_problem(vocab_size: int, manifest: dict, data_dir: Path) -> ConfigError | None:
-    """The error of a model whose vocabulary is smaller than the data's tokenizer's (its embedding would be indexed
-    past its end: an IndexError on CPU, a device-side assert on a GPU); None when it holds every token id."""
+    """The error of a model whose token tables (vocab_size rows, padded to a multiple of 64) are smaller than the
+    data's tokenizer's vocabulary (its embedding would be indexed past its end: an IndexError on CPU, a device-side
+    assert on a GPU); None when they hold every token id."""
     tok = manifest["tokenizer"]
-    if vocab_size >= tok["n_vocab"]:
+    if 64 * -(-vocab_size // 64) >= tok["n_vocab"]:
         return None
     return ConfigError(f"the model's vocab_size={vocab_size} is smaller than the vocabulary of the data in {data_dir} "
                        f"({tok['n_vocab']} token ids, {tok['name']})",

@@ -194,7 +194,7 @@ def budget_notes(runs: list[PlannedRun]) -> list[str]:
     """One line per size whose `tokens` are not a whole number of steps: the run trains whole steps, so its tokens
     are rounded up to the next step (the plan's tokens column shows what it trains)."""
     notes = []
-    for run in runs:
+    for run in (r for r in runs if r.role != "tuning"):  # a grid run trains Tune.budget of them: said in tuning's
         cfg, asked = run.train_config(), run.size.tokens
         step = cfg.global_batch * cfg.seq_len
         if asked and cfg.steps * step != asked:

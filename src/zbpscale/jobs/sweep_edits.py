@@ -51,11 +51,15 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
             continue
         folder, state = RunFolder(run.run_dir), states[run.name].state
         shown = lambda names: ", ".join(f"{n} {changes[n][0]!r} -> {changes[n][1]!r}" for n in names)  # noqa: E731
+        shape = [n for n in changes if n.startswith("model.") and not n.startswith("model.zbp")]
+        source = "the sweep file" if not (run.size.model_file and shape) else \
+            f"its model file {run.size.model_file}" if len(shape) == len(changes) else \
+            f"the sweep file and its model file {run.size.model_file}"
         if not folder.list_checkpoints() and state not in ("complete", "running", "stalled", "unknown"):
             if not dry_run:
                 rewrite_config(run)
-            notes.append(f"{run.name}: config.json {'will be ' if dry_run else ''}rewritten from the sweep file, "
-                         f"which changed since it was written (it has not trained yet): {shown(changes)}")
+            notes.append(f"{run.name}: config.json {'will be ' if dry_run else ''}rewritten from {source}, which "
+                         f"changed since it was written (it has not trained yet): {shown(changes)}")
             continue
         safe = [n for n in changes if n in RESUME_SAFE] if apply and state != "complete" else []
         if safe:
@@ -73,7 +77,7 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
             other = ", ".join(n for n in kept if n not in can)
             then.append(f"for {other}, train a new run (another name: a seed or an arm of the sweep), or move its "
                         "folder aside to start it anew")
-        notes.append(f"{run.name}: the sweep file changed since it trained ({shown(kept)}); it "
+        notes.append(f"{run.name}: {source} changed since it trained ({shown(kept)}); it "
                      f"{'stays as it was trained' if state == 'complete' else 'goes on as it was trained'}: "
                      + "; ".join(then))
     return notes

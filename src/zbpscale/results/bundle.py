@@ -93,10 +93,11 @@ class Bundle:
         file = file or self.manifest
         if file.is_file():
             return
-        if self.path.is_file():  # a sweep file, most likely
+        if self.path.is_file():
             raise ConfigError(f"{self.path} is a file, not a collected results folder",
                               hint=f"collect its sweep first: zbpscale collect {self.path}, then give the folder "
-                                   "it writes (results/<sweep>)")
+                                   "it writes (results/<sweep>)" if self.path.suffix == ".py" else
+                              f"give the folder: {self.path.parent}")
         if RunFolder.is_run(self.path):  # one run: its sweep's folder is what collect takes
             raise ConfigError(f"{self.path} is a run's folder, not a collected results folder",
                               hint=f"collect its sweep first: zbpscale collect {self.path.parent} (into "
@@ -131,7 +132,8 @@ def summary_row(row: dict) -> RunSummary:
     known = {f.name: f for f in dataclasses.fields(RunSummary)}
     for name in ("run", "size", "arm", "state"):
         if not isinstance(row.get(name), str):
-            raise ValueError(f"a run without its {name}" if name not in row else f"{name} {row[name]!r}")
+            who = f"run {row['run']}: " if isinstance(row.get("run"), str) else "a run: "
+            raise ValueError(who + (f"no {name}" if name not in row else f"its {name} {row[name]!r} is not a name"))
     for name, value in row.items():
         if name in known and not _of_type(value, known[name].type):
             raise ValueError(f"run {row['run']}: {name} {value!r} is not {known[name].type}")

@@ -166,7 +166,7 @@ def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
     saying the fits' and tests' numbers in words."""
     seeds = len({r.seed for r in rows})
     counts = {p.spread.n for p in s.points if p.final}
-    each = counts != {seeds}  # a size with fewer seeds than the study (a run missing or failed): said per size
+    each = bool(counts) and counts != {seeds}  # a size with fewer seeds than the study's: said per size
     out = [ladder_markdown(rows, s.points).rstrip("\n")]
     for arm in sorted({p.arm for p in s.points}, key=arm_order):
         pts = [p for p in s.points if p.arm == arm and p.final]

@@ -86,6 +86,26 @@ def tuned_sizes(sweep) -> dict | None:
             "near": sweep.tune.near}
 
 
+def superseded(kept: dict[str, RunSummary], now: dict[str, RunSummary], *, planned: bool) -> list[tuple[str, str]]:
+    """[(run, why)] of the rows an earlier collect wrote, of runs not found now (`kept`'s names not in `now`), that
+    would mislead the bundle: a run of the size, arm and seed of a run found now (a run trained by hand, moved
+    aside: both were the study's one run there), and, collecting a sweep file, a grid run it no longer plans that
+    never answered (its size and arm would wait for it for ever)."""
+    from zbpscale.results.lr import grid_answer
+
+    taken = {(r.size, r.arm, r.seed): r.run for r in now.values() if r.role != "tuning"}
+    out = []
+    for name, r in kept.items():
+        if name in now:
+            continue
+        if r.role != "tuning" and (r.size, r.arm, r.seed) in taken:
+            out.append((name, f"{taken[r.size, r.arm, r.seed]} is the run of size {r.size}, arm {r.arm}, seed "
+                              f"{r.seed} now"))
+        elif r.role == "tuning" and planned and grid_answer(r) is None:
+            out.append((name, "a grid run the sweep file no longer plans, which never answered"))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ collect
 def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool | str = False,
             log=print) -> list[RunSummary]:
@@ -103,7 +123,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         made = Bundle(held).read_manifest() if path.is_dir() else None
         if isinstance(made, dict) and made.get("format") == FORMAT:
             source = made.get("source", "SWEEP")
-            raise ConfigError(f"{path} is {'a collected results folder' if held == path else 'in one'} ({held})",
+            raise ConfigError(f"{path} is a collected results folder (of sweep {made.get('sweep')!r})" if held == path
+                              else f"{path} is inside the collected results folder {held}",
                               hint=f"collect the sweep it came from: zbpscale collect {source}")
     found = find_runs(str(path), planned_only=True)
     if len(found) > 1:
@@ -145,8 +166,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         row = summarize(seen.seen if seen else src.run_dir, name=src.name, size=src.size, arm=src.arm, seed=src.seed,
                         state=(seen.state.state, seen.state.reason or None) if seen else ("new", None), config=config,
                         role=src.planned.role if src.planned else "")
-        if src.planned is not None and src.planned.waits_for:  # a final run whose lr its tuning has not given yet
-            row = dataclasses.replace(row, lr=None)
+        if src.planned is not None and src.planned.waits_for and not RunFolder(src.run_dir).config.exists():
+            row = dataclasses.replace(row, lr=None)  # a final run whose lr its tuning has not given yet
         summaries[src.name] = row
     if twins := same_run(summaries.values()):
         raise ConfigError(f"{path}: {twins}", hint="keep one run per size, arm and seed in the sweep's folder (move "
@@ -160,6 +181,10 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
                                                with_ckpt=matches(src.name, ckpt_patterns)):
             changed.append(src.name)
         rows[src.name] = row
+    for gone, why in superseded(rows, summaries, planned=sweep_file is not None):
+        del rows[gone]
+        shutil.rmtree(bundle.run(gone).path, ignore_errors=True)
+        log(f"{gone}: left out of the bundle, where an earlier collect put it: {why}")
     ordered = sorted(rows.values(), key=sort_key)
     summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered],
                **({"tune": tune} if tune else {})}

@@ -24,7 +24,7 @@ def grid_losses(rows: list[RunSummary]) -> dict[tuple[str, str], dict[float, lis
     """{(size, arm): {lr: [final val loss per seed]}} of the grid runs that answered."""
     found: dict[tuple[str, str], dict[float, list[float]]] = {}
     for r in _grid(rows):
-        value = _answer(r)
+        value = grid_answer(r)
         if value is not None:
             found.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
     return found
@@ -34,7 +34,7 @@ def grid_waiting(rows: list[RunSummary]) -> dict[tuple[str, str], tuple[str, ...
     """{(size, arm): the grid runs that have not answered} where there are some: no choice there yet."""
     waiting: dict[tuple[str, str], tuple[str, ...]] = {}
     for r in _grid(rows):
-        if _answer(r) is None:
+        if grid_answer(r) is None:
             waiting[r.size, r.arm] = waiting.get((r.size, r.arm), ()) + (r.run,)
     return waiting
 
@@ -43,7 +43,8 @@ def _grid(rows: list[RunSummary]) -> list[RunSummary]:
     return [r for r in rows if r.role == "tuning" and r.lr is not None]
 
 
-def _answer(r: RunSummary) -> float | None:
+def grid_answer(r: RunSummary) -> float | None:
+    """A grid run's answer from its summary row (jobs/tuning.py's `answer`); None: it has not answered."""
     from zbpscale.jobs.tuning import answer
 
     loss = r.final_val_loss

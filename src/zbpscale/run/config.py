@@ -161,13 +161,27 @@ def read_yaml(path) -> tuple[object, dict[str, int]]:
         at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{at}: not valid YAML ({getattr(err, 'problem', None) or err})",
                           hint="one `field: value` per line, e.g. n_layer: 24") from None
-    lines: dict[str, int] = {}
-    for key, _ in node.value if isinstance(node, yaml.MappingNode) else ():
-        if key.value in lines:  # PyYAML keeps the last of two silently
-            raise ConfigError(f"{path}:{key.start_mark.line + 1}: {key.value} is given twice (first on line "
-                              f"{lines[key.value]})", hint="keep one of them")
-        lines[key.value] = key.start_mark.line + 1
+    _once(node, path)
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
     return value, lines
+
+
+def _once(node, path) -> None:
+    """A ConfigError at the line of a key given twice in one mapping, at any depth (`zbp: {n: 16, n: 64}`): PyYAML
+    keeps the last of two silently."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key, value in node.value:
+            if key.value in seen:
+                raise ConfigError(f"{path}:{key.start_mark.line + 1}: {key.value} is given twice (first on line "
+                                  f"{seen[key.value]})", hint="keep one of them")
+            seen[key.value] = key.start_mark.line + 1
+            _once(value, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _once(item, path)
 
 
 @functools.cache

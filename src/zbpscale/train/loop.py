@@ -496,7 +496,7 @@ def _same_data(before: dict | None, loader, env: dist.DistEnv) -> None:
     other = env.is_main and trained is not None and trained != loader.identity
     if dist.all_reduce_sum([1.0 if other else 0.0], env)[0]:
         raise DataError(f"{loader.data_dir.resolve()} holds other data than this run trained on up to its checkpoint "
-                        f"(shards {loader.identity}, not {trained or 'those of rank 0'})",
+                        f"(its shards are {loader.identity}; the run trained on {trained or 'those rank 0 read'})",
                         hint="resume it on the data it trained on (re-preparing it with the same command and options "
                              "writes the same shards), or train in a new run folder")
 
