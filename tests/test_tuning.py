@@ -195,6 +195,7 @@ def test_planned_waits_chooses_grows_at_an_edge_and_transfers_by_the_law(tmp_pat
     n_nano, n_micro, n_tiny = (s.params_non_embedding for s in sweep.sizes)
     assert law.b == pytest.approx(math.log(2e-3 / 4e-3) / math.log(n_micro / n_nano))
     assert by["tiny-bp"].lr == pytest.approx(float(f"{law.at(n_tiny):.3g}")) and "lr law" in by["tiny-bp"].lr_from
+    assert "grid's edge" not in by["tiny-bp"].lr_from
     assert "nano-zbp_n4-lr1e-3" in by and by["nano-zbp_n4-lr1e-3"].role == "tuning"  # one step below the edge
     assert by["nano-zbp_n4"].waits_for == ("nano-zbp_n4-lr1e-3",)
     assert by["tiny-zbp_n4"].waits_for and by["tiny-zbp_n4"].lr is None
@@ -552,3 +553,25 @@ def test_what_collect_keeps_of_a_grid_and_a_final_run_whose_lr_waits(tmp_path):
     assert superseded({old.run: old}, rows, planned=True) == [
         ("nano-bp-lr1e-1", "a grid run the sweep file no longer plans, which never answered")]
     assert superseded({old.run: old}, rows, planned=False) == []  # collected from its folder: nothing to tell
+
+
+def test_submit_wait_of_a_final_run_whose_grid_is_not_selected_says_what_it_waits_for(tmp_path):
+    """`submit --only nano-bp --wait` while nano's grid has not run: it ended at once with 'not complete: nano-bp'
+    and no word that the run waits for grid runs outside the selection."""
+    path = write(tmp_path, sizes=("nano",), rungs=("nano",), data=str(tmp_path / "data"))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--only", "nano-bp", "--wait",
+                          "--executor", "local"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 1 and "not complete: nano-bp" in out.stdout, out.stdout + out.stderr
+    assert "nano-bp: its lr waits for nano-bp-lr2e-3, nano-bp-lr4e-3, nano-bp-lr8e-3, which did not answer (not " \
+           "selected, or cancelled or failed: status says)" in unwrapped(out.stdout), out.stdout
+
+
+def test_an_lr_law_through_a_best_at_a_grid_s_edge_says_so(tmp_path):
+    """Every grid's best at its edge (Tune.extend spent) is flagged at its size; the law through it, which gives
+    the other sizes their lr, said nothing of it."""
+    sweep = load_sweep(write(tmp_path, extend=0))
+    table = {"nano-bp-lr2e-3": 3.3, "nano-bp-lr4e-3": 3.4, "nano-bp-lr8e-3": 3.45,  # the low edge
+             "micro-bp-lr1e-3": 3.3, "micro-bp-lr2e-3": 3.2, "micro-bp-lr4e-3": 3.25}
+    runs, _ = tuning.planned(sweep, fake_losses(table))
+    tiny = next(r for r in runs if r.name == "tiny-bp")
+    assert tiny.lr_from.startswith("lr law") and tiny.lr_from.endswith("; through the best lr at a grid's edge at nano")

@@ -538,6 +538,9 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
         time.sleep(tick_s)
     bad = [r.name for r in runs if states[r.name].state != "complete"]  # a grid run whose lr diverged is complete
     print(f"all {plural(len(runs), 'run')} complete" if not bad else f"not complete: {named(bad)}", flush=True)
+    for r in (r for r in runs if r.waits_for and r.name in bad):  # its grid left out (--only) or stopped
+        print(f"{r.name}: its lr waits for {named(list(r.waits_for))}, which did not answer (not selected, or "
+              "cancelled or failed: status says)", flush=True)
     return not bad
 
 

@@ -220,7 +220,9 @@ def planned(sweep: Sweep, losses=final_loss) -> tuple[list[PlannedRun], Tuned]:
         elif key in waiting:
             finals.append(dataclasses.replace(r, waits_for=waiting[key]))
         elif law is not None:
-            finals.append(dataclasses.replace(r, lr=round_lr(law.at(n)), lr_from=f"{law.words()} at N={n:,}"))
+            edges = [s for s in law_sizes(sweep) if choices[s, r.arm.name].edge]  # the optimum may lie beyond them
+            through = f"; through the best lr at a grid's edge at {', '.join(edges)}" if edges else ""
+            finals.append(dataclasses.replace(r, lr=round_lr(law.at(n)), lr_from=f"{law.words()} at N={n:,}{through}"))
         else:  # the law waits for the tuned sizes
             finals.append(dataclasses.replace(r, waits_for=tuple(
                 name for s in tune.sizes for name in waiting.get((s, r.arm.name), ()))))
