@@ -6,6 +6,7 @@ written in the test, and with the trainer's own config.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -158,6 +159,16 @@ def test_a_model_file_edited_after_its_runs_trained_is_named_as_what_changed(tmp
         "y2-bp: its model file configs/model/y2.yaml changed since it trained (model.n_layer 2 -> 3); it stays as it "
         "was trained: for model.n_layer, train a new run (another name: a seed or an arm of the sweep), or move its "
         "folder aside to start it anew"]
+    from zbpscale.jobs.submit import plan_rows
+    from zbpscale.run.snapshot import Snapshot
+
+    states = {r.name: RunState("complete") for r in runs}
+    rows = {r["run"]: r for r in plan_rows(runs, {r.name: "leave" for r in runs}, states,
+                                            {r.name: Snapshot(r.run_dir) for r in runs})}
+    trained_shape = ModelConfig(n_layer=2, n_head=2, d_model=64, max_seq_len=32)  # its row: what it trained
+    assert (rows["y2-bp"]["n"], rows["y2-bp"]["params"]) == (n_params(trained_shape, embeddings=False),
+                                                             n_params(trained_shape))
+    assert rows["y2-zbp_n4"]["n"] == n_params(dataclasses.replace(trained_shape, n_layer=3), embeddings=False)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -39,9 +39,9 @@ from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
 from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text
 from zbpscale.jobs.sweep_checks import in_sweep_file
-from zbpscale.jobs.sweep_edits import config_notes, unplanned_notes
+from zbpscale.jobs.sweep_edits import config_notes, trained, unplanned_notes
 from zbpscale.lease import wait_lock
-from zbpscale.run.config import RESUME_SAFE, batch_plan
+from zbpscale.run.config import RESUME_SAFE, batch_plan, n_params
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import (
@@ -73,16 +73,22 @@ def broken_notes(runs: list[found.Run]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ plan
-def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[str, RunState]) -> list[dict]:
+def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[str, RunState],
+              looks: dict[str, Snapshot] | None = None) -> list[dict]:
     """One row per run; a run left alone is shown with its state (`leave (queued)`, `leave (complete)`), so the
-    action column never calls a queued run running."""
+    action column never calls a queued run running. A run that goes on with the config it has (sweep_edits.trained;
+    `looks`: {run: the look at its folder}) is shown with that config's numbers, not the sweep file's, which it
+    does not take (its shape or steps edited since it trained)."""
     rows = []
     for run in runs:
-        cfg, res = run.train_config(), run.size.resources
+        own = (looks or {}).get(run.name)
+        kept = own.train_config if own is not None and trained(run, states[run.name].state) else None
+        cfg, res = kept or run.train_config(), run.size.resources
         micro, accum = batch_plan(cfg, res.world_size)  # the trainer's own split; a bad one is an error here too
         hours = run.estimated_hours()
         rows.append({
-            "run": run.name, "seed": run.seed, "params": run.size.params, "n": run.size.params_non_embedding,
+            "run": run.name, "seed": run.seed, "params": n_params(cfg.model),
+            "n": n_params(cfg.model, embeddings=False),
             "tokens": cfg.steps * cfg.global_batch * cfg.seq_len,
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
@@ -355,7 +361,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
                               looks={r.name: decided[r.name].seen for r in runs})
         notes += unplanned_notes([decided[r.name] for r in dropped])
         notes += [f"trackers: {line}" for line in tracker_lines(sweep, path)]
-        print_plan(sweep, plan_rows(runs, actions, states))
+        print_plan(sweep, plan_rows(runs, actions, states, {r.name: decided[r.name].seen for r in runs}))
         for note in notes:
             print(wrap(note, "note: "))
         try:  # what the submit refuses, the dry run refuses (without importing torch), at the sweep file's line

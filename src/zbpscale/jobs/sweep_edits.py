@@ -49,13 +49,13 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
         changes = config_changes(run, (looks or {}).get(run.name))
         if not changes:
             continue
-        folder, state = RunFolder(run.run_dir), states[run.name].state
+        state = states[run.name].state
         shown = lambda names: ", ".join(f"{n} {changes[n][0]!r} -> {changes[n][1]!r}" for n in names)  # noqa: E731
         shape = [n for n in changes if n.startswith("model.") and not n.startswith("model.zbp")]
         source = "the sweep file" if not (run.size.model_file and shape) else \
             f"its model file {run.size.model_file}" if len(shape) == len(changes) else \
             f"the sweep file and its model file {run.size.model_file}"
-        if not folder.list_checkpoints() and state not in ("complete", "running", "stalled", "unknown"):
+        if not trained(run, state):
             if not dry_run:
                 rewrite_config(run)
             notes.append(f"{run.name}: config.json {'will be ' if dry_run else ''}rewritten from {source}, which "
@@ -81,6 +81,12 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
                      f"{'stays as it was trained' if state == 'complete' else 'goes on as it was trained'}: "
                      + "; ".join(then))
     return notes
+
+
+def trained(run: PlannedRun, state: str) -> bool:
+    """Whether a run goes on with the config.json it has (it has a checkpoint, is complete, or its job is live or may
+    be), whatever the sweep file now says; else submit rewrites that config from the sweep file."""
+    return state in ("complete", "running", "stalled", "unknown") or bool(RunFolder(run.run_dir).list_checkpoints())
 
 
 def unplanned_notes(runs: list[found.Run]) -> list[str]:
