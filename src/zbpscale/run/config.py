@@ -249,7 +249,8 @@ def n_params(cfg: ModelConfig, *, embeddings: bool = True) -> int:
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
-    """Training FLOPs per token of the bp arm: 6 * (matmul parameters) + 12 * L * T * d for attention."""
+    """Training FLOPs per token of the bp arm: 6 * (the non-embedding parameters, their norm weights counted as
+    the convention does, + the LM head) + 12 * L * T * d for attention."""
     matmul_params = n_params(cfg, embeddings=False) + cfg.padded_vocab * cfg.d_model  # blocks + LM head
     return 6.0 * matmul_params + 12.0 * cfg.n_layer * cfg.max_seq_len * cfg.d_model
 
@@ -318,7 +319,8 @@ class TrainConfig:
     lr: float = 3e-4
     """Peak learning rate, reached at the end of warmup."""
     min_lr_ratio: float = 0.1
-    """The cosine schedule ends at lr * min_lr_ratio."""
+    """The cosine schedule ends at lr * min_lr_ratio at the last step (train/loop.py's lr_at: a run whose warmup
+    leaves it no two steps ends at lr)."""
     warmup_steps: int = 0
     """Linear warmup from lr / warmup_steps to lr."""
     weight_decay: float = 0.1

@@ -58,7 +58,8 @@ class StoppedBeforeFirstStep(Exception):
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr over warmup_steps, then cosine down to lr * min_lr_ratio at the last step."""
+    """Linear warmup to cfg.lr over warmup_steps, then cosine from lr at step warmup_steps down to lr * min_lr_ratio
+    at the last step; a run whose warmup leaves it no two steps (warmup_steps >= steps - 1) ends at lr."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     min_lr = cfg.lr * cfg.min_lr_ratio
