@@ -2,7 +2,8 @@
 
 A probe is a tensor of the input's shape `(..., d)`: one direction per *unit* (the last dimension).
 Probe `i` of a call depends only on `(seed, i)` (and, for `orthogonal`, on probes `0..i` of the same
-call), so the same seed gives the same probes whatever the chunk size used to draw them.
+call), so the same seed gives the same probes whatever the chunk size used to draw them; and on the dtype they are
+drawn in (torch's normal draws differ between fp32 and fp64; +-1 entries do not): training measures in fp32.
 
 Families, each with E[u u^T] = I on a unit's live subspace of dimension d:
   rademacher   i.i.d. +-1 entries                              NSR (d-1)/n
