@@ -150,7 +150,7 @@ class TokenLoader:
         self._rows = _rank_rows(global_batch, rank, world_size)
         self.train = open_split(data_dir, "train", verify=verify)
         self.val = open_split(data_dir, "val", verify=verify)
-        manifest = read_manifest(data_dir)
+        self.manifest = manifest = read_manifest(data_dir)
         self.vocab = manifest["tokenizer"]["n_vocab"]
         self.identity = data_identity(manifest)
         self._paths = {split: [Path(data_dir) / s["file"] for s in manifest[split]["shards"]]

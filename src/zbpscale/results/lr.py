@@ -20,27 +20,19 @@ from dataclasses import dataclass
 from zbpscale.results.summary import RunSummary, arm_order
 
 
-def grid_losses(rows: list[RunSummary]) -> dict[tuple[str, str], dict[float, list[float]]]:
-    """{(size, arm): {lr: [final val loss per seed]}} of the grid runs that answered."""
-    found: dict[tuple[str, str], dict[float, list[float]]] = {}
-    for r in _grid(rows):
-        value = grid_answer(r)
-        if value is not None:
-            found.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
-    return found
-
-
-def grid_waiting(rows: list[RunSummary]) -> dict[tuple[str, str], tuple[str, ...]]:
-    """{(size, arm): the grid runs that have not answered} where there are some: no choice there yet."""
+def grid_answers(rows: list[RunSummary]) -> tuple[dict[tuple[str, str], dict[float, list[float]]],
+                                                  dict[tuple[str, str], tuple[str, ...]]]:
+    """({(size, arm): {lr: [final val loss per seed]}} of the grid runs that answered, {(size, arm): the grid runs
+    that have not answered} where there are some: no choice there yet)."""
+    losses: dict[tuple[str, str], dict[float, list[float]]] = {}
     waiting: dict[tuple[str, str], tuple[str, ...]] = {}
-    for r in _grid(rows):
-        if grid_answer(r) is None:
+    for r in (r for r in rows if r.role == "tuning" and r.lr is not None):
+        value = grid_answer(r)
+        if value is None:
             waiting[r.size, r.arm] = waiting.get((r.size, r.arm), ()) + (r.run,)
-    return waiting
-
-
-def _grid(rows: list[RunSummary]) -> list[RunSummary]:
-    return [r for r in rows if r.role == "tuning" and r.lr is not None]
+        else:
+            losses.setdefault((r.size, r.arm), {}).setdefault(r.lr, []).append(value)
+    return losses, waiting
 
 
 def grid_answer(r: RunSummary) -> float | None:
@@ -70,7 +62,9 @@ class Tuning:
     checks: tuple[tuple[str, str, float, float], ...] = ()
     """(checked size, arm, the law's lr there, the best lr of its grid): how the law transferred."""
     waiting: dict[tuple[str, str], tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    """(size, arm) -> its grid runs that have not answered: no choice there yet (grid_waiting)."""
+    """(size, arm) -> its grid runs that have not answered: no choice there yet (grid_answers)."""
+    losses: dict[tuple[str, str], dict[float, list[float]]] = dataclasses.field(default_factory=dict)
+    """(size, arm) -> {lr: each seed's answer} of the grid runs that answered (grid_answers): the lr figure's."""
     near: float = 3e-3
     """Tune.near: a loss within this of the best is near-best."""
 
@@ -83,7 +77,7 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", tune:
     from zbpscale.jobs.sweep import round_lr
     from zbpscale.jobs.tuning import best_lr, lr_laws
 
-    losses, waiting = grid_losses(rows), grid_waiting(rows)
+    losses, waiting = grid_answers(rows)
     if not losses:
         return None
     near = (tune or {}).get("near", 3e-3)
@@ -105,7 +99,7 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", tune:
         at_bp = sum(losses[size, arm][bp.lr]) / len(losses[size, arm][bp.lr])
         gaps.append((size, arm, choice.loss - bp.loss, at_bp - bp.loss))
     return Tuning(choices, laws, params, gaps, law_sizes=sizes, named=tune is not None, checks=checks,
-                  waiting=waiting, near=near)
+                  waiting=waiting, losses=losses, near=near)
 
 
 def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:

@@ -41,7 +41,7 @@ from zbpscale.results.bundle import Bundle
 from zbpscale.results.claims import Study, claims_markdown, fits_markdown, study
 from zbpscale.results.fit import LEVEL, PowerLaw
 from zbpscale.results.gaps import Curves, GapPoint, fit_gaps, gap_points, unpaired, val_curves
-from zbpscale.results.lr import Tuning, grid_losses, lr_markdown, tuning_of
+from zbpscale.results.lr import Tuning, lr_markdown, tuning_of
 from zbpscale.results.seeds import Spread, seeds_of
 from zbpscale.results.summary import RunSummary, arm_order, same_run, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
@@ -484,14 +484,13 @@ def plot_nsr_c(rows: list[RunSummary], out: Path, colors: dict[str, str], field:
     return _save(fig, out, "nsr_c", formats), drawn
 
 
-def plot_lr_sensitivity(rows: list[RunSummary], t: Tuning, out: Path, *,
-                        formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+def plot_lr_sensitivity(t: Tuning, out: Path, *, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
     """Final validation loss against lr, one panel per arm, a line per size: each seed a dot, the mean a line, the
     best a star (hollow when it lies at the grid's edge), a diverged lr a cross at the panel's top. Returns the
-    files written."""
+    files written. The grid's answers are `t`'s (lr.grid_answers)."""
     import matplotlib
 
-    losses = grid_losses(rows)
+    losses = t.losses
     arms = sorted({arm for _, arm in losses}, key=arm_order)
     sizes = sorted({size for size, _ in losses}, key=lambda s: t.params.get(s, 0))
     cmap = matplotlib.colormaps["viridis"]
@@ -671,7 +670,7 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
         notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
     law_field = "params_non_embedding" if all(r.params_non_embedding is not None for r in grid + rows) else field
     tuned = tuning_of(grid + rows, law_field, tune=Bundle(bundle).read_tune())  # N as the sweep fitted its law
-    lr_files = plot_lr_sensitivity(grid, tuned, out, formats=formats) if tuned else []
+    lr_files = plot_lr_sensitivity(tuned, out, formats=formats) if tuned else []
     if grid and not tuned:
         notes.append("no lr figure: no grid run has answered yet")
     files = curve_files + gap_files + c_files + rho_files + lr_files

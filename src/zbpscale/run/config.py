@@ -154,13 +154,17 @@ def read_yaml(path) -> tuple[object, dict[str, int]]:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason})",
                           hint="save it as UTF-8") from None
+    loader = _yaml_loader()(text)
     try:
-        node, value = yaml.compose(text, Loader=_yaml_loader()), yaml.load(text, Loader=_yaml_loader())
+        node = loader.get_single_node()
+        value = None if node is None else loader.construct_document(node)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise ConfigError(f"{at}: not valid YAML ({getattr(err, 'problem', None) or err})",
                           hint="one `field: value` per line, e.g. n_layer: 24") from None
+    finally:
+        loader.dispose()
     _once(node, path)
     lines = {k.value: k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
     return value, lines

@@ -402,7 +402,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
     the seconds of each phase of this set-up, metrics.SETUP_PHASES)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from zbpscale.data.loader import TokenLoader, read_manifest, vocab_problem
+    from zbpscale.data.loader import TokenLoader, vocab_problem
 
     phases = SetupTimer(called)
     bf16 = cfg.bf16 if cfg.bf16 is not None else env.device.type == "cuda"
@@ -424,7 +424,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
     ddp = DistributedDataParallel(model) if env.distributed else model
     loader = TokenLoader(cfg.data_dir, seq_len=cfg.seq_len, global_batch=cfg.global_batch, seed=cfg.seed,
                          rank=env.rank, world_size=env.world_size)
-    if problem := vocab_problem(cfg.model.vocab_size, read_manifest(cfg.data_dir), cfg.data_dir):
+    if problem := vocab_problem(cfg.model.vocab_size, loader.manifest, cfg.data_dir):
         raise problem  # every rank reads the same manifest: every rank stops here
     val = loader.val_batches(max_batches=cfg.eval_batches)  # what fits when the split is small (val_fit)
     numbers["val_batches"], numbers["val_batch"] = len(val), len(val[0][0]) * env.world_size
