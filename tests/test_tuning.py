@@ -231,6 +231,33 @@ def test_a_final_run_whose_lr_waits_again_keeps_its_config_and_a_live_job_is_nam
             if said else [])
 
 
+def test_status_says_where_a_final_run_s_lr_came_from_by_the_lr_it_trains_at(tmp_path):
+    """status's lr_from: the tuning's words while the run's config holds the lr tuning chooses now; the words of
+    the lr it was submitted with (its plan.json) once they differ (the grid grew, or its lr waits again)."""
+    from zbpscale.jobs.status import collect_rows
+
+    path = write(tmp_path, sizes=("nano",), rungs=("nano",))
+    sweep = load_sweep(path)
+    runs, _ = tuning.planned(sweep, fake_losses({}))
+    final = next(r for r in runs if r.name == "nano-bp")
+    dataclasses.replace(final, lr=4e-3, waits_for=(), lr_from="submitted at the grid's old best").write_folder()
+
+    def row() -> dict:
+        return next(r for r in collect_rows(path) if r["run"] == "nano-bp")
+
+    assert row()["lr"] == 4e-3 and row()["lr_from"] == "submitted at the grid's old best"  # its lr waits again
+    for r in runs:  # the grid answers: 4e-3 is its best
+        if r.role == "tuning" and r.arm.name == "bp":
+            folder = RunFolder(r.write_folder())
+            folder.metrics.write_text(json.dumps({"kind": "eval", "step": 5, "val_loss": 3.0 if r.lr == 4e-3 else 3.5})
+                                      + "\n")
+            folder.complete.write_text("{}\n")
+    assert row()["lr"] == 4e-3 and row()["lr_from"].startswith("tuned at nano: best of 3 tuned lrs")
+    config = RunFolder(final.run_dir).config
+    config.write_text(config.read_text().replace('"lr": 0.004', '"lr": 0.002'))  # it trains at another lr
+    assert row()["lr"] == 2e-3 and row()["lr_from"] == "submitted at the grid's old best"
+
+
 FINAL_LOSS_CASES = {  # metrics.jsonl lines, COMPLETE or not -> what a tuning run answers
     "complete": ([{"kind": "eval", "step": 3, "val_loss": 3.5}, {"kind": "train", "step": 4, "loss": 3.0},
                   {"kind": "eval", "step": 7, "val_loss": 3.25}, {"kind": "end", "step": 7, "why": "completed"}],
