@@ -27,7 +27,7 @@ from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_driver_present, rank_env, schedule
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import read_attempts
+from zbpscale.run.history import read_attempts, record
 from zbpscale.run.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,6 +171,108 @@ def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):
     first_two = [e.job_id for e in added[:2]]  # 1 and 2 GPUs: packed side by side, at once
     starts = {e.job_id: e.started for e in queue.entries()}
     assert abs(starts[first_two[0]] - starts[first_two[1]]) < 0.5
+
+
+def test_two_jobs_that_make_one_file_never_run_at_once(tmp_path):
+    """Two sweeps' preps of one data folder (Entry.makes: its manifest): the second starts after the first ended,
+    while a job that makes nothing runs beside the first (the fake 8-GPU node runs CPU jobs side by side)."""
+    queue = LocalQueue(tmp_path)
+    probe = "import time; print('START', time.time()); time.sleep(1.0); print('END', time.time())"
+    made = str(tmp_path / "data" / "manifest.json")
+    added = queue.add([Entry(job_id="", name=f"{s}/prep-data", kind="command", command=[sys.executable, "-c", probe],
+                             log_dir=str(tmp_path / "logs"), time_s=60, signal_delay_s=10, makes=makes)
+                       for s, makes in (("a", made), ("b", made), ("c", ""))])
+    driver = Driver(queue)
+    driver.inventory = [str(i) for i in range(8)]
+
+    def drained() -> bool:
+        if any(e.state in ("queued", "running") for e in queue.entries()):
+            driver.tick()
+            return False
+        return True
+
+    wait_until(drained, "every job to end", 120, every=0.05)
+    assert [e.state for e in queue.entries()] == ["completed"] * 3
+    span = {}
+    for e in added:
+        words = (tmp_path / "logs" / f"{e.job_id}_0.log").read_text().split()
+        span[e.name[0]] = (float(words[words.index("START") + 1]), float(words[words.index("END") + 1]))
+    assert span["b"][0] >= span["a"][1], span  # after the first one ended
+    assert span["c"][0] < span["a"][1] and span["a"][0] < span["c"][1], span  # beside it
+
+
+def test_an_adopted_prep_is_done_when_its_manifest_is_there(tmp_path, monkeypatch):
+    """A driver killed while the data prep ran (the prep lives on, and writes its manifest): the next driver
+    adopts the entry and, the prep's exit status gone with the dead driver, settles it by the file it makes;
+    without the file it failed, as a prep that died before finishing."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    queue = LocalQueue(tmp_path)
+    made = tmp_path / "data" / "manifest.json"
+    entries = queue.add([Entry(job_id="", name=f"{s}/prep-data", kind="command", command=["true"],
+                               log_dir=str(tmp_path / "logs"), makes=str(made)) for s in "ab"])
+    for e in entries:  # running under a driver now dead, its process gone
+        e.state, e.started, e.pids = "running", time.time() - 5, [[dead_pid(), 0]]
+        queue.write(e)
+    made.parent.mkdir()
+    made.write_text("{}\n")
+    driver = Driver(queue)
+    driver.watch(queue.entries()[0], time.time())
+    made.unlink()
+    driver.watch(queue.entries()[1], time.time())
+    assert [(e.state, e.reason.split(" (")[0]) for e in queue.entries()] == [
+        ("completed", f"{made} is there"), ("failed", "exit status unknown")]
+
+
+def test_an_end_recorded_before_its_entry_was_written_is_not_recorded_twice(tmp_path, monkeypatch):
+    """A driver that recorded an attempt's end and could not write its entry after (killed in between, a full disk):
+    the driver that adopts the entry, still 'running', follows that end: one end, the same count, queued again."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    queue, run = LocalQueue(tmp_path), tmp_path / "s" / "nano-bp"
+    run.mkdir(parents=True)
+    (e,) = queue.add([Entry(job_id="", name="s/nano-bp", run_dir=str(run), log_dir=str(run / "logs"))])
+    record(run, "end", job_id=e.job_id, executor="local", why="timeout", reason="checkpointed; requeue 1/20",
+           time=time.time() - 10)  # the job's attempt before: not this one's end
+    e.state, e.started, e.pids = "running", time.time() - 5, [[dead_pid(), 0]]
+    queue.write(e)
+    first = Driver(queue)
+
+    def full(entry):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(first.q, "write", full)
+    with pytest.raises(OSError):
+        first.settle(queue.entries()[0], [1])  # a crash: recorded, requeue 1/3; the entry not written
+    assert queue.entries()[0].state == "running"
+    Driver(LocalQueue(tmp_path)).watch(queue.entries()[0], time.time())  # adopted
+    assert [(a["why"], a["reason"][-11:]) for a in read_attempts(run) if a["event"] == "end"] == [
+        ("timeout", "equeue 1/20"), ("crashed", "requeue 1/3")]
+    assert queue.entries()[0].state == "queued"
+
+
+def test_a_tick_that_fails_on_a_file_is_said_and_the_driver_goes_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    queue = LocalQueue(tmp_path)
+    driver, ticks = Driver(queue), []
+    real = driver.tick
+
+    def tick():
+        ticks.append(1)
+        if len(ticks) <= 3:
+            raise OSError(28, "No space left on device")
+        real()
+
+    monkeypatch.setattr(driver, "tick", tick)
+    assert driver.run(queue.try_driver_lock()) == 0
+    out = capsys.readouterr().out
+    assert len(ticks) == 4 and out.count("cannot go on with this tick (OSError: [Errno 28] No space left") == 1, out
+    assert "queue empty: driver exits" in out
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 # ------------------------------------------------------------------------------------- sweeps on CPU
@@ -413,6 +515,8 @@ SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=
     assert logs.returncode == 0 and end["log"] in logs.stdout, logs.stdout + logs.stderr
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert "queue empty: driver exits" in (tmp_path / "jobs" / ".localq" / "driver.log").read_text()  # not a crash
+    (prep,) = [e for e in LocalQueue(tmp_path / "jobs").entries() if e.kind == "command"]
+    assert prep.makes == str(tmp_path / "wt103" / "manifest.json")  # what two preps of one folder wait on
 
 
 def step_records(run_dir: Path) -> list[tuple[str, int]]:

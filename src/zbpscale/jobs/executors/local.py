@@ -67,6 +67,7 @@ class LocalExecutor(Executor):
                ) -> list[PlannedRun]:
         """Queue the runs (after the prep job when `prep`) and make sure the driver runs; the queue holds none
         back (it has no submit limit)."""
+        from zbpscale.data import manifest_path
         from zbpscale.data.prepare_cli import to_argv
         from zbpscale.jobs.executors.local_queue.queue import Entry
         from zbpscale.jobs.sweep import data_path, prep_config
@@ -80,7 +81,8 @@ class LocalExecutor(Executor):
                 cfg = prep_config(sweep)
                 command = [sys.executable, "-m", "zbpscale.cli", "prepare-data", *to_argv(cfg)]
                 specs.append(Entry(job_id="", name=f"{sweep.name}/prep-data", kind="command", command=command,
-                                   log_dir=str(sweep.jobs_dir / "prep-data-logs"), threads=cfg.workers))
+                                   log_dir=str(sweep.jobs_dir / "prep-data-logs"), threads=cfg.workers,
+                                   makes=str(manifest_path(data))))
             for run in todo:
                 res, run_dir = run.size.resources, run.write_folder()
                 specs.append(Entry(job_id="", name=f"{sweep.name}/{run.name}", run_dir=str(run_dir),

@@ -14,16 +14,22 @@ One driver per queue (its lock says which: queue.py). Every tick it renews its l
                                                           max_crashes, with the log's last line as the reason;
        (whether it starts again, and its one end record: jobs/attempt.py's `conclude`, shared with the SLURM job)
   3. signals attempts at their time limit minus the sweep's signal delay, and kills them at the limit;
-  4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU;
+  4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU (two jobs that
+     make one file, two sweeps' preps of one data folder, one after the other);
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
 adopts them: it waits for their processes to end (the kernel told them to checkpoint: rank.py) and then settles
 them by their records, since their exit statuses went with the dead driver (`settle_adopted`): the trainer's own
 end record says how it ended; an attempt that logged steps and left no end record was killed with its driver
-(kill -9 of both, the OOM killer): crashed, with the steps it logged past its checkpoint named as dropped.
+(kill -9 of both, the OOM killer): crashed, with the steps it logged past its checkpoint named as dropped; a
+command job (the data prep, which outlives its driver) by the file it makes (`Entry.makes`): done if it is there.
+An attempt's end is recorded once: one whose end is in the run's attempts but whose entry still says running (its
+driver died, or a full disk refused the entry, in between) follows that end. A tick that fails on a file (a full
+disk) is logged and tried again; the driver does not leave its jobs unwatched for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -39,6 +45,7 @@ from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.run.folder import RunFolder, job_log
+from zbpscale.run.history import History
 from zbpscale.run.records import tail_records
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_HUNG, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE
@@ -47,6 +54,9 @@ RANK_COMMAND = ["-m", "zbpscale.entry", "local-rank"]  # python ... RUN_DIR: one
 TICK_S = 0.2
 DRIVER_INFO_S = 2.0  # the driver rewrites its info file (pid, GPUs, entries) this often
 FAILED_RANK_GRACE_S = 10.0  # a rank failed: the others get this long to notice before they are killed
+TROUBLE_EVERY_S = 60.0  # a file error that lasts (a full disk) is logged again this often
+AGAIN = ("timeout", "preempted", "crashed", "hung")
+"""The ends of an attempt that the queue starts again (an end over its bound is recorded failed: jobs/attempt.py)."""
 TRAINER_EXITS = {"completed": EXIT_OK, "checkpointed": EXIT_REQUEUE, "hung": EXIT_HUNG, "diverged": EXIT_DIVERGED,
                  "failed": EXIT_USAGE}
 """The exit status of a rank whose trainer wrote the end record `why` (train/cli.py, train/watchdog.py): how an
@@ -66,6 +76,7 @@ class Driver:
         self.checked: dict[str, float] = {}  # job id -> when its hang was last checked
         self.hangs: dict[str, str] = {}  # job id -> what catch_hang saw
         self.beat = 0.0
+        self.troubled = ("", 0.0)  # the last file error a tick hit, and when it was said (trouble)
 
     # ------------------------------------------------------------------------------------------------ loop
     def run(self, lock) -> int:
@@ -76,13 +87,27 @@ class Driver:
                 if not lock.renew():  # judged gone (silent past QUEUE_LEASE_STALE_S) and replaced: it has the queue
                     log(f"another driver has taken the queue over ({lock.taken_by()}): driver exits")
                     return 0
-                self.tick()
-                if not self.live() and self._leave(lock):
-                    log("queue empty: driver exits")
-                    return 0
+                try:
+                    self.tick()
+                    if not self.live() and self._leave(lock):
+                        log("queue empty: driver exits")
+                        return 0
+                except OSError as err:  # a full disk, say: its jobs stay watched, and what failed is tried again
+                    self.trouble(err)
                 time.sleep(TICK_S)
         finally:
-            lock.release()
+            with contextlib.suppress(OSError):
+                lock.release()
+
+    def trouble(self, err: OSError) -> None:
+        """A tick that failed on a file (ENOSPC, EIO): said in the log, once a minute while it lasts. The next tick
+        does the same work again from the files: an attempt whose end was recorded but whose entry was not written
+        is not concluded twice (`settle`)."""
+        said = f"{type(err).__name__}: {err}"
+        if said != self.troubled[0] or time.time() - self.troubled[1] > TROUBLE_EVERY_S:
+            self.troubled = (said, time.time())
+            with contextlib.suppress(OSError):
+                log(f"cannot go on with this tick ({said}); trying again")
 
     def live(self) -> list[Entry]:
         return [e for e in self.q.entries() if e.state in LIVE]
@@ -125,9 +150,10 @@ class Driver:
         entries = self.q.entries()
         by_id = {e.job_id: e for e in entries}
         held = [Held(gpus=tuple(e.assigned), ends_by=e.started + e.time_s) for e in entries if e.state == "running"]
+        making = {e.makes for e in entries if e.state == "running" and e.makes}
         ready = []
         for e in entries:
-            if e.state != "queued":
+            if e.state != "queued" or (e.makes and e.makes in making):  # its file is being made: it waits
                 continue
             dep = by_id.get(e.after) if e.after else None
             if dep is not None and dep.state in ("failed", "cancelled"):
@@ -137,14 +163,18 @@ class Driver:
                 ready.append(e)
         wants = [Want(key=e.job_id, gpus=e.gpus, time_s=e.time_s) for e in ready]
         for job_id, gpus in schedule(wants, held, self.inventory, now=now, max_parallel=self.max_parallel()):
-            self.launch(by_id[job_id], gpus)
+            e = by_id[job_id]
+            if not e.makes or e.makes not in making:  # two that make one file, ready together: the first
+                self.launch(e, gpus)
+                making.add(e.makes)
 
     def launch(self, e: Entry, gpus: tuple[str, ...]) -> None:
         e.attempts += 1
         for seen in (self.checked, self.hangs):  # an earlier attempt's
             seen.pop(e.job_id, None)
         e.state, e.started, e.assigned, e.port = "running", time.time(), list(gpus), _free_port()
-        e.signalled, e.signalled_at = "", 0.0
+        e.signalled, e.signalled_at, e.pids = "", 0.0, []
+        self.q.write(e)  # running before any rank starts: an entry that cannot be written starts none
         log_dir = Path(e.log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         procs = []
@@ -243,6 +273,11 @@ class Driver:
             self.finish(e, "completed" if ok else "failed", "exit status 0" if ok else _failure(codes, log_file))
             return
         run_dir = Path(e.run_dir)
+        said = History.read(run_dir).last_end(e.job_id)
+        if said and said.get("time", 0) >= e.started:  # concluded by a driver that could not write the entry after
+            why = said.get("why", "failed")             # (it died, the disk was full): the entry follows that end
+            self._then(e, why, said.get("reason", ""), again=why in AGAIN)
+            return
         end = ends.classify(ends.Seen(codes=tuple(codes), complete=RunFolder(run_dir).complete.exists(),
                                       stop=e.signalled, unheard=unheard_after is not None))
 
@@ -250,12 +285,17 @@ class Driver:
             return self._detail(e, codes, unheard_after) if end.retry else _failure(codes, log_file, run_dir)
 
         done = conclude(run_dir, e.job_id, "local", end, Bounds.of(e), words=words, log=str(log_file))
-        if done.again:
+        self._then(e, done.why, done.reason, again=done.again)
+
+    def _then(self, e: Entry, why: str, reason: str, *, again: bool) -> None:
+        """The entry of an attempt concluded (its end recorded, unless the run's records are another trainer's
+        now): queued again, or ended."""
+        if again:
             e.state, e.assigned, e.pids, e.signalled, e.port = "queued", [], [], "", 0
             self.q.write(e)
-            log(f"{e.job_id} {e.name}: {done.why}, requeued ({done.reason})")
-        else:  # recorded by conclude, unless the run's records are another trainer's now
-            self.finish(e, done.why, done.reason, record=False)
+            log(f"{e.job_id} {e.name}: {why}, requeued ({reason})")
+        else:
+            self.finish(e, why, reason, record=False)
 
     def _detail(self, e: Entry, codes: list[int | None], unheard_after: int | None) -> str:
         """Why an attempt that is started again ended, where only this driver can say: the steps an unheard one
@@ -274,8 +314,11 @@ class Driver:
         redone (`_dropped`). One that logged none stopped before its first step (told to while compiling, it writes
         no end record): nothing is lost, and it is settled as interrupted."""
         unseen = [None] * len(e.pids)
-        if e.kind != "train":
-            self.settle(e, unseen)
+        if e.kind != "train":  # a command: done if it made its file (the prep's manifest.json, written last)
+            if e.makes and Path(e.makes).exists():
+                self.finish(e, "completed", f"{e.makes} is there (its exit status went with a dead driver)")
+            else:
+                self.settle(e, unseen)
             return
         last = tail_records(RunFolder(Path(e.run_dir)).metrics, ("train", "end"))
         end, train = last.get("end", {}), last.get("train", {})

@@ -56,6 +56,10 @@ class Entry:
     """The run folder (train jobs)."""
     command: list[str] = field(default_factory=list)
     """The command line (command jobs)."""
+    makes: str = ""
+    """The file whose presence says a command job's work is done (the data prep's manifest.json; '' = none): an
+    attempt whose exit status went with a dead driver is settled by it, and two jobs that make one file never run
+    at once (the second runs after the first, and finds it made or refuses in its own words)."""
     log_dir: str = ""
     """Where `<job>_<rank>.log` files go."""
     gpus: int = 0
