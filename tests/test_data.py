@@ -632,16 +632,36 @@ def test_a_text_column_that_holds_no_text_is_one_line(tmp_path, values):
     assert_one_line_error(proc, "'text' column holds", "not text")
 
 
-def test_two_preps_into_one_folder(tmp_path):
+@pytest.mark.parametrize("first", ["stopped", "finished"])
+def test_a_second_prep_into_one_folder_waits_for_the_first(tmp_path, first):
+    """Two sweeps' prep jobs of one data folder, submitted together: the second writes nothing while the first holds
+    the folder, then resumes where the first stopped, or finds the folder prepared by it (its shards untouched);
+    either way the shards of one uninterrupted prep."""
     import fcntl
+    import threading
 
-    out = tmp_path / "out"
+    reference = prepare.prepare(prepare.PrepConfig(source="embedded", out=tmp_path / "reference"), log=lambda _: None)
+    out, said = tmp_path / "out", []
     out.mkdir()
     with open(out / ".prep.lock", "w") as held:  # a prep already running there
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(DataError, match="another prep is writing"):
-            prepare.prepare(prepare.PrepConfig(source="embedded", out=out), log=lambda _: None)
-    assert not list(out.glob("*.bin")) and not (out / "manifest.json").exists()
+        second = threading.Thread(target=lambda: said.append(prepare.prepare(
+            prepare.PrepConfig(source="embedded", out=out), log=said.append)))
+        second.start()
+        wait_until(lambda: any("another prep is writing" in str(s) for s in said), "the second prep to wait", 60)
+        time.sleep(0.3)
+        assert not list(out.glob("*.bin")) and not (out / "manifest.json").exists()
+        if first == "finished":
+            for f in (tmp_path / "reference").glob("*"):
+                if f.name != ".prep.lock":
+                    shutil.copy2(f, out / f.name)
+        stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.bin")}
+    second.join(120)
+    assert not second.is_alive() and [said[-1][k] for k in ("train", "val")] == [reference[k] for k in ("train", "val")]
+    assert any("already prepared" in str(s) for s in said) == (first == "finished")
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.bin") if p.name in stamps} == stamps
+    shards_of = lambda folder: {p.name: p.read_bytes() for p in folder.glob("*.bin")}  # noqa: E731
+    assert shards_of(out) == shards_of(tmp_path / "reference")
 
 
 def test_token_id_past_uint16(tmp_path, monkeypatch):

@@ -319,7 +319,9 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
         pool = _start_pool(cfg.workers, route)  # the workers start up while the source opens
         docs, layout = sources.open_documents(source, offline=offline)  # fails before anything is written
         out.mkdir(parents=True, exist_ok=True)
-        with _exclusive(out):
+        with _exclusive(out, log):
+            if (out / MANIFEST).exists():  # the prep this one waited for finished it
+                return _finished(out, settings, cfg, log)
             try:
                 return _run(_Prep(cfg, source, layout, settings, route, log), docs, pool, report_every, t0)
             except OSError as err:
@@ -335,16 +337,18 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
 
 
 @contextlib.contextmanager
-def _exclusive(out: Path):
-    """Refuse a second prep writing into the same folder at the same time (e.g. one per rank)."""
+def _exclusive(out: Path, log):
+    """One prep at a time writes into a folder: a second one (two sweeps' prep jobs of one data folder, submitted
+    together; a prep run on every rank) waits for the first to end, then finds the folder prepared (or refuses other
+    options), or resumes where the first stopped."""
     import fcntl
 
     with open(out / ".prep.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise DataError(f"another prep is writing into {out}",
-                            hint="run one prep per folder (on one rank), or wait for it to finish") from None
+            log(f"another prep is writing into {out}: waiting for it to end")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         except OSError:  # a file system without flock (some network mounts): go on unguarded
             pass
         yield
