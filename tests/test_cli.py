@@ -652,6 +652,16 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     assert "inside the sweep's folder of runs" in one_line("collect", runs, "--out", runs / runs.name / "x")
     assert main(["collect", str(runs), "--out", str(runs / ".." / ".." / "via-dots")]) == 0  # '..' leaves it
     capsys.readouterr()
+    assert "holds the sweep's folder of runs" in one_line("collect", runs, "--out", jobs)  # status saw it as a sweep
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.csv").write_text("my notes\n")
+    assert "holds files and is not a results folder collect wrote" in one_line("collect", runs, "--out", mine)
+    assert (mine / "summary.csv").read_text() == "my notes\n"
+    stopped = tmp_path / "stopped"  # what a collect stopped before its manifest leaves: collected again
+    shutil.copytree(tmp_path / "via-dots" / "runs", stopped / "runs")
+    assert main(["collect", str(runs), "--out", str(stopped)]) == 0
+    capsys.readouterr()
     assert "matches no run" in one_line("collect", runs, "--with-ckpt", "NOPE-*")
     assert "matches no run" in one_line("sync", runs, "--only", "nope")
     hint = one_line("plot", runs)
@@ -664,6 +674,13 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     whole = (bundle / "summary.json").read_bytes()
     capsys.readouterr()
     assert "is a folder" in one_line("report", bundle, "-o", tmp_path)
+    for kept in (results_sweep, bundle / "summary.json"):  # only a page report wrote is written over
+        before = kept.read_bytes()
+        assert "is not a report this command wrote" in one_line("report", bundle, "-o", kept)
+        assert kept.read_bytes() == before
+    assert main(["report", str(bundle), "-o", str(tmp_path / "r.html")]) == 0
+    assert main(["report", str(bundle), "-o", str(tmp_path / "r.html")]) == 0  # its own page again
+    capsys.readouterr()
     assert "is not a folder" in one_line("report", bundle, "-o", tmp_path / "afile" / "r.html")
     (bundle / "summary.json").write_bytes(whole[:len(whole) // 2])
     assert "is not a summary collect wrote" in one_line("plot", bundle)

@@ -268,6 +268,25 @@ def test_plan_checks_the_batch_against_prepared_data(tmp_path, data_dir, tasks, 
     assert "Traceback" not in out.stderr and not (tmp_path / "fit").exists()  # a dry run writes nothing
 
 
+@pytest.mark.parametrize("data, words", [
+    ("source='sotu'", "source: 'embedded' there, 'sotu' in the sweep"),
+    ("source='embedded', tokens=4096", "tokens: None there, 4096 in the sweep"),
+    ("source='embedded'", ""),
+])
+def test_a_sweep_whose_data_differ_from_the_prepared_folder_is_refused(tmp_path, data_dir, data, words):
+    """A sweep file copied and given another Data.source but not its own Data.dir: its runs trained on the folder's
+    corpus without a word (only the manifest's presence was looked at). The dry run and the submit refuse it."""
+    path = tmp_path / "fit.py"
+    path.write_text(FIT_SWEEP.format(tasks=1, batch=8, seq=32, data=str(data_dir), root=str(tmp_path))
+                    .replace("source='embedded'", data))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    said = unwrapped(out.stdout + out.stderr)
+    assert out.returncode == (2 if words else 0), said
+    assert (f"holds data prepared with other options than the sweep's Data ({words})" in said) == bool(words), said
+    assert "Traceback" not in out.stderr
+
+
 def test_a_bare_tracker_name_is_one_name_not_its_letters():
     """#45: trackers="tensorboard" is the tuple ("tensorboard",) (a list is a tuple too), down to each run's config."""
     sizes, data = (Size(name="tiny", global_batch=8, tokens=8192),), Data(dir="d")

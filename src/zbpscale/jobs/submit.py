@@ -173,9 +173,13 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     before the data exist."""
     from zbpscale.data.loader import read_manifest, split_windows, val_fit, vocab_problem
 
-    if not manifest_path(data_path(sweep)).exists():
+    if not manifest_path(data_path(sweep)).exists() or not runs:
         return []
     manifest = read_manifest(data_path(sweep))
+    if differ := data_differs(sweep.data, manifest.get("settings", {})):
+        raise ConfigError(f"{data_path(sweep)} holds data prepared with other options than the sweep's Data "
+                          f"({differ}): its runs would train on them", hint="give the sweep's Data a dir of its own "
+                          "(a prep job fills it), or set Data to what the folder holds")
     notes = []
     for run in runs:
         cfg, world = run.train_config(), run.size.resources.world_size
@@ -194,6 +198,14 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
             notes.append(f"{run.name}: the validation split holds {windows} windows of {cfg.seq_len + 1} tokens, "
                          f"fewer than global_batch={cfg.global_batch}: it will evaluate on one batch of {batch}")
     return notes
+
+
+def data_differs(data, kept: dict) -> str:
+    """Where a sweep's Data (its source, its hub config where it names one, its token budget) and the settings a
+    prepared folder's manifest kept differ, in words ("" where they agree, or where the manifest does not say)."""
+    asked = {"source": data.source, "tokens": data.tokens or None, **({"config": data.config} if data.config else {})}
+    return ", ".join(f"{k}: {kept[k]!r} there, {v!r} in the sweep" for k, v in asked.items()
+                     if k in kept and kept[k] != v)
 
 
 def budget_notes(runs: list[PlannedRun]) -> list[str]:

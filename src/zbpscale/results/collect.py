@@ -139,6 +139,12 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     if bundle.path.resolve() == runs_at or runs_at in bundle.path.resolve().parents:  # '..' and links followed
         raise ConfigError(f"--out {bundle.path} is inside the sweep's folder of runs ({runs_at})",
                           hint=f"give the bundle a folder of its own (the default: {default_out(runs_at)})")
+    if bundle.path.resolve() in runs_at.parents:
+        raise ConfigError(f"--out {bundle.path} holds the sweep's folder of runs ({runs_at})",
+                          hint=f"give the bundle a folder of its own (the default: {default_out(runs_at)})")
+    if not _ours(bundle):
+        raise ConfigError(f"{bundle.path} holds files and is not a results folder collect wrote: they are not "
+                          "written over", hint="give --out a new folder for the bundle")
     if (why := unwritable(bundle.path)) is not None:
         raise ConfigError(f"cannot write the bundle into {bundle.path}: {why}",
                           hint="give --out a folder this process can write")
@@ -209,6 +215,18 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
             log(f"note: {r.run} diverged: {r.diverged}")
     log(f"next: zbpscale plot {bundle.path} (table and figures); zbpscale report {bundle.path} (one HTML page)")
     return ordered
+
+
+def _ours(bundle: Bundle) -> bool:
+    """Whether collect may write into the bundle's folder: none or empty, a bundle collect wrote (its manifest names
+    the sweep), or one a collect that was stopped left before its manifest (its runs/, and its summaries)."""
+    try:
+        names = {p.name for p in bundle.path.iterdir()}
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    if not names or "sweep" in (bundle.read_manifest() or {}):
+        return True
+    return "runs" in names and names <= {"runs", "summary.json", "summary.csv"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -111,11 +111,25 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
 
 
 def _check_page(out: Path) -> None:
-    """A ConfigError when the page cannot be written at `out` (a folder there, or a folder it cannot write into)."""
+    """A ConfigError when the page cannot be written at `out` (a folder there, or a folder it cannot write into), or
+    would replace a file that is not a report (a sweep file, a bundle's summary.json: only a page this command
+    wrote is written over)."""
     why = f"{out} is a folder" if out.is_dir() else unwritable(out.parent)
     if why is not None:
         raise ConfigError(f"cannot write the page {out}: {why}", hint="give -o a file's path in a folder this process "
                                                                       "can write, e.g. -o report.html")
+    if out.exists() and not _a_report(out):
+        raise ConfigError(f"{out} is there and is not a report this command wrote: it is not written over",
+                          hint="give -o a new file's path, e.g. -o report.html")
+
+
+def _a_report(path: Path) -> bool:
+    """Whether the file at `path` is a page `report` wrote (its title says so, near its start)."""
+    try:
+        with open(path, "rb") as f:
+            return b"<title>zbpscale report: " in f.read(4096)
+    except OSError:
+        return False
 
 
 def render(bundle: Path, every: list[RunSummary], drawn, svgs: dict[str, str], command: str) -> str:
