@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -285,6 +286,35 @@ def test_a_sweep_whose_data_differ_from_the_prepared_folder_is_refused(tmp_path,
     assert out.returncode == (2 if words else 0), said
     assert (f"holds data prepared with other options than the sweep's Data ({words})" in said) == bool(words), said
     assert "Traceback" not in out.stderr
+
+
+def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_names_its_file(tmp_path, data_dir):
+    """sweeps/other.py copied from sweeps/fit.py, its lr changed, its name not: its runs' folder is fit's, whose
+    runs it would plan as its own ('the sweep file changed since it trained'). Refused, naming both files; a sweep
+    file renamed (the first one gone) or a project folder copied elsewhere takes its folder over."""
+    from zbpscale.jobs.settings import SweepSettings
+
+    def dry(path: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                              capture_output=True, text=True, timeout=120)
+
+    project = tmp_path / "study"
+    (project / "sweeps").mkdir(parents=True)
+    first, other = project / "sweeps" / "fit.py", project / "sweeps" / "other.py"
+    first.write_text(FIT_SWEEP.format(tasks=1, batch=8, seq=32, data=str(data_dir), root="."))  # the project's
+    other.write_text(first.read_text().replace("tokens=1000", "tokens=2000"))
+    (project / "fit").mkdir()
+    SweepSettings(name="fit", sweep_file=str(first)).write(project / "fit")  # as fit.py's submit left it
+    out = dry(other)
+    said = unwrapped(out.stdout + out.stderr)
+    assert out.returncode == 2 and f"{project / 'fit'} holds the runs of" in said and "fit.py; " in said, said
+    assert "also calls itself 'fit'" in said and "Traceback" not in said
+    assert dry(first).returncode == 0
+    copied = tmp_path / "copy"
+    shutil.copytree(project, copied)
+    assert dry(copied / "sweeps" / "other.py").returncode == 0  # another project folder's file is named there
+    first.rename(project / "sweeps" / "fit_old.py.bak")
+    assert dry(other).returncode == 0, "a renamed sweep file's folder is the new name's"
 
 
 def test_a_bare_tracker_name_is_one_name_not_its_letters():
