@@ -588,13 +588,37 @@ def test_a_boxed_table_is_the_rich_table_it_replaces():
 
 
 # ------------------------------------------------------------------ everyday mistakes, one line each (2026-12-05)
+def test_a_fifo_for_a_model_file_a_name_too_long_and_sync_before_any_submit_are_one_line(tmp_path, capsys):
+    """A model YAML that is a FIFO hung `sizes` and the dry run for ever; a size name of 300 characters passed the
+    dry run and failed the submit with a traceback (a file name too long); `sync` of a sweep never submitted raised
+    FileNotFoundError."""
+    from zbpscale.cli import main
+
+    os.mkfifo(tmp_path / "shape.yaml")
+    sweep = tmp_path / "s.py"
+    body = (f"from zbpscale.sweep import *\nSWEEP = Sweep(name='s', sizes=(Size(name={{name!r}}, global_batch=8, "
+            f"tokens=8192{{model}}),), arms=(arm('bp'),), data=Data(dir='d', source='embedded'), "
+            f"root={str(tmp_path)!r})\n")
+    for name, model, words in (("mine", ", model='shape.yaml'", "shape.yaml is not a file"),
+                               ("x" * 300, ", model=ModelConfig(n_layer=2, n_head=2, d_model=64)",
+                                "must be at most 100 characters")):
+        sweep.write_text(body.format(name=name, model=model))
+        code = main(["submit", str(sweep), "--dry-run", "--executor", "local"])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and len(err.splitlines()) == 1, err
+    sweep.write_text(body.format(name="tiny", model=""))
+    assert main(["sync", str(sweep)]) == 0
+    assert "nothing to upload" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, words", [
     (("submit", "x.py", "--max-parallel", "-1"), "argument --max-parallel: an integer >= 1, got '-1'"),
     (("submit", "x.py", "--max-parallel", "0"), "argument --max-parallel: an integer >= 1, got '0'"),
-    (("status", "--watch", "0"), "argument --watch: a number >= 0.1, got '0'"),
+    (("status", "--watch", "0"), "argument --watch: a number >= 0.1 and <= 86400, got '0'"),
     (("status", "--lines", "-5"), "argument --lines: an integer >= 1, got '-5'"),
     (("status", "--stall-after", "-1"), "argument --stall-after: a number >= 1, got '-1'"),
-    (("status", "--watch", "inf"), "argument --watch: a number >= 0.1, got 'inf'"),
+    (("status", "--watch", "inf"), "argument --watch: a number >= 0.1 and <= 86400, got 'inf'"),
+    (("status", "--watch", "1e12"), "argument --watch: a number >= 0.1 and <= 86400, got '1e12'"),  # an overflow
     (("cancel", "x", "--timeout", "nan"), "argument --timeout: a number >= 0, got 'nan'"),
     (("status", "--json", "--watch"), "error: --json does not --watch"),
     (("status", "--logs", "r", "--watch", "5"), "error: --logs does not --watch"),

@@ -778,3 +778,15 @@ def test_a_prep_config_survives_its_command_line():
                 PrepConfig(source="local:/x/*.parquet", out=Path("/d"), tokens=3_000_000_000, shard_tokens=1000,
                            val_tokens=0, workers=4, offline=True, config="c", layout="lines", seed=3, verify=True)):
         assert config_from_args(parser.parse_args(to_argv(cfg))) == cfg
+
+
+def test_more_workers_than_cpus_are_as_many_as_the_cpus(tmp_path, data_dir, monkeypatch):
+    """--workers 100000 started a process each on a 2-core machine (about 120 within 15 s, and no end): the prep
+    runs as many as this process may use, says so, and writes the shards of any other worker count."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    said = []
+    prepare.prepare(prepare.PrepConfig(source="embedded", out=tmp_path / "out", workers=100_000), log=said.append)
+    assert any("--workers 100000: this machine gives this process 2 CPU(s): 2 tokenizer process(es)" in s
+               for s in said), said
+    shards_of = lambda folder: {p.name: p.read_bytes() for p in folder.glob("*.bin")}  # noqa: E731
+    assert shards_of(tmp_path / "out") == shards_of(data_dir)

@@ -213,3 +213,22 @@ def test_end_to_end_against_a_loopback_hub_never_leaks_the_token(tmp_path, fake_
     hub.repos["alice/zbpscale-results"]["private"] = False  # someone made it public: the next upload refuses
     out, _ = run_cli(bundle, env)
     assert out.returncode == 2 and "is public" in out.stderr and TOKEN not in out.stdout + out.stderr
+
+
+def test_a_hub_that_cannot_be_reached_and_a_bad_repo_name_are_one_line(tmp_path, fake_hub):
+    """No network (a port nothing listens on), and a --repo the Hub's rules refuse: one line each, the token never
+    in it (they were tracebacks: httpx's ConnectError, huggingface_hub's HFValidationError)."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    bundle = make_bundle(tmp_path / "smoke")
+    out, _ = run_cli(bundle, clean_env(tmp_path, HF_TOKEN=TOKEN, HF_ENDPOINT=dead, HF_HUB_OFFLINE="0"))
+    assert out.returncode == 2 and "the Hub cannot be reached" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.splitlines()) == 1 and TOKEN not in out.stdout + out.stderr, out.stderr
+    endpoint, _ = fake_hub
+    out, _ = run_cli(bundle, clean_env(tmp_path, HF_TOKEN=TOKEN, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0"),
+                     "--repo", "bad repo name")
+    assert out.returncode == 2 and "is not a repo name" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and TOKEN not in out.stdout + out.stderr

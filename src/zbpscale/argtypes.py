@@ -9,16 +9,18 @@ import math
 from typing import Callable
 
 
-def at_least(low: float, kind: type = int) -> Callable[[str], float]:
-    """The type of an option whose value is an int (or, `kind` float, a finite number) of at least `low`."""
-    words = f"{'an integer' if kind is int else 'a number'} >= {low:g}"
+def at_least(low: float, kind: type = int, *, most: float = math.inf) -> Callable[[str], float]:
+    """The type of an option whose value is an int (or, `kind` float, a finite number) of at least `low` (and at
+    most `most`)."""
+    words = f"{'an integer' if kind is int else 'a number'} >= {low:g}" + (f" and <= {most:g}" if most < math.inf
+                                                                            else "")
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{words}, got {text!r}") from None
-        if not (math.isfinite(value) and value >= low):
+        if not (math.isfinite(value) and low <= value <= most):
             raise argparse.ArgumentTypeError(f"{words}, got {text!r}")
         return value
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import datetime
 import errno
 import io
@@ -305,6 +306,10 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     settings = _settings(cfg, source)
     if (out / MANIFEST).exists():
         return _finished(out, settings, cfg, log)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cfg.workers > cores:  # more only wait on each other (the shards do not depend on it)
+        log(f"--workers {cfg.workers}: this machine gives this process {cores} CPU(s): {cores} tokenizer process(es)")
+        cfg = dataclasses.replace(cfg, workers=cores)
     if (why := unwritable(out)) is not None:  # before the source opens or a worker starts
         raise DataError(f"cannot write the prep into {out}: {why}", hint="give --data a folder this process can write")
     route = tokenizer.choose_route()  # built where it tokenizes: here for 1 worker, else in each worker alone

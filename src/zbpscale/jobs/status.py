@@ -426,7 +426,7 @@ def add_arguments(p) -> None:
     p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>), a jobs root "
                                              "(default: ./jobs) or one run's folder (jobs/<sweep>/<run>)")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
-    p.add_argument("--watch", nargs="?", const=10.0, type=at_least(0.1, float), metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", const=10.0, type=at_least(0.1, float, most=86400), metavar="SECONDS",
                    help="refresh every 10 s (or as given) until Ctrl-C, asking the scheduler at most once per the "
                         "sweep's poll_s (60 s by default; a sweep folder: as its last submit kept it); plain lines "
                         "when not on a terminal")

@@ -61,8 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from zbpscale.jobs.sweep import find_sweeps
 
-    runs = select([p for _, folder in find_sweeps(args.sweep) for p in sorted(folder.iterdir())
-                   if RunFolder(p).config.exists()], args.only)
+    runs = select([p for _, folder in find_sweeps(args.sweep) if folder.is_dir() for p in sorted(folder.iterdir())
+                   if RunFolder(p).config.exists()], args.only)  # a sweep not submitted yet has no folder
     plan = [(p, *pending(p)) for p in runs]
     todo = [(p, folders) for p, folders, _ in plan if folders]
     for p, folders, empty in plan:

@@ -15,6 +15,7 @@ bundle (`zbpscale collect --with-ckpt`) are left out unless their runs are named
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +91,7 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
     """Send `bundle` to folder <tag>/ of a private dataset repo through `api` (an HfApi or a fake of it).
     `token` is only used to scrub it from error messages, should a server ever echo it."""
     from huggingface_hub import CommitOperationAdd
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 
     bundle = Path(bundle)
     files = bundle_files(bundle, with_ckpt)
@@ -114,10 +115,28 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
                 403: "the token cannot write there: use a write token, or a repo in your own namespace"}.get(
             status, "check the repo name and your network")
         raise UploadError(f"upload to {repo_id or 'the Hub'} failed: {_one_line(str(err), token)}", hint=hint) from None
+    except HFValidationError as err:  # a --repo the Hub's own rules refuse
+        raise UploadError(f"--repo {repo_id!r} is not a repo name: {_one_line(str(err), token)}",
+                          hint="give --repo as owner/name, e.g. my-org/zbp-results") from None
+    except _unreachable() as err:  # no network, a dead proxy, a name that does not resolve
+        raise UploadError(f"upload to {repo_id or 'the Hub'} failed: the Hub cannot be reached "
+                          f"({type(err).__name__}: {_one_line(str(err), token)})",
+                          hint="check your network (a compute node may have none: upload from a login node)") from None
     size = sum(p.stat().st_size for p in files)
     log(f"uploaded {len(files)} files ({size / 1e6:.1f} MB) of {bundle} to the private {REPO_TYPE} repo {repo_id}, "
         f"folder {tag}/" + (" (repo created)" if created else ""))
     return Uploaded(repo_id=repo_id, created=created, paths=paths, bytes=size)
+
+
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """The errors of a request that never reached the Hub, from whichever HTTP client huggingface_hub uses."""
+    import importlib
+
+    found: list[type[BaseException]] = [OSError]  # requests' errors are OSErrors
+    for module in ("httpx", "httpx2"):
+        with contextlib.suppress(ImportError):
+            found.append(importlib.import_module(module).TransportError)
+    return tuple(found)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 
 from zbpscale.errors import ConfigError
@@ -147,6 +149,8 @@ def read_yaml(path) -> tuple[object, dict[str, int]]:
     import yaml
 
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer for ever
+            raise ConfigError(f"{path} is not a file", hint="give the path of a YAML file")
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as err:

@@ -51,7 +51,15 @@ def segment_problem(name) -> str | None:
     if not _SEGMENT.fullmatch(name):
         return (f"must be one folder name of letters, digits, '.', '_' and '-', not starting with '.' or '-', "
                 f"got {name!r}")
+    if len(name) > MAX_NAME:
+        return f"must be at most {MAX_NAME} characters (a run's folder name joins a size's and an arm's), got " \
+               f"{len(name)}"
     return None
+
+
+MAX_NAME = 100
+"""The longest name of a sweep, size or arm: a run's folder name is `<size>-<arm>-lr<lr>-s<seed>`, and a file
+system's names are at most 255 bytes."""
 
 
 def job_log(logs: Path, job: str, rank: int = 0, *, submitit: bool = False) -> Path:
