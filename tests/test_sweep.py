@@ -317,6 +317,25 @@ def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_name
     assert dry(other).returncode == 0, "a renamed sweep file's folder is the new name's"
 
 
+@pytest.mark.parametrize("given, words", [
+    ("betas=0.9", "TrainConfig.betas must be two numbers in [0, 1), e.g. (0.9, 0.95), got 0.9"),
+    ("lr='abc'", "TrainConfig.lr must be a number > 0, got 'abc'"),
+    ("bf16='yes'", "TrainConfig.bf16 must be True or False (or None: the device's default), got 'yes'"),
+    ("grad_clip=float('nan')", "TrainConfig.grad_clip must be a number >= 0, got nan"),
+    ("eval_every=True", "TrainConfig.eval_every must be an integer >= 0, got True"),
+])
+def test_an_arm_s_training_value_of_the_wrong_kind_is_refused_at_load(tmp_path, given, words):
+    """arm('bp', betas=0.9) passed the dry run, wrote config.json, and broke the run at its start ('float' object
+    is not iterable, with a hint to restore the file); lr='abc' was a TypeError; bf16='yes' trained."""
+    path = tmp_path / "arms.py"
+    path.write_text(FIT_SWEEP.format(tasks=1, batch=8, seq=32, data="d", root=str(tmp_path))
+                    .replace("arms=(arm('bp'),)", f"arms=(arm('bp', {given}),)"))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and words in unwrapped(out.stderr) and f"{path}:" in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
 def test_a_bare_tracker_name_is_one_name_not_its_letters():
     """#45: trackers="tensorboard" is the tuple ("tensorboard",) (a list is a tuple too), down to each run's config."""
     sizes, data = (Size(name="tiny", global_batch=8, tokens=8192),), Data(dir="d")

@@ -590,7 +590,7 @@ def test_a_vocabulary_smaller_than_the_data_s_is_one_line_before_a_step(tmp_path
 
     cpu = Resources(gpus_per_node=0, cpus_per_task=1, time_min=30)
     sweep = Sweep(name="v", sizes=(Size(name="v10", model=small, global_batch=8, resources=cpu),),
-                  arms=(arm("bp"),), data=Data(dir=str(data_dir)), root=str(tmp_path / "jobs"))
+                  arms=(arm("bp"),), data=Data(dir=str(data_dir), source="embedded"), root=str(tmp_path / "jobs"))
     with pytest.raises(ConfigError, match="v10-bp: the model's vocab_size=10 is smaller than the vocabulary"):
         data_notes(sweep, expand(sweep))
 

@@ -367,18 +367,36 @@ class TrainConfig:
     `pip install 'zbpscale[trackers]'`). One that fails is turned off for the attempt; training goes on."""
 
     def __post_init__(self) -> None:
-        positive = ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every")
-        for name in positive:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+        def integer(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def number(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        for name in ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every"):
+            if not integer(getattr(self, name)) or getattr(self, name) < 1:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every", "seed"):
+            if not integer(getattr(self, name)) or getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"TrainConfig: need lr > 0 and 0 <= min_lr_ratio <= 1, got {self.lr}, "
-                              f"{self.min_lr_ratio}")
-        if not isinstance(self.step_timeout_s, (int, float)) or self.step_timeout_s < 0:
-            raise ConfigError(f"TrainConfig.step_timeout_s must be a number >= 0, got {self.step_timeout_s!r}")
+        if not number(self.lr) or not self.lr > 0:
+            raise ConfigError(f"TrainConfig.lr must be a number > 0, got {self.lr!r}")
+        if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"TrainConfig.min_lr_ratio must be a number in [0, 1], got {self.min_lr_ratio!r}")
+        for name in ("weight_decay", "grad_clip", "ckpt_every_s", "step_timeout_s"):
+            if not number(getattr(self, name)) or getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} must be a number >= 0, got {getattr(self, name)!r}")
+        if isinstance(self.betas, list):  # as JSON and YAML give it
+            object.__setattr__(self, "betas", tuple(self.betas))
+        if not (isinstance(self.betas, tuple) and len(self.betas) == 2 and all(number(b) and 0 <= b < 1
+                                                                               for b in self.betas)):
+            raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), e.g. (0.9, 0.95), got {self.betas!r}")
+        for name, allowed in (("decay_norms_and_embeddings", (bool,)), ("bf16", (bool, type(None))),
+                              ("data_dir", (str,))):
+            if not isinstance(getattr(self, name), allowed):
+                want = {"data_dir": "a folder's path"}.get(name, "True or False" + (" (or None: the device's default)"
+                                                                                  if name == "bf16" else ""))
+                raise ConfigError(f"TrainConfig.{name} must be {want}, got {getattr(self, name)!r}")
         bad = tracker_error(self.trackers, "TrainConfig.trackers")
         if bad:
             raise bad
