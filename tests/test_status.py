@@ -10,6 +10,7 @@ a run flagged as diverged with the val losses written above its start (and a run
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -1026,3 +1027,38 @@ def test_a_grid_run_whose_lr_diverged_is_complete_with_its_answer(tmp_path):
         "its lr is too high, an answer of its grid (the trainer stopped it at step 1: non-finite loss nan / grad norm "
         "nan)")
     assert final["state"] == "failed" and exit_code([grid]) == 0 and exit_code([grid, final]) == 1
+
+
+@pytest.mark.parametrize("edit, said", [
+    ("metrics", None),  # a loss in words, a val loss in words: skipped where a number is read
+    ("attempts", None),  # an event whose time is words: skipped, as a garbled line
+    ("heartbeat", None),  # a heartbeat whose time and step are words: left out
+    ("train time", "broken"),  # a train record whose time is words: goodput cannot count it
+])
+def test_a_run_folder_edited_by_hand_into_values_of_another_kind_is_not_a_traceback(tmp_path, fake_sacct, edit,
+                                                                                      said):
+    """Hand-edited run files (a helper's bug hunt, 2026-12-06): each was a traceback of the whole status. Values
+    that only a reader of one field meets are skipped there; any other is that run's `broken` row, saying the error,
+    and every other run's row is as it was."""
+    sweep = tmp_path / "jobs" / "s"
+    run = make_run(sweep, "tiny-bp", steps=40, done=40, job="7", ends=[("completed", "all steps done")],
+                   complete=True)
+    make_run(sweep, "tiny-bp-s1", steps=40, done=40, job="8", ends=[("completed", "all steps done")], complete=True)
+    before = by_run(collect_rows(sweep))
+    metrics, attempts, beat = (run / n for n in ("metrics.jsonl", "attempts.jsonl", "heartbeat.json"))
+    if edit == "metrics":
+        text = metrics.read_text().replace('"loss": 5.0,', '"loss": "abc",', 1)
+        metrics.write_text(re.sub(r'"val_loss": [0-9.e-]+', '"val_loss": "x"', text, count=1))
+    elif edit == "attempts":
+        attempts.write_text(attempts.read_text().replace('"time": ', '"time": "yesterday", "was": ', 1))
+    elif edit == "heartbeat":
+        beat.write_text(json.dumps({"step": "many", "time": "now"}))
+    else:
+        metrics.write_text(metrics.read_text().replace('"kind": "train", "time": ', '"kind": "train", "time": "x", '
+                                                                                   '"was": ', 1))
+    rows = by_run(collect_rows(sweep))
+    assert rows["tiny-bp-s1"] == {**before["tiny-bp-s1"], "heartbeat_age_s": rows["tiny-bp-s1"]["heartbeat_age_s"]}
+    assert rows["tiny-bp"]["state"] == (said or "complete"), rows["tiny-bp"]
+    if said:
+        assert "its files hold what zbpscale does not write (TypeError" in rows["tiny-bp"]["reason"]
+        assert rows["tiny-bp"]["dir"] == str(run)

@@ -128,6 +128,22 @@ def run_row(run: Run, *, now: float) -> dict:
     return row
 
 
+def row_of(run: Run, look: Snapshot, view: View, *, now: float, stall_after_s: float | None = None) -> dict:
+    """The run's row (`run_row` of it decided), or, where a file of its folder holds values of a kind no release
+    writes (a hand edit: a time that is words, a loss that is not a number), a `broken` row that says which error
+    its files gave: one run's folder does not stop the status of the others."""
+    try:
+        return run_row(judged(run, look, view, now=now, stall_after_s=stall_after_s), now=now)
+    except (TypeError, ValueError, KeyError, AttributeError) as err:
+        from zbpscale.jobs.state import RunState
+
+        why = f"its files hold what zbpscale does not write ({type(err).__name__}: {err}): look at its " \
+              "metrics.jsonl, attempts.jsonl and heartbeat.json"
+        empty = dataclasses.replace(run, seen=Snapshot(run.run_dir / ".none"), history=History(),  # nothing read
+                                    state=RunState("broken", why, next="leave"))
+        return {**run_row(empty, now=now), "dir": str(run.run_dir)}
+
+
 # -------------------------------------------------------------------------------------------- the sweep
 def jobs_root(found: list[tuple[str, list[Run]]]) -> Path:
     """The jobs root the found runs' sweeps lie in (where the executors keep their state)."""
@@ -149,7 +165,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     runs = [r for _, runs in found for r in runs]
 
     def rows_of(part: list[Run], view: View) -> list[dict]:
-        return [run_row(judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s), now=now) for r in part]
+        return [row_of(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) for r in part]
 
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
         if look:  # the Poller looks at the folders itself, to decide when to ask

@@ -48,13 +48,13 @@ def diverged(records: list[Record], config: dict | None = None) -> Divergence | 
     can sit above it by the batch's noise; a run that starts far above ln(vocab) (a bad init) is measured against
     its own start, and is not flagged for it."""
     train0 = next((r for r in records if r.get("kind") == "train"), None)
-    if train0 is not None and train0.get("step") == 0 and "loss" in train0:
+    if train0 is not None and train0.get("step") == 0 and isinstance(train0.get("loss"), (int, float)):
         start, start_from = float(train0["loss"]), "step 0"
     elif (vocab := ((config or {}).get("model") or {}).get("vocab_size")):
         start, start_from = math.log(vocab), "ln(vocab)"
     else:
         return None
-    evals = [r for r in records if r.get("kind") == "eval" and r.get("val_loss") is not None]
+    evals = [r for r in records if r.get("kind") == "eval" and isinstance(r.get("val_loss"), (int, float))]
     above = [r for r in evals if not r["val_loss"] <= start]  # a NaN is not below its start either
     if not above:
         return None

@@ -94,7 +94,7 @@ def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
     `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
     their parsing. Torn lines (a writer killed mid-line) are skipped. `known`: the glance of the bytes before
     these, whose first and first train records stand (they are not looked for here)."""
-    evals = [r for r in records_of_kind(data, "eval") if r.get("val_loss") is not None]
+    evals = [r for r in records_of_kind(data, "eval") if isinstance(r.get("val_loss"), (int, float))]
     worst = max(evals, key=_badness) if evals else {}
     latest = next(records_of_kind(data, "eval", backwards=True), {})
     first = known.first if known and known.first else shown(decoded_line(data, 0) or {})

@@ -121,7 +121,8 @@ class History:
 
     @classmethod
     def read(cls, run_dir: Path) -> History:
-        return cls(tuple(read_attempts(run_dir)))
+        """The run's events; one whose time is not a number (a hand edit) is skipped, as a garbled line is."""
+        return cls(tuple(e for e in read_attempts(run_dir) if _timed(e)))
 
     @cached_property
     def _by_event(self) -> dict[str, list[dict]]:
@@ -234,6 +235,11 @@ class History:
     def with_event(self, event: dict) -> History:
         """This history with one more event (a decision shown before, or without, recording it)."""
         return History((*self.events, event))
+
+
+def _timed(event: dict) -> bool:
+    t = event.get("time", 0)
+    return isinstance(t, (int, float)) and not isinstance(t, bool)
 
 
 def _plural(why: str) -> str:

@@ -86,7 +86,12 @@ class Snapshot:
 
     @cached_property
     def heartbeat(self) -> dict:
-        return read_json(self.folder.heartbeat)
+        """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out."""
+        beat = read_json(self.folder.heartbeat)
+        for key in ("time", "step"):
+            if key in beat and (isinstance(beat[key], bool) or not isinstance(beat[key], (int, float))):
+                del beat[key]
+        return beat
 
     @cached_property
     def plan(self) -> dict:
