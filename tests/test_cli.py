@@ -542,6 +542,26 @@ def test_a_study_folder_outside_the_clone_starts_with_zbpscale_init(tmp_path):
     assert plan.returncode == 0 and f"runs in {study / 'jobs' / 'smoke'};" in plan.stdout, plan.stdout + plan.stderr
 
 
+def test_init_never_writes_through_a_link_and_says_a_file_in_a_folder_s_place_in_one_line(tmp_path):
+    """init into a study whose sweeps/smoke.py is a link to nothing wrote the example through it, out of the study
+    folder; `init --configs` where configs/model is a file was a traceback (FileExistsError); a folder with a space
+    in its name was printed unquoted in the `next:` line."""
+    study = tmp_path / "my study"
+    (study / "sweeps").mkdir(parents=True)
+    outside = tmp_path / "elsewhere.py"
+    (study / "sweeps" / "smoke.py").symlink_to(outside)
+    (study / "configs").mkdir()
+    (study / "configs" / "model").write_text("mine\n")
+    out = zbpscale("init", "my study", cwd=tmp_path)
+    assert out.returncode == 0 and not outside.exists(), out
+    assert "kept 'my study/sweeps/smoke.py'" in out.stdout or "kept my study/sweeps/smoke.py" in out.stdout, out
+    assert "next: cd 'my study' && python -m zbpscale.submit" in out.stdout, out.stdout
+    configs = zbpscale("init", "my study", "--configs", cwd=tmp_path)
+    one_line_error(configs, "cannot make my study/configs/model: my study/configs/model is a file",
+                   "give a folder you can write")
+    assert (study / "configs" / "model").read_text() == "mine\n"
+
+
 def test_a_boxed_table_is_the_rich_table_it_replaces():
     """tables.boxed draws status's, goodput's and the plan's terminal tables as text (a rich Table took 6.3 s to
     draw status's 10,000 rows, the plan's 3 s): line for line what rich draws for the same cells (a heavy rule under

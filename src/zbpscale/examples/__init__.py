@@ -18,6 +18,7 @@ a sweep's `Size(name=..., model="configs/model/s124.yaml")` once edited into a s
 from __future__ import annotations
 
 import argparse
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -34,21 +35,28 @@ def example(name: str) -> str:
 
 def init(folder: Path) -> tuple[list[Path], list[Path]]:
     """Write the example sweeps into `folder`/sweeps (made if need be); (written, kept: already there)."""
-    sweeps = Path(folder) / "sweeps"
-    try:
-        sweeps.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"cannot make {sweeps}: {err.strerror or err}",
-                          hint="give a folder you can write: zbpscale init DIR") from None
     written, kept = [], []
     for name in NAMES:
-        path = sweeps / f"{name}.py"
-        if path.exists():
-            kept.append(path)
-            continue
-        path.write_text(example(name))
-        written.append(path)
+        (written if _write_new(Path(folder) / "sweeps" / f"{name}.py", example(name)) else kept).append(
+            Path(folder) / "sweeps" / f"{name}.py")
     return written, kept
+
+
+def _write_new(path: Path, text: str) -> bool:
+    """Write a new file at `path` (its folders made); False where something is there already, a link too (even one
+    to nothing: it is not written through, out of the study folder); a ConfigError for a folder it cannot make."""
+    if path.exists() or path.is_symlink():
+        return False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        there = next((p for p in (path.parent, *path.parent.parents) if p.is_file() or p.is_symlink()), None)
+        raise ConfigError(f"cannot make {path.parent}: " + (f"{there} is a file" if there is not None and
+                                                            there.is_file() else f"{err.strerror or err}"),
+                          hint="give a folder you can write: zbpscale init DIR") from None
+    with open(path, "x") as out:  # exclusive: never through a link made meanwhile
+        out.write(text)
+    return True
 
 
 ARMS = ("bp", "zbp_n16", "zbp_n64")
@@ -92,13 +100,7 @@ def write_configs(folder: Path) -> tuple[list[Path], list[Path]]:
     """`config_files()` into `folder` (a file already there is kept); (written, kept)."""
     written, kept = [], []
     for relative, text in config_files().items():
-        path = Path(folder) / relative
-        if path.exists():
-            kept.append(path)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
+        (written if _write_new(Path(folder) / relative, text) else kept).append(Path(folder) / relative)
     return written, kept
 
 
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {shown_path(path)}")
     for path in kept:
         print(f"kept {shown_path(path)} (already there: not overwritten)")
-    where = "" if Path(args.folder).resolve() == Path.cwd() else f"cd {shown_path(Path(args.folder))} && "
+    folder = shlex.quote(str(shown_path(Path(args.folder))))  # a path with a space, pasted as it is printed
+    where = "" if Path(args.folder).resolve() == Path.cwd() else f"cd {folder} && "
     print(f"next: {where}python -m zbpscale.submit sweeps/smoke.py --wait   # about 40 s on CPU")
     return 0
