@@ -542,6 +542,26 @@ def test_a_study_folder_outside_the_clone_starts_with_zbpscale_init(tmp_path):
     assert plan.returncode == 0 and f"runs in {study / 'jobs' / 'smoke'};" in plan.stdout, plan.stdout + plan.stderr
 
 
+def test_one_run_s_folder_and_a_results_folder_given_as_data_are_named_for_what_they_are(tmp_path, capsys):
+    """cancel, collect and report of one run's folder said 'no runs under' it, with a hint to submit a sweep
+    first; prepare-data into a results bundle hinted to delete the bundle."""
+    from zbpscale.cli import main
+
+    run = tmp_path / "jobs" / "s" / "tiny-bp"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}\n")
+    for command in ("cancel", "collect", "report"):
+        assert main([command, str(run)]) == 2
+        err = capsys.readouterr().err
+        assert f"{run} is one run's folder, not a sweep's" in err and f"{run.parent} --only tiny-bp" in err, err
+    bundle = tmp_path / "results" / "s"
+    bundle.mkdir(parents=True)
+    (bundle / "manifest.json").write_text(json.dumps({"format": "zbpscale-results", "sweep": "s", "runs": {}}))
+    assert main(["prepare-data", "--source", "embedded", "--data", str(bundle)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a manifest.json that is not a data prep's" in err and "delete" not in err, err
+
+
 def test_init_never_writes_through_a_link_and_says_a_file_in_a_folder_s_place_in_one_line(tmp_path):
     """init into a study whose sweeps/smoke.py is a link to nothing wrote the example through it, out of the study
     folder; `init --configs` where configs/model is a file was a traceback (FileExistsError); a folder with a space

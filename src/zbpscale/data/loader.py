@@ -37,8 +37,10 @@ def read_manifest(data_dir: Path) -> dict:
         manifest = json.loads(path.read_bytes())
     except ValueError:  # torn, edited, not UTF-8
         manifest = None
-    if not isinstance(manifest, dict) or manifest.get("format") != "zbpscale-shards" or \
-            manifest.get("format_version") != shards.VERSION:
+    if isinstance(manifest, dict) and manifest.get("format") != "zbpscale-shards":  # a results bundle's, say
+        raise DataError(f"{data_dir} holds a manifest.json that is not a data prep's",
+                        hint="give --data (or the sweep's Data.dir) a folder of its own for the prepared data")
+    if not isinstance(manifest, dict) or manifest.get("format_version") != shards.VERSION:
         raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
                         hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
     return manifest

@@ -673,6 +673,9 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
         return [(path.name, path)]
     sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
               and _holds_runs(p)]
+    if not sweeps and RunFolder.is_run(path):  # status takes one run's folder; the others take its sweep's
+        raise ConfigError(f"{path} is one run's folder, not a sweep's", hint=f"give its sweep's folder, with --only "
+                          f"for this run: {shown_path(path.parent)} --only {path.name}")
     if not sweeps:
         raise ConfigError(f"no runs under {path}", hint="submit a sweep first: zbpscale submit SWEEP")
     return sweeps
@@ -693,7 +696,8 @@ def not_found(path: str | Path) -> ConfigError:
     if path.parent.name == "sweeps" and path.stem in NAMES and not path.parent.is_dir():
         hint = f"zbpscale init {shown_path(path.parent.parent)} writes the example sweeps (they come with zbpscale)"
     else:
-        hint = "give a sweep file (sweeps/ladder.py) or its folder of runs (jobs/ladder)"
+        hint = "give a sweep file (sweeps/ladder.py), or, to status, cancel or collect, its folder of runs " \
+               "(jobs/ladder)"
     return ConfigError(f"no sweep file or sweep folder at {path}", hint=hint)
 
 
