@@ -817,8 +817,11 @@ def test_a_run_from_yaml_files_is_the_run_its_fields_give_by_flags(tmp_path, dat
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     (tmp_path / "bad.yaml").write_text("lr: 0.001\nglobal_bacth: 8\n")
     unknown = "bad.yaml:2: a training config has no field 'global_bacth' (hint: did you mean 'global_batch'?)"
+    (tmp_path / "zbp.yaml").write_text("lr: 0.001\nzbp: {nn: 4}\n")  # was ZBPConfig.__init__()'s TypeError
+    estimator = "zbp.yaml:2: zbp has no field 'nn' (hint: did you mean 'n'?)"
     both = [str(tmp_path / "configs" / "model" / "nano.yaml"), "--steps", "2"]
     for extra, words in ((["--train", str(tmp_path / "bad.yaml")], unknown),
+                         (["--train", str(tmp_path / "zbp.yaml")], estimator),
                          (["--size", "nano", "--model", *both], "--size and --model both give the model's shape")):
         bad = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "bad"), "--data",
                               str(data_dir), *extra], capture_output=True, text=True, timeout=120)

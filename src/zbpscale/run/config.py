@@ -234,6 +234,12 @@ def train_fields_from_yaml(path) -> dict:
         where = f"{path}:{lines['zbp']}" if "zbp" in lines else str(path)
         raise ConfigError(f"{where}: zbp must be a mapping of the estimator's fields, or null for bp",
                           hint="e.g. zbp: {n: 16, scheme: central}")
+    zbp_fields = [f.name for f in dataclasses.fields(ZBPConfig)]
+    for key in fields.get("zbp") or {}:
+        if key not in zbp_fields:
+            where = f"{path}:{lines['zbp']}" if "zbp" in lines else str(path)
+            raise ConfigError(f"{where}: zbp has no field {key!r}",
+                              hint=did_you_mean(str(key), zbp_fields, say=repr) or f"fields: {', '.join(zbp_fields)}")
     return fields
 
 
