@@ -130,7 +130,8 @@ SWEEP = Sweep(
 """
 BAD_SWEEPS = [
     ("no_sweep.py", "X = 1\n", "defines no SWEEP"),
-    ("wrong_type.py", "SWEEP = {'name': 'x'}\n", "SWEEP is a dict, not a zbpscale.sweep.Sweep"),
+    ("wrong_type.py", "SWEEP = {'name': 'x'}\n", "SWEEP is {'name': 'x'}, not a zbpscale.sweep.Sweep"),
+    ("none.py", "SWEEP = None\n", "SWEEP is None, not a zbpscale.sweep.Sweep"),  # it said: defines no SWEEP
     ("raises.py", "import math\n\nSWEEP = 1 / 0\n", "raises.py:3: ZeroDivisionError"),
     ("unknown_size.py", "from zbpscale.sweep import *\n\nS = Size(name='s2b', global_batch=8)\n",
      "unknown_size.py:3: unknown size 's2b'"),

@@ -754,11 +754,12 @@ def load_sweep(path: str | Path) -> Sweep:
             raise ConfigError(f"{where}: {err.args[0]}", hint=err.hint) from None
         where = f"{path}:{line}" if line else str(path)
         raise ConfigError(f"{where}: {type(err).__name__}: {err}", hint="fix the sweep file") from None
-    sweep = namespace.get("SWEEP")
-    if sweep is None:
+    if "SWEEP" not in namespace:
         raise ConfigError(f"{path} defines no SWEEP", hint="end the file with SWEEP = Sweep(...)")
+    sweep = namespace["SWEEP"]
     if not isinstance(sweep, Sweep):
-        raise ConfigError(f"{path}: SWEEP is a {type(sweep).__name__}, not a zbpscale.sweep.Sweep")
+        raise ConfigError(f"{path}: SWEEP is {sweep!r:.60}, not a zbpscale.sweep.Sweep",
+                          hint="end the file with SWEEP = Sweep(...)")
     # a SWEEP built before the file ran (imported from another module) did not get its home as it was built
     return sweep if sweep.home else dataclasses.replace(sweep, home=str(project_folder(path)))
 
