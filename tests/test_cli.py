@@ -554,6 +554,15 @@ def test_one_run_s_folder_and_a_results_folder_given_as_data_are_named_for_what_
         assert main([command, str(run)]) == 2
         err = capsys.readouterr().err
         assert f"{run} is one run's folder, not a sweep's" in err and f"{run.parent} --only tiny-bp" in err, err
+    sweep = tmp_path / "never.py"  # never submitted: collect wrote a bundle of 'new' runs, report an empty page
+    sweep.write_text("from zbpscale.sweep import *\nSWEEP = Sweep(name='never', sizes=(Size(name='tiny', "
+                     "global_batch=8, tokens=8192),), arms=(arm('bp'),), data=Data(dir='d'), "
+                     f"root={str(tmp_path)!r})\n")
+    for command in ("collect", "report"):
+        assert main([command, str(sweep)]) == 2
+        err = capsys.readouterr().err
+        assert "no run of sweep never has a folder yet: nothing to collect" in err and "submit it first" in err, err
+    assert not (tmp_path / "results" / "never").exists()
     bundle = tmp_path / "results" / "s"
     bundle.mkdir(parents=True)
     (bundle / "manifest.json").write_text(json.dumps({"format": "zbpscale-results", "sweep": "s", "runs": {}}))
