@@ -134,10 +134,10 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         raise ConfigError(f"{path} holds no run folders (folders with a config.json, metrics.jsonl or attempts.jsonl)",
                           hint="give the sweep folder, e.g. jobs/smoke, or the sweep file")
     ((name, sources),) = found
-    if not any(r.run_dir.is_dir() for r in sources):  # a sweep file not submitted yet
+    bundle = Bundle(out or default_out(sources[0].run_dir.parent))
+    if not any(r.run_dir.is_dir() or bundle.run(r.name).path.is_dir() for r in sources):  # never submitted
         raise ConfigError(f"no run of sweep {name} has a folder yet: nothing to collect",
                           hint=f"submit it first: zbpscale submit {path}")
-    bundle = Bundle(out or default_out(sources[0].run_dir.parent))
     runs_at = sources[0].run_dir.parent.resolve()
     if bundle.path.resolve() == runs_at or runs_at in bundle.path.resolve().parents:  # '..' and links followed
         raise ConfigError(f"--out {bundle.path} is inside the sweep's folder of runs ({runs_at})",
