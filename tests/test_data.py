@@ -622,6 +622,21 @@ def test_a_disk_that_fills_is_one_line_and_the_prep_goes_on_where_there_is_room(
     assert shards_of(tmp_path / "out") == shards_of(tmp_path / "reference")
 
 
+@pytest.mark.parametrize("odd", ["dangling", "fifo"])
+def test_a_local_source_that_is_not_a_file_is_one_line(tmp_path, odd):
+    """A link to nothing (FileNotFoundError in the prep) and a pipe (datasets waited, then raised) among the source's
+    files: one line naming it, before anything is written."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("Some text.\n" * 50)
+    if odd == "dangling":
+        (tmp_path / "src" / "b.txt").symlink_to(tmp_path / "gone.txt")
+    else:
+        os.mkfifo(tmp_path / "src" / "b.txt")
+    proc = run_cli("--source", f"local:{tmp_path / 'src' / '*.txt'}", "--data", tmp_path / "out", timeout=60)
+    assert_one_line_error(proc, f"{tmp_path / 'src' / 'b.txt'} is not a file")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("values", [[b"bytes", b"more"], [1, 2]], ids=["binary", "int"])
 def test_a_text_column_that_holds_no_text_is_one_line(tmp_path, values):
     import pyarrow as pa

@@ -131,6 +131,9 @@ def _expand_local(pattern: str) -> list[str]:
     else:
         found = sorted(glob.glob(str(path), recursive=True))
     files = [f for f in found if Path(f).suffix.lower() in _FORMATS]
+    if odd := next((f for f in files if not Path(f).is_file()), None):  # it would fail mid-prep, or wait for ever
+        raise DataError(f"{odd} is not a file (a link to nothing, a pipe, a folder)",
+                        hint="point local: at the downloaded files themselves")
     if not files:
         what = "no .parquet, .jsonl, .json or .txt files" if found else "nothing"
         raise DataError(f"{what} found at local:{pattern}", hint="point local: at downloaded .parquet/.jsonl/.txt "
