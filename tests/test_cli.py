@@ -670,6 +670,7 @@ def test_a_fifo_for_a_model_file_a_name_too_long_and_sync_before_any_submit_are_
     (("status", "--watch", "1e12"), "argument --watch: a number >= 0.1 and <= 86400, got '1e12'"),  # an overflow
     (("cancel", "x", "--timeout", "nan"), "argument --timeout: a number >= 0, got 'nan'"),
     (("prepare-data", "--data", ""), "argument --data/--out: a folder's path, got ''"),  # wrote into ./
+    (("status", "--bogus"), "zbpscale status: error: unrecognized arguments: --bogus"),  # under the top usage
     (("prepare-data", "--data", "d", "--log-every", "nan"), "argument --log-every: a number >= 0.1, got 'nan'"),
     (("status", "--json", "--watch"), "error: --json does not --watch"),
     (("status", "--logs", "r", "--watch", "5"), "error: --logs does not --watch"),

@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=more,
                            formatter_class=HelpFormatter)
         module.add_arguments(p)
-        p.set_defaults(run=module.run)
+        p.set_defaults(run=module.run, command_parser=p)
     return parser
 
 
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # `zbpscale` alone: the list of commands, which is not a mistake
         parser.print_help()
         return 0
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said with the command's own usage (argparse says it with the top-level one)
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args) or 0
     except ZbpError as err:
