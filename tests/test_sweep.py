@@ -520,3 +520,16 @@ def test_a_resubmit_names_the_runs_it_leaves_alone_alike_once(tmp_path):
                              capture_output=True, text=True, timeout=120, cwd=folder)
         assert out.returncode == 0, out.stderr
         assert f"left alone: {said}\n" in out.stdout, out.stdout
+
+
+def test_a_config_error_with_a_hint_says_its_hint_once():
+    """A config.json (or training YAML) naming an unknown tracker printed its hint twice: the error's words, with
+    their hint, were wrapped with the file's name and the hint again."""
+    from zbpscale.run.config import TrainConfig, model_config
+
+    d = TrainConfig(model=model_config("nano"), data_dir="d", steps=2).to_dict()
+    d["trackers"] = ["foo"]
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_dict(d, source="x.json")
+    assert str(err.value) == "x.json: TrainConfig.trackers names an unknown tracker 'foo' (hint: trackers: " \
+                             "tensorboard, wandb)"

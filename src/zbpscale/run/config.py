@@ -430,7 +430,7 @@ class TrainConfig:
             return cls(**{**d, "model": model, "betas": tuple(d.get("betas", (0.9, 0.95))),
                           "trackers": tuple(d.get("trackers", ()))})
         except ConfigError as err:
-            raise ConfigError(f"{source}: {err}", hint=err.hint) from None
+            raise ConfigError(f"{source}: {err.args[0]}", hint=err.hint) from None
         except (TypeError, KeyError, ValueError) as err:
             raise ConfigError(f"{source} does not hold a valid config ({type(err).__name__}: {err})",
                               hint="restore it, or train in a new run folder") from None

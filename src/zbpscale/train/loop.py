@@ -116,7 +116,7 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
     try:
         saved = migrate(saved)
     except ConfigError as err:
-        raise ConfigError(f"{path}: {err}", hint=err.hint) from None
+        raise ConfigError(f"{path}: {err.args[0]}", hint=err.hint) from None
     current = json.loads(json.dumps(cfg.to_dict()))
     if saved != current:
         fields = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
