@@ -11,6 +11,7 @@ whole steps by hand.
 """
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -334,6 +335,30 @@ def test_an_arm_s_training_value_of_the_wrong_kind_is_refused_at_load(tmp_path, 
     out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and words in unwrapped(out.stderr) and f"{path}:" in out.stderr, out.stderr
+    assert len(out.stderr.splitlines()) == 1
+
+
+def test_a_relative_local_source_starts_at_the_project_folder_and_one_naming_nothing_is_refused(tmp_path):
+    """Data(source='local:raw/*.jsonl') was handed to the prep job as written, which ran elsewhere (the local
+    queue's folder): it found nothing, and every run failed with it. The job now gets it from the project folder,
+    as Data.dir; a source that names no file is refused by the dry run and the submit, before anything is queued."""
+    from zbpscale.jobs.sweep import prep_config
+
+    project = tmp_path / "study"
+    (project / "sweeps").mkdir(parents=True)
+    (project / "raw").mkdir()
+    (project / "raw" / "a.jsonl").write_text(json.dumps({"text": "some words"}) + "\n")
+    path = project / "sweeps" / "local.py"
+    path.write_text(FIT_SWEEP.format(tasks=1, batch=8, seq=32, data="data", root=".")
+                    .replace("source='embedded'", "source='local:raw/*.jsonl'"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dry = [sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"]
+    assert subprocess.run(dry, capture_output=True, text=True, timeout=120, cwd=elsewhere).returncode == 0
+    assert prep_config(load_sweep(path)).source == f"local:{project / 'raw' / '*.jsonl'}"
+    path.write_text(path.read_text().replace("raw/*.jsonl", "rwa/*.jsonl"))
+    out = subprocess.run(dry, capture_output=True, text=True, timeout=120, cwd=elsewhere)
+    assert out.returncode == 2 and f"nothing found at local:{project / 'rwa' / '*.jsonl'}" in out.stderr, out.stderr
     assert len(out.stderr.splitlines()) == 1
 
 

@@ -37,7 +37,7 @@ from zbpscale.jobs.executors import Executor, View
 from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
-from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text
+from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text, prep_source
 from zbpscale.jobs.sweep_checks import in_sweep_file
 from zbpscale.jobs.sweep_edits import config_notes, trained, unplanned_notes
 from zbpscale.lease import wait_lock
@@ -176,7 +176,7 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     if not manifest_path(data_path(sweep)).exists() or not runs:
         return []
     manifest = read_manifest(data_path(sweep))
-    if differ := data_differs(sweep.data, manifest.get("settings", {})):
+    if differ := data_differs(sweep, manifest.get("settings", {})):
         raise ConfigError(f"{data_path(sweep)} holds data prepared with other options than the sweep's Data "
                           f"({differ}): its runs would train on them", hint="give the sweep's Data a dir of its own "
                           "(a prep job fills it), or set Data to what the folder holds")
@@ -216,12 +216,28 @@ def other_owner(sweep: Sweep, path: Path) -> Path | None:
         return None
 
 
-def data_differs(data, kept: dict) -> str:
+def data_differs(sweep: Sweep, kept: dict) -> str:
     """Where a sweep's Data (its source, its hub config where it names one, its token budget) and the settings a
-    prepared folder's manifest kept differ, in words ("" where they agree, or where the manifest does not say)."""
+    prepared folder's manifest kept differ, in words ("" where they agree, or where the manifest does not say). A
+    relative local: source is the same as the prep job took it (from the sweep's home) or as it is written."""
+    data = sweep.data
     asked = {"source": data.source, "tokens": data.tokens or None, **({"config": data.config} if data.config else {})}
+    same = {"source": (data.source, prep_source(sweep))}
     return ", ".join(f"{k}: {kept[k]!r} there, {v!r} in the sweep" for k, v in asked.items()
-                     if k in kept and kept[k] != v)
+                     if k in kept and kept[k] not in same.get(k, (v,)))
+
+
+def prep_problem(sweep: Sweep) -> None:
+    """What the sweep's data-prep job would fail on at once, said before anything is queued (its runs would fail
+    with it, and need --retry after the fix): a local source that names no file, a data folder it cannot write."""
+    from zbpscale.data.sources import resolve_source
+
+    if manifest_path(data_path(sweep)).exists():
+        return
+    resolve_source(prep_source(sweep), config=sweep.data.config)
+    if (why := unwritable(data_path(sweep))) is not None:
+        raise ConfigError(f"the sweep's data cannot be prepared into {data_path(sweep)}: {why}",
+                          hint="set Data.dir in the sweep file to a folder you can write")
 
 
 def budget_notes(runs: list[PlannedRun]) -> list[str]:
@@ -386,6 +402,8 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         actions = {r.name: "leave" if r.waits_for else states[r.name].action(RunFolder(r.run_dir), retry=retry)
                    for r in runs}  # a final run whose lr tuning has not given yet waits (submit --wait sends it)
         todo = [r for r in runs if actions[r.name] in SUBMITS]
+        if todo:
+            prep_problem(sweep)
         notes = budget_notes(runs) + data_notes(sweep, todo) + ratio_notes(sweep, runs)
         notes += tuning_notes(sweep, runs, tuned)
         notes += broken_notes([decided[r.name] for r in runs]) + view.notes

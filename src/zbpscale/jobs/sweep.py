@@ -615,8 +615,18 @@ def prep_config(sweep: Sweep):
     from zbpscale.data.prepare import PrepConfig
 
     d = sweep.data
-    return PrepConfig(source=d.source, out=data_path(sweep), tokens=d.tokens or None, workers=max(1, d.workers),
-                      config=d.config)
+    return PrepConfig(source=prep_source(sweep), out=data_path(sweep), tokens=d.tokens or None,
+                      workers=max(1, d.workers), config=d.config)
+
+
+def prep_source(sweep: Sweep) -> str:
+    """Data.source as the prep job takes it: a relative `local:` path starts at the sweep's home, as Data.dir does
+    (the job runs elsewhere: the local queue's folder, a compute node's working directory)."""
+    source = sweep.data.source
+    pattern = source[len("local:"):] if source.startswith("local:") else ""
+    if pattern and not Path(pattern).expanduser().is_absolute():
+        return "local:" + str(Path(sweep.home or ".").absolute() / pattern)
+    return source
 
 
 def project_folder(sweep_file: Path) -> Path:
