@@ -136,6 +136,21 @@ def test_a_node_without_a_gpu_driver_has_no_gpus_and_its_inventory_never_imports
     assert out.stdout.split() == ["[]", "False"], out.stdout + out.stderr
 
 
+def drive_on_eight_gpus(queue: LocalQueue) -> None:
+    """The real driver, with a fake inventory of 8 GPUs, ticking between looks as its own loop does, until every job
+    of the queue has ended."""
+    driver = Driver(queue)
+    driver.inventory = [str(i) for i in range(8)]
+
+    def drained() -> bool:
+        if any(e.state in ("queued", "running") for e in queue.entries()):
+            driver.tick()
+            return False
+        return True
+
+    wait_until(drained, "every job to end", 120, every=0.05)
+
+
 def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):
     """The real driver, a fake inventory of 8 GPUs, jobs of 1, 2, 4 and 8 ranks that report what they see."""
     queue = LocalQueue(tmp_path)
@@ -145,16 +160,7 @@ def test_driver_pins_each_rank_of_packed_jobs_to_its_own_gpu(tmp_path):
                    log_dir=str(tmp_path / "logs"), gpus=n, ranks=n, time_s=60,
                    signal_delay_s=10) for n in (1, 2, 4, 8, 1)]
     added = queue.add(specs)
-    driver = Driver(queue)
-    driver.inventory = [str(i) for i in range(8)]
-
-    def drained() -> bool:  # the driver ticks between looks, as its own loop does
-        if any(e.state in ("queued", "running") for e in queue.entries()):
-            driver.tick()
-            return False
-        return True
-
-    wait_until(drained, "every job to end", 120, every=0.05)
+    drive_on_eight_gpus(queue)
     assert [e.state for e in queue.entries()] == ["completed"] * 5
     spans = []  # (gpu, start, end) of every rank
     for e in added:
@@ -182,16 +188,7 @@ def test_two_jobs_that_make_one_file_never_run_at_once(tmp_path):
     added = queue.add([Entry(job_id="", name=f"{s}/prep-data", kind="command", command=[sys.executable, "-c", probe],
                              log_dir=str(tmp_path / "logs"), time_s=60, signal_delay_s=10, makes=makes)
                        for s, makes in (("a", made), ("b", made), ("c", ""))])
-    driver = Driver(queue)
-    driver.inventory = [str(i) for i in range(8)]
-
-    def drained() -> bool:
-        if any(e.state in ("queued", "running") for e in queue.entries()):
-            driver.tick()
-            return False
-        return True
-
-    wait_until(drained, "every job to end", 120, every=0.05)
+    drive_on_eight_gpus(queue)
     assert [e.state for e in queue.entries()] == ["completed"] * 3
     span = {}
     for e in added:
