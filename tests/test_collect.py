@@ -110,6 +110,10 @@ def test_with_ckpt_copies_the_latest_checkpoint_only(results_sweep, tmp_path):
     source = sorted((jobs_of(results_sweep) / "nano-bp" / "checkpoints").glob("ckpt_*.pt"))[-1]
     copied = list((tmp_path / "out" / "runs" / "nano-bp" / "checkpoints").iterdir())
     assert [p.name for p in copied] == [source.name] and copied[0].read_bytes() == source.read_bytes()
+    shutil.copytree(jobs_of(results_sweep) / "nano-bp", sweep / "nano-bp-s1", ignore=shutil.ignore_patterns("ckpt_*"))
+    said = []  # a run --with-ckpt names that has no checkpoint: said, where nothing was
+    collect(sweep, tmp_path / "out", with_ckpt=True, log=said.append)
+    assert "note: --with-ckpt: 1 run without a checkpoint to copy (nano-bp-s1)" in said, said
 
 
 def test_a_run_folder_gone_keeps_its_collected_copy_and_another_sweep_is_refused(results_sweep, tmp_path):

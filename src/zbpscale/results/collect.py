@@ -27,7 +27,7 @@ from zbpscale.files import atomic_write, unwritable
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
 from zbpscale.results.summary import FIELDS, RunSummary, same_run, sort_key, summarize
 from zbpscale.run.folder import RunFolder
-from zbpscale.tables import seed_count
+from zbpscale.tables import named, plural, seed_count
 from zbpscale.text import matches, patterns, select
 
 
@@ -181,6 +181,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     if twins := same_run(summaries.values()):
         raise ConfigError(f"{path}: {twins}", hint="keep one run per size, arm and seed in the sweep's folder (move "
                           "the other aside), or train it as another seed")
+    no_ckpt: list[str] = []  # runs --with-ckpt names that have none to copy
     for src in sources:
         row = summaries[src.name]
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
@@ -189,6 +190,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         if src.run_dir.is_dir() and _sync_run(RunFolder(src.run_dir), bundle.run(src.name),
                                                with_ckpt=matches(src.name, ckpt_patterns)):
             changed.append(src.name)
+        if src.run_dir.is_dir() and matches(src.name, ckpt_patterns) and not RunFolder(src.run_dir).list_checkpoints():
+            no_ckpt.append(src.name)
         rows[src.name] = row
     for gone, why in superseded(rows, summaries, planned=sweep_file is not None):
         del rows[gone]
@@ -213,6 +216,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     log(f"{bundle.path}: {len(ordered)} runs, {seed_count(r.seed for r in ordered)} ("
         + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
         + (f"updated {', '.join(changed)}" if changed else "no run changed"))
+    if no_ckpt:
+        log(f"note: --with-ckpt: {plural(len(no_ckpt), 'run')} without a checkpoint to copy ({named(no_ckpt)})")
     for r in ordered:
         if r.diverged:  # before anyone reads a figure whose axis it stretches
             log(f"note: {r.run} diverged: {r.diverged}")
