@@ -50,9 +50,9 @@ def _write_new(path: Path, text: str) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        there = next((p for p in (path.parent, *path.parent.parents) if p.is_file() or p.is_symlink()), None)
-        raise ConfigError(f"cannot make {path.parent}: " + (f"{there} is a file" if there is not None and
-                                                            there.is_file() else f"{err.strerror or err}"),
+        there = next((p for p in (path.parent, *path.parent.parents) if p.is_file()), None)
+        raise ConfigError(f"cannot make {path.parent}: {there} is a file" if there else
+                          f"cannot make {path.parent}: {err.strerror or err}",
                           hint="give a folder you can write: zbpscale init DIR") from None
     with open(path, "x") as out:  # exclusive: never through a link made meanwhile
         out.write(text)

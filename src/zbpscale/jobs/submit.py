@@ -221,10 +221,10 @@ def data_differs(sweep: Sweep, kept: dict) -> str:
     prepared folder's manifest kept differ, in words ("" where they agree, or where the manifest does not say). A
     relative local: source is the same as the prep job took it (from the sweep's home) or as it is written."""
     data = sweep.data
-    asked = {"source": data.source, "tokens": data.tokens or None, **({"config": data.config} if data.config else {})}
-    same = {"source": (data.source, prep_source(sweep))}
-    return ", ".join(f"{k}: {kept[k]!r} there, {v!r} in the sweep" for k, v in asked.items()
-                     if k in kept and kept[k] not in same.get(k, (v,)))
+    asked = {"source": (data.source, prep_source(sweep)), "tokens": (data.tokens or None,),
+             **({"config": (data.config,)} if data.config else {})}  # each field's spellings of the sweep's value
+    return ", ".join(f"{k}: {kept[k]!r} there, {said[0]!r} in the sweep" for k, said in asked.items()
+                     if k in kept and kept[k] not in said)
 
 
 def prep_problem(sweep: Sweep) -> None:

@@ -32,8 +32,9 @@ from zbpscale.text import matches, patterns, select
 
 
 # ------------------------------------------------------------------------------------------------ files
-def _sync_run(src: RunFolder, dst: RunFolder, *, with_ckpt: bool) -> bool:
-    """Copy the run's small files (whole JSONL lines only) and, if asked, its latest checkpoint."""
+def _sync_run(src: RunFolder, dst: RunFolder, *, with_ckpt: bool) -> tuple[bool, bool]:
+    """Copy the run's small files (whole JSONL lines only) and, if asked, its latest checkpoint; (whether the copy
+    changed, whether a checkpoint was asked for and there was none)."""
     changed = False
     for name in RunFolder.RECORDS:
         source, target = getattr(src, name), getattr(dst, name)
@@ -55,7 +56,7 @@ def _sync_run(src: RunFolder, dst: RunFolder, *, with_ckpt: bool) -> bool:
             if old != target:
                 old.unlink()
                 changed = True
-    return changed
+    return changed, with_ckpt and not ckpts
 
 
 def file_entry(path: Path) -> dict:
@@ -187,11 +188,11 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         if not src.run_dir.is_dir() and bundle.run(src.name).path.is_dir():
             log(f"{src.name}: no run folder at {src.run_dir}; keeping the copy collected before")
             continue
-        if src.run_dir.is_dir() and _sync_run(RunFolder(src.run_dir), bundle.run(src.name),
-                                               with_ckpt=matches(src.name, ckpt_patterns)):
-            changed.append(src.name)
-        if src.run_dir.is_dir() and matches(src.name, ckpt_patterns) and not RunFolder(src.run_dir).list_checkpoints():
-            no_ckpt.append(src.name)
+        if src.run_dir.is_dir():
+            synced, none = _sync_run(RunFolder(src.run_dir), bundle.run(src.name),
+                                     with_ckpt=matches(src.name, ckpt_patterns))
+            changed += [src.name] if synced else []
+            no_ckpt += [src.name] if none else []
         rows[src.name] = row
     for gone, why in superseded(rows, summaries, planned=sweep_file is not None):
         del rows[gone]

@@ -373,17 +373,14 @@ class TrainConfig:
     `pip install 'zbpscale[trackers]'`). One that fails is turned off for the attempt; training goes on."""
 
     def __post_init__(self) -> None:
-        def integer(v) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
         def number(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return _is_number(v) and math.isfinite(v)
 
         for name in ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every"):
-            if not integer(getattr(self, name)) or getattr(self, name) < 1:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
         for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every", "seed"):
-            if not integer(getattr(self, name)) or getattr(self, name) < 0:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
         if not number(self.lr) or not self.lr > 0:
             raise ConfigError(f"TrainConfig.lr must be a number > 0, got {self.lr!r}")
@@ -397,12 +394,14 @@ class TrainConfig:
         if not (isinstance(self.betas, tuple) and len(self.betas) == 2 and all(number(b) and 0 <= b < 1
                                                                                for b in self.betas)):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), e.g. (0.9, 0.95), got {self.betas!r}")
-        for name, allowed in (("decay_norms_and_embeddings", (bool,)), ("bf16", (bool, type(None))),
-                              ("data_dir", (str,))):
-            if not isinstance(getattr(self, name), allowed):
-                want = {"data_dir": "a folder's path"}.get(name, "True or False" + (" (or None: the device's default)"
-                                                                                  if name == "bf16" else ""))
-                raise ConfigError(f"TrainConfig.{name} must be {want}, got {getattr(self, name)!r}")
+        if not isinstance(self.decay_norms_and_embeddings, bool):
+            raise ConfigError(f"TrainConfig.decay_norms_and_embeddings must be True or False, got "
+                              f"{self.decay_norms_and_embeddings!r}")
+        if not isinstance(self.bf16, (bool, type(None))):
+            raise ConfigError(f"TrainConfig.bf16 must be True or False (or None: the device's default), got "
+                              f"{self.bf16!r}")
+        if not isinstance(self.data_dir, str):
+            raise ConfigError(f"TrainConfig.data_dir must be a folder's path, got {self.data_dir!r}")
         bad = tracker_error(self.trackers, "TrainConfig.trackers")
         if bad:
             raise bad

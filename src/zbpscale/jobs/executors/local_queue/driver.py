@@ -164,8 +164,10 @@ class Driver:
         wants = [Want(key=e.job_id, gpus=e.gpus, time_s=e.time_s) for e in ready]
         for job_id, gpus in schedule(wants, held, self.inventory, now=now, max_parallel=self.max_parallel()):
             e = by_id[job_id]
-            if not e.makes or e.makes not in making:  # two that make one file, ready together: the first
-                self.launch(e, gpus)
+            if e.makes and e.makes in making:  # two that make one file, ready together: the first only
+                continue
+            self.launch(e, gpus)
+            if e.makes:
                 making.add(e.makes)
 
     def launch(self, e: Entry, gpus: tuple[str, ...]) -> None:
