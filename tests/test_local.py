@@ -24,7 +24,7 @@ import pytest
 from conftest import FAKE_WANDB_KEY, check_trackers, losses, step_floor_env, wait_until, wheel_env, write_sweep
 from zbpscale.files import read_json
 from zbpscale.jobs.executors.local_queue.driver import Driver
-from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
+from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_driver_present, rank_env, schedule
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts, record
@@ -657,3 +657,37 @@ def test_a_driver_of_an_older_release_holding_only_the_kernel_lock_is_alive(tmp_
     lock = queue.try_driver_lock()
     assert lock is not None
     lock.release()
+
+
+def test_a_live_job_submitted_with_other_resources_is_named_and_the_note_s_commands_apply_them(tmp_path, data_dir):
+    """A sweep file's time_min and max_timeouts raised while its runs' jobs wait or train: a job keeps what it was
+    submitted with through its requeues, and submit said nothing of it. The dry run now names both runs in one line
+    with the values each job has and the command that applies the new ones; that cancel, then a submit, queue jobs
+    whose entries (what the driver enforces) hold the new values."""
+    sweep = write_sweep(tmp_path, "limits", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
+    queue = LocalQueue(tmp_path / "jobs")
+    runs = [tmp_path / "jobs" / "limits" / n for n in ("nano-bp", "nano-zbp_n4")]
+    submit(sweep, "--max-parallel", "1")
+    try:
+        wait_until(lambda: last_step(runs[0]) >= 1, "the first run's steps", 120)
+        assert [e.time_s for e in queue.entries()] == [1800.0, 1800.0]
+        sweep.write_text(sweep.read_text().replace("time_min=30", "time_min=45").replace("max_timeouts=20",
+                                                                                         "max_timeouts=7"))
+        plan = " ".join(submit(sweep, "--dry-run").stdout.split())
+        said = ("nano-bp, nano-zbp_n4: their jobs keep what they were submitted with, through requeues; the sweep "
+                "file now says time_min 30 -> 45, max_timeouts 20 -> 7: to apply it, zbpscale cancel jobs/limits "
+                "--only nano-bp,nano-zbp_n4, then submit again")
+        assert said in plan, plan
+        cancel = subprocess.run(["zbpscale", "cancel", "jobs/limits", "--only", "nano-bp,nano-zbp_n4"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+        again = submit(sweep).stdout
+        assert "their jobs keep" not in again, again
+        live = {Path(e.run_dir).name: e for e in queue.entries() if e.state in LIVE}
+        assert sorted(live) == ["nano-bp", "nano-zbp_n4"], queue.entries()
+        assert all((e.time_s, e.max_timeouts) == (2700.0, 7) for e in live.values())
+        latest = [[a for a in read_attempts(r) if a["event"] == "submitted"][-1]["settings"] for r in runs]
+        assert [(s["time_min"], s["max_timeouts"]) for s in latest] == [(45, 7), (45, 7)]
+    finally:
+        subprocess.run(["zbpscale", "cancel", "jobs/limits"], cwd=tmp_path, capture_output=True, timeout=120)
+        wait_driver_gone(queue)

@@ -100,6 +100,8 @@ def test_two_tasks_train_with_world_size_two(tmp_path, slurm_env, data_dir):
     assert wait_final(slurm_env, job) == "COMPLETED"
     start = next(r for r in read_records(run) if r["kind"] == "start")
     assert start["world_size"] == 2 and start["derived"]["micro_batch"] == 2
+    settings = next(a for a in read_attempts(run) if a["event"] == "submitted")["settings"]  # submit's settings_notes
+    assert (settings["tasks_per_node"], settings["time_min"], settings["max_timeouts"]) == (2, 30, 20), settings
     assert [s for s, _ in losses(run)] == list(range(4))
 
 

@@ -10,7 +10,9 @@ still queued or running is left alone, so the same command can be re-run at any 
 are not prepared, a prep job is submitted first and the training jobs wait for it (afterok). The sweep file is
 the truth for what it still decides: a run that has not trained takes the file's current values; one that has
 keeps its own, said in one line (`--apply-changes` gives it those safe on resume: config_notes); a run folder the
-file no longer plans whose job is live is named with the command that cancels it (unplanned_notes).
+file no longer plans whose job is live is named with the command that cancels it (unplanned_notes), and so is a live
+job submitted with other Resources, signal_delay_s or max_* than the file now gives, which it keeps through its
+requeues (settings_notes).
 
 Without SLURM (or with `--executor local`) the runs go to the node's detached local queue (executors/local_queue/): it
 outlives the terminal, packs runs onto the node's GPUs (CPU runs: `--max-parallel` at a time, default 1) and
@@ -39,7 +41,7 @@ from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
 from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text, prep_source
 from zbpscale.jobs.sweep_checks import in_sweep_file
-from zbpscale.jobs.sweep_edits import config_notes, trained, unplanned_notes
+from zbpscale.jobs.sweep_edits import config_notes, settings_notes, trained, unplanned_notes
 from zbpscale.lease import wait_lock
 from zbpscale.run.config import RESUME_SAFE, batch_plan, n_params
 from zbpscale.run.folder import RunFolder
@@ -407,11 +409,12 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         notes = budget_notes(runs) + data_notes(sweep, todo) + ratio_notes(sweep, runs)
         notes += tuning_notes(sweep, runs, tuned)
         notes += broken_notes([decided[r.name] for r in runs]) + view.notes
-        notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run,
-                              looks={r.name: decided[r.name].seen for r in runs})
+        looks = {r.name: decided[r.name].seen for r in runs}
+        notes += config_notes(runs, states, apply=apply_changes, dry_run=dry_run, looks=looks)
+        notes += settings_notes(runs, states, looks)
         notes += unplanned_notes([decided[r.name] for r in dropped])
         notes += [f"trackers: {line}" for line in tracker_lines(sweep, path)]
-        print_plan(sweep, plan_rows(runs, actions, states, {r.name: decided[r.name].seen for r in runs}))
+        print_plan(sweep, plan_rows(runs, actions, states, looks))
         for note in notes:
             print(wrap(note, "note: "))
         try:  # what the submit refuses, the dry run refuses (without importing torch), at the sweep file's line

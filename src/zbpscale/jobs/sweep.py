@@ -88,6 +88,10 @@ class Resources:
         return self.nodes * self.gpus_per_node
 
 
+JOB_FIELDS = ("signal_delay_s", "max_timeouts", "max_preemptions", "max_crashes")
+"""The Sweep's fields a run's job is submitted with (beside its size's Resources) and keeps through its requeues."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Size:
     """One rung of the ladder: a model shape (a preset, or one of your own) with its batch, budget, learning rate and
@@ -592,6 +596,12 @@ class PlannedRun:
             plan.update(role=self.role, lr_from=self.lr_from)
         atomic_write(folder.plan, json.dumps(plan, indent=1) + "\n")
         return folder.path
+
+    def job_settings(self) -> dict:
+        """What its job is submitted with and keeps through its requeues, as plain JSON: the size's Resources and the
+        sweep's JOB_FIELDS (both executors record it in the `submitted` event; sweep_edits.settings_notes compares)."""
+        said = {**dataclasses.asdict(self.size.resources), **{k: getattr(self.sweep, k) for k in JOB_FIELDS}}
+        return json.loads(json.dumps(said))
 
     def estimated_hours(self) -> float:
         """Wall-clock hours from the sweep's throughput assumption (CPU runs: unknown -> nan)."""

@@ -8,7 +8,9 @@ now gives (`config_changes`), and `config_notes` decides, one line per run that 
     never what it computes); any other change needs a new run (another name), said in the line.
 A run folder whose run the file no longer plans (its size, arm or seed removed) while its job is queued or running
 is named too (`unplanned_notes`, by submit, its dry run and status): the job trains on unless it is cancelled, and
-the line says how (`zbpscale cancel <sweep folder> --only <run>`).
+the line says how (`zbpscale cancel <sweep folder> --only <run>`). A live job keeps what it was submitted with (its
+size's Resources, the sweep's signal_delay_s and max_*) through its requeues: where the file now gives other values,
+`settings_notes` says so, with the same cancel, after which the next submit resumes the run with them.
 A dry run says what the submit would do and writes nothing. Torch-free.
 """
 
@@ -24,6 +26,7 @@ from zbpscale.jobs.sweep import PlannedRun, lr_text
 from zbpscale.run.config import RESUME_SAFE, TrainConfig
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot
+from zbpscale.tables import ALIKE, named
 from zbpscale.text import shown_path
 
 
@@ -80,6 +83,34 @@ def config_notes(runs: list[PlannedRun], states: dict[str, RunState], *, apply: 
         notes.append(f"{run.name}: {source} changed since it trained ({shown(kept)}); it "
                      f"{'stays as it was trained' if state == 'complete' else 'goes on as it was trained'}: "
                      + "; ".join(then))
+    return notes
+
+
+def settings_notes(runs: list[PlannedRun], states: dict[str, RunState], looks: dict[str, Snapshot] | None = None
+                   ) -> list[str]:
+    """The runs whose job is live (or may be) but was submitted with other Resources, signal_delay_s or bounds on
+    requeues (PlannedRun.job_settings) than the sweep file now gives: the job keeps its own through its requeues, and
+    nothing said so. One line per change, naming the runs it is said of (ALIKE of them past that many), with how to
+    apply it: a cancel checkpoints the job, and the next submit resumes the run with the new values. A job whose
+    `submitted` event does not say what it was submitted with (an older release's) is not compared."""
+    changed: dict[str, list[PlannedRun]] = {}
+    for run in runs:
+        if states[run.name].state not in ("queued", "running", "stalled", "unknown"):
+            continue
+        had = ((looks or {}).get(run.name) or Snapshot(run.run_dir)).history.submitted.get("settings")
+        if isinstance(had, dict):
+            now = run.job_settings()
+            words = ", ".join(f"{k} {had[k]!r} -> {now[k]!r}" for k in now if k in had and had[k] != now[k])
+            if words:
+                changed.setdefault(words, []).append(run)
+    notes = []
+    for words, alike in changed.items():
+        names = [r.name for r in alike]
+        only = ",".join(names) if len(names) <= ALIKE else "<their names>"
+        notes.append(f"{named(names)}: {'its job keeps' if len(names) == 1 else 'their jobs keep'} what "
+                     f"{'it was' if len(names) == 1 else 'they were'} submitted with, through requeues; the sweep "
+                     f"file now says {words}: to apply it, zbpscale cancel {shown_path(alike[0].run_dir.parent)} "
+                     f"--only {only}, then submit again (it resumes from its latest checkpoint)")
     return notes
 
 

@@ -51,6 +51,7 @@ class Submitted(TypedDict, total=False):
     grace_s: float  # how long the scheduler may take to show a new job (SLURM)
     prep_job: str  # the data-prep job it waits for (afterok), if any
     prep_log: str
+    settings: dict  # what the job keeps through its requeues: Resources, signal_delay_s, max_* (since 2026-12-06)
 
 
 class Start(TypedDict, total=False):

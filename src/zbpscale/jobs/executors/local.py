@@ -93,13 +93,14 @@ class LocalExecutor(Executor):
                                    after="#0" if prep else ""))
             added = queue.add(specs)
             actions = {run.name: action for run, action in todo.items()}
+            settings = {run.name: run.job_settings() for run in todo}
             for entry in added:
                 if entry.kind == "command":
                     print(f"data not prepared at {data}: prep job {entry.job_id} (log in {entry.log_dir})")
                     continue
                 name = entry.name.split("/", 1)[1]
                 record(Path(entry.run_dir), "submitted", job_id=entry.job_id, executor=self.name, logs=entry.log_dir,
-                       retry=actions[name] == "retry", name=entry.name)
+                       retry=actions[name] == "retry", name=entry.name, settings=settings[name])
                 print(f"{name}: {actions[name]} -> local job {entry.job_id} (logs in {entry.log_dir})")
             started = queue.ensure_driver()
         if started and not added:

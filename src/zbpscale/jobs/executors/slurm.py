@@ -392,5 +392,6 @@ def submit_runs(runs: list[PlannedRun], actions: dict[PlannedRun, str], *, depen
     extra = {"prep_job": depends_on, "prep_log": prep_log} if depends_on else {}
     for run, run_dir, job in zip(runs, run_dirs, jobs):
         record(run_dir, "submitted", job_id=str(job.job_id), executor="slurm", logs=str(folder),
-               retry=actions[run] == "retry", name=params["job_name"], grace_s=sweep.visible_within_s, **extra)
+               retry=actions[run] == "retry", name=params["job_name"], grace_s=sweep.visible_within_s,
+               settings=run.job_settings(), **extra)
     return [str(job.job_id) for job in jobs]
