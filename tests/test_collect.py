@@ -245,3 +245,33 @@ def test_an_older_bundle_without_the_diverged_field_still_loads(results_sweep, t
     summary["fields"].remove("diverged")
     (out / "summary.json").write_text(json.dumps(summary))
     assert Bundle(out).read_summary() == [dataclasses.replace(r, diverged=None) for r in rows]
+
+
+def test_records_edited_to_hold_words_for_numbers_are_skipped_as_torn_lines_are(tmp_path):
+    """A run's metrics.jsonl with a train record whose loss is words and an eval record whose val_loss is words (a
+    hand edit) gave a summary.json with a word for final_val_loss, which plot and report then refused ("not a
+    summary collect wrote", hinting to collect again: the same words again), and a gap that failed comparing words
+    with numbers. The records are skipped as torn lines are: the summary's rows are those of the same folder
+    without them, and plot and report draw the bundle."""
+    from zbpscale.results.plot import plot
+    from zbpscale.results.report import report
+
+    falling = {0: 10.951, 15: 8.1, 31: 7.2, 47: 6.9}
+    runs = {}
+    for sweep in ("clean", "edited"):
+        for name in ("tiny-bp", "tiny-zbp_n4"):
+            runs[sweep, name] = finished_run(tmp_path / "jobs" / sweep, name, falling, {15: 7.6, 31: 7.0, 47: 6.8})
+    for name in ("tiny-bp", "tiny-zbp_n4"):
+        shutil.copyfile(runs["clean", name] / "metrics.jsonl", runs["edited", name] / "metrics.jsonl")
+        metrics = runs["edited", name] / "metrics.jsonl"
+        *lines, end = metrics.read_text().splitlines()
+        words = [json.dumps({"kind": "train", "time": time.time(), "step": 47, "tokens": 3072, "loss": "abc"}),
+                 json.dumps({"kind": "eval", "time": time.time(), "step": 47, "tokens": 3072, "val_loss": "n/a"})]
+        metrics.write_text("\n".join([*lines, *words, end]) + "\n")
+    clean = collect(tmp_path / "jobs" / "clean", tmp_path / "clean", log=lambda line: None)
+    edited = collect(tmp_path / "jobs" / "edited", tmp_path / "edited", log=lambda line: None)
+    assert [dataclasses.replace(r, wall_time_s=0, goodput=None) for r in edited] == \
+        [dataclasses.replace(r, wall_time_s=0, goodput=None) for r in clean]
+    assert edited[0].final_val_loss == 6.8 and edited[0].final_train_loss == 6.9
+    assert plot(tmp_path / "edited", log=lambda line: None).gap_points
+    assert report(tmp_path / "edited", tmp_path / "edited.html", log=lambda line: None).is_file()

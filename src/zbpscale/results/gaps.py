@@ -19,7 +19,7 @@ from zbpscale.results.bundle import Bundle
 from zbpscale.results.fit import PowerLaw, fit_gap_law
 from zbpscale.results.seeds import Spread
 from zbpscale.results.summary import RunSummary, arm_order
-from zbpscale.run.records import EvalRecord, by_kind, read_records
+from zbpscale.run.records import EvalRecord, by_kind, numbered, read_records
 
 __all__ = ["Curves", "FullTable", "Gap", "GapPoint", "PowerLaw", "equal_tokens_gap", "fit_gaps", "full_table",
            "gap_points", "unpaired", "val_curves"]
@@ -77,7 +77,8 @@ def val_curves(bundle: Path, rows: list[RunSummary]) -> Curves:
     """{run: {tokens: (steps done, val loss)}}, from the eval records each run has in the bundle."""
     curves = {}
     for r in rows:
-        evals: list[EvalRecord] = by_kind(read_records(Bundle(bundle).run(r.run).path)).get("eval", [])
+        kept = by_kind(read_records(Bundle(bundle).run(r.run).path)).get("eval", [])
+        evals: list[EvalRecord] = numbered(kept, "tokens", "step", "val_loss")
         evals.sort(key=lambda e: e["tokens"])
         curves[r.run] = {e["tokens"]: (e["step"] + 1, e["val_loss"]) for e in evals}
     return curves

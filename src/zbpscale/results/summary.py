@@ -16,7 +16,7 @@ from pathlib import Path
 from zbpscale.jobs.state import IN_PROGRESS, State
 from zbpscale.run import goodput
 from zbpscale.run.divergence import diverged
-from zbpscale.run.records import Record, StartRecord, by_kind
+from zbpscale.run.records import Record, StartRecord, by_kind, numbered
 from zbpscale.run.snapshot import Snapshot
 
 
@@ -129,7 +129,9 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
     records, history = look.records, look.history
     kinds = by_kind(records)
     starts: list[StartRecord] = kinds.get("start", [])
-    trains, evals, diags = kinds.get("train", []), kinds.get("eval", []), kinds.get("diag", [])
+    trains, evals = numbered(kinds.get("train", []), "step", "tokens", "loss"), \
+        numbered(kinds.get("eval", []), "tokens", "val_loss")
+    diags = numbered(kinds.get("diag", []), "step")
     if starts and "config" in starts[-1]:  # the config the run trained with
         config = starts[-1]["config"]
     elif look.config is not None:

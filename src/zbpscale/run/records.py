@@ -218,6 +218,13 @@ def attempts_of(records: list[Record]) -> list[list[Record]]:
     return found
 
 
+def numbered(records: list[Record], *keys: str) -> list[Record]:
+    """The records whose `keys` all hold numbers (a NaN or an infinity too: a diverged run's loss); one edited to hold
+    words or nothing there is skipped, as a torn line is, so that a reader of its numbers does not fail on it."""
+    return [r for r in records if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
+                                      for k in keys)]
+
+
 def by_kind(records: list[Record]) -> dict[str, list[Record]]:
     """The records of each kind, in order."""
     found: dict[str, list[Record]] = {}
