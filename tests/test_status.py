@@ -759,8 +759,8 @@ def test_the_state_decision_reads_each_history_once_and_writes_nothing(tmp_path,
             make_run(sweep, "c-bp", done=5, job="42", ends=[("completed", "all steps done")], complete=True),
             make_run(sweep, "d-bp")]
     fake_sacct({"40": "FAILED|9:0|0:9", "41": "COMPLETED|0:0|0:0", "42": "COMPLETED|0:0|0:0"})
-    reads, real = [], history.read_jsonl
-    monkeypatch.setattr(history, "read_jsonl", lambda path: reads.append(Path(path)) or real(path))
+    reads, real = [], history.read_bytes
+    monkeypatch.setattr(history, "read_bytes", lambda path: reads.append(Path(path)) or real(path))
     before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
     found, _ = decided([Run.found(r) for r in runs], sweep.parent)
     assert sorted(reads) == sorted(RunFolder(r).attempts for r in runs)
@@ -1062,3 +1062,38 @@ def test_a_run_folder_edited_by_hand_into_values_of_another_kind_is_not_a_traceb
     if said:
         assert "its files hold what zbpscale does not write (TypeError" in rows["tiny-bp"]["reason"]
         assert rows["tiny-bp"]["dir"] == str(run)
+
+
+@pytest.mark.parametrize("edit", ["latest losses", "attempts folder"])
+def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(tmp_path, fake_sacct, edit):
+    """Two more hand edits (2026-12-06): the latest train and eval records' losses in words reached the row and
+    failed the table's drawing, a traceback of the whole status; an attempts.jsonl that is a folder was a traceback
+    of every command that read the run. Now the row shows the latest records that hold numbers; a run whose attempts
+    cannot be read is `broken`, saying why (an empty history would call it new, and a submit would queue a second
+    job beside one that may run), and every other row is as it was."""
+    from zbpscale.jobs.status import plain
+
+    sweep = tmp_path / "jobs" / "s"
+    run = make_run(sweep, "tiny-bp", steps=40, done=40, job="7", ends=[("completed", "all steps done")],
+                   complete=edit == "latest losses")
+    make_run(sweep, "tiny-bp-s1", steps=40, done=40, job="8", ends=[("completed", "all steps done")], complete=True)
+    before = by_run(collect_rows(sweep))
+    if edit == "latest losses":  # the last train record (step 39) and the last eval (step 39)
+        metrics = run / "metrics.jsonl"
+        *lines, last_train, last_eval = metrics.read_text().splitlines()
+        lines += [last_train.replace('"loss": ', '"loss": "abc", "was": '),
+                  last_eval.replace('"val_loss": ', '"val_loss": "x", "was": ')]
+        metrics.write_text("\n".join(lines) + "\n")
+    else:
+        (run / "attempts.jsonl").unlink()
+        (run / "attempts.jsonl").mkdir()
+    rows = by_run(collect_rows(sweep))
+    assert rows["tiny-bp-s1"] == {**before["tiny-bp-s1"], "heartbeat_age_s": rows["tiny-bp-s1"]["heartbeat_age_s"]}
+    mine = rows["tiny-bp"]
+    if edit == "latest losses":
+        assert (mine["state"], mine["train_loss"], mine["val_loss"]) == ("complete", 5.0 - 38 / 100, 4.9 - 29 / 100)
+    else:
+        assert (mine["state"], mine["next"]) == ("broken", "leave") and exit_code(list(rows.values())) == 1
+        assert mine["reason"] == f"{run / 'attempts.jsonl'} cannot be read (Is a directory) (hint: restore it as " \
+                                 "the file of the run's attempts, one JSON line each)"
+    assert f"tiny  bp      0  {mine['state']}" in plain([("s", list(rows.values()))])  # the table is drawn

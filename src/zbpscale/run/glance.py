@@ -17,6 +17,7 @@ from zbpscale.run.records import (
     StartRecord,
     TrainRecord,
     decoded_line,
+    numbered,
     records_of_kind,
     upgraded,
 )
@@ -92,15 +93,15 @@ def glance(path: Path) -> Glance:
 def glance_of(data: bytes, *, known: Glance | None = None) -> Glance:
     """The records status shows of a metrics.jsonl's bytes. Only the lines returned are decoded, found by the
     `{"kind": "...` that MetricsLog writes first: a long run's many train and diag lines cost their bytes, not
-    their parsing. Torn lines (a writer killed mid-line) are skipped. `known`: the glance of the bytes before
+    their parsing. Torn lines (a writer killed mid-line) are skipped, and so are a train or eval record whose loss
+    is not a number (a hand edit: run/records.py's `numbered`). `known`: the glance of the bytes before
     these, whose first and first train records stand (they are not looked for here)."""
-    evals = [r for r in records_of_kind(data, "eval") if isinstance(r.get("val_loss"), (int, float))]
+    evals = numbered(list(records_of_kind(data, "eval")), "val_loss")
     worst = max(evals, key=_badness) if evals else {}
-    latest = next(records_of_kind(data, "eval", backwards=True), {})
     first = known.first if known and known.first else shown(decoded_line(data, 0) or {})
     train0 = known.train0 if known and known.train0 else next(records_of_kind(data, "train"), {})
-    return Glance(first=first, train0=train0,
-                  train=next(records_of_kind(data, "train", backwards=True), {}), eval=latest, worst=worst,
+    latest = next((r for r in records_of_kind(data, "train", backwards=True) if numbered([r], "step", "loss")), {})
+    return Glance(first=first, train0=train0, train=latest, eval=evals[-1] if evals else {}, worst=worst,
                   start=shown(next(records_of_kind(data, "start", backwards=True), {})),
                   end=shown(next(records_of_kind(data, "end", backwards=True), {})))
 

@@ -25,7 +25,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
-from zbpscale.files import append_jsonl, check_fields, read_jsonl
+from zbpscale.errors import BrokenRunFolder
+from zbpscale.files import append_jsonl, check_fields, json_lines, read_bytes
 from zbpscale.run.folder import RunFolder
 
 Why = Literal["completed", "checkpointed", "timeout", "preempted", "cancelled", "crashed", "hung", "diverged",
@@ -100,8 +101,17 @@ def record(run_dir: Path, event: str, **fields) -> None:
 
 
 def read_attempts(run_dir: Path) -> list[Event]:
-    """Every event of the run's attempts record, in order (a torn last line is skipped)."""
-    return read_jsonl(RunFolder(run_dir).attempts)
+    """Every event of the run's attempts record, in order (a torn last line is skipped); [] where there is none; a
+    `BrokenRunFolder` where it cannot be read (a folder in its place, no permission): none would say the run is new,
+    and a submit would queue a second job beside one that may run."""
+    path = RunFolder(run_dir).attempts
+    try:
+        return json_lines(read_bytes(path))
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise BrokenRunFolder(f"{path} cannot be read ({err.strerror})",
+                              hint="restore it as the file of the run's attempts, one JSON line each") from None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ status, cancel, collect and submit see a run through a `Snapshot`; the state dec
 function of a snapshot and the scheduler's view of its job. A snapshot holds what the folder said when each file
 was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read of this one.
 
-    history      attempts.jsonl (run/history.py)
+    history      attempts.jsonl (run/history.py; empty where it cannot be read, and `broken` says why)
     config       config.json as written; `train_config` migrated and validated as the trainer would; `broken`
                  says why the trainer would refuse it
     heartbeat    heartbeat.json ({} when there is none)
@@ -43,8 +43,16 @@ class Snapshot:
         return self.folder.path
 
     @cached_property
+    def _history(self) -> tuple[History, str]:
+        try:
+            return History.read(self.run_dir), ""
+        except BrokenRunFolder as err:
+            return History(), str(err)
+
+    @property
     def history(self) -> History:
-        return History.read(self.run_dir)
+        """attempts.jsonl; an empty history where it cannot be read (`broken` says why)."""
+        return self._history[0]
 
     @cached_property
     def _config(self) -> tuple[dict | None, str]:
@@ -76,8 +84,9 @@ class Snapshot:
     @property
     def broken(self) -> str:
         """Why the trainer would refuse the run's config.json (not JSON, or not a valid config by its own
-        validation), with a hint; "" when it would take it, or when there is none (a new run)."""
-        return self._train_config[1]
+        validation), or why its attempts.jsonl cannot be read, with a hint; "" when neither (or there is no config:
+        a new run)."""
+        return self._train_config[1] or self._history[1]
 
     @property
     def step_timeout(self) -> float:
