@@ -667,8 +667,10 @@ def test_a_live_job_submitted_with_other_resources_is_named_and_the_note_s_comma
     sweep = write_sweep(tmp_path, "limits", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
     queue = LocalQueue(tmp_path / "jobs")
     runs = [tmp_path / "jobs" / "limits" / n for n in ("nano-bp", "nano-zbp_n4")]
-    submit(sweep, "--max-parallel", "1")
-    try:
+    first = submit(sweep, "--max-parallel", "1").stdout
+    try:  # --max-parallel is the queue's, for every sweep under it: said where it is set
+        assert "local queue: at most 1 run at once, for every sweep under jobs, until a submit sets --max-parallel " \
+               "again" in first, first
         wait_until(lambda: last_step(runs[0]) >= 1, "the first run's steps", 120)
         assert [e.time_s for e in queue.entries()] == [1800.0, 1800.0]
         sweep.write_text(sweep.read_text().replace("time_min=30", "time_min=45").replace("max_timeouts=20",

@@ -634,7 +634,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="stay until every run has finished, showing progress; exit 1 if one did not complete")
     p.add_argument("--max-parallel", type=at_least(1), default=0, metavar="N",
-                   help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node)")
+                   help="local queue: runs at once (default: as many as the GPUs allow; 1 on a CPU-only node); "
+                        "the queue's setting, for every sweep under its jobs root, kept until a submit sets it again")
     p.add_argument("--retry", action="store_true",
                    help="submit failed runs again from their last checkpoint, with fresh requeue counts")
     p.add_argument("--apply-changes", action="store_true",

@@ -12,6 +12,7 @@ from zbpscale.jobs.sweep_checks import field_error
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import record
 from zbpscale.tables import plural
+from zbpscale.text import shown_path
 
 if TYPE_CHECKING:
     from zbpscale.jobs.sweep import PlannedRun, Sweep
@@ -76,6 +77,8 @@ class LocalExecutor(Executor):
         with queue.submit_lock():
             if max_parallel:
                 queue.set_max_parallel(max_parallel)
+                print(f"local queue: at most {plural(max_parallel, 'run')} at once, for every sweep under "
+                      f"{shown_path(queue.dir.parent)}, until a submit sets --max-parallel again")
             specs = []
             if prep:
                 cfg = prep_config(sweep)
