@@ -1096,4 +1096,14 @@ def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(t
         assert (mine["state"], mine["next"]) == ("broken", "leave") and exit_code(list(rows.values())) == 1
         assert mine["reason"] == f"{run / 'attempts.jsonl'} cannot be read (Is a directory) (hint: restore it as " \
                                  "the file of the run's attempts, one JSON line each)"
+        (tmp_path / "s.py").write_text(  # a submit of the sweep leaves the broken run alone, as the complete one
+            "from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm\n"
+            "SWEEP = Sweep(name='s', sizes=(Size(name='tiny', global_batch=8, tokens=8 * 256 * 40, resources="
+            "Resources(gpus_per_node=0, tasks_per_node=1, cpus_per_task=1)),), arms=(arm('bp'),), seeds=(0, 1), "
+            "data=Data(dir='data', source='embedded'))\n")
+        out = subprocess.run([sys.executable, "-m", "zbpscale.submit", "s.py", "--executor", "local"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "left alone: tiny-bp (broken), tiny-bp-s1 (complete)" in out.stdout, \
+            out.stdout + out.stderr
+        assert not (tmp_path / "jobs" / ".localq" / "entries").exists()  # nothing queued
     assert f"tiny  bp      0  {mine['state']}" in plain([("s", list(rows.values()))])  # the table is drawn

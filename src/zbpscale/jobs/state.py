@@ -216,9 +216,10 @@ def unheard_end(run: Snapshot, job: JobView) -> End | None:
 def record_unheard(run_dir: Path, job: JobView) -> History:
     """Record the unheard end, if any, in the run's attempts (submit, under the sweep's lock: the one writer of
     what the scheduler said), from a fresh look at the folder; the history with it."""
-    end = unheard_end(Snapshot(run_dir), job)
+    look = Snapshot(run_dir)
+    end = unheard_end(look, job)
     if end is None:
-        return History.read(run_dir)
+        return look.history  # empty where attempts.jsonl cannot be read: the run is broken (Snapshot.broken)
     record(run_dir, "end", **end)
     return History.read(run_dir)
 
