@@ -11,6 +11,7 @@ with the box of what the figure draws (inside it, and on one line where one line
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,36 @@ def test_the_figures_files_are_written(drawn):
     figures, _ = drawn
     names = {Path(p).name for p in figures.files}
     assert {f"{n}.{e}" for n in ("loss_curves", "gap_vs_scale", "nsr_c", "rho_k") for e in ("png", "pdf")} <= names
+
+
+def test_a_run_whose_every_loss_is_not_a_number_sets_no_axis_and_is_no_crash(tmp_path):
+    """A panel whose first run (bp, drawn first) stopped at a non-finite loss, its one eval nan, beside a ZBP run that
+    learned: plot and report failed ('Axis limits cannot be NaN or Inf': the axis took min() of a nan first). Now
+    the panel's y axis is the one the ZBP run alone gives (compared with a bundle of it alone), and summarize's best
+    val loss is the lowest number whatever the order of the evals."""
+    from zbpscale.results.summary import summarize
+
+    def bundle(folder: Path, with_nan: bool) -> Path:
+        rows = [row("tiny", "bp", math.nan, "failed", 0)] if with_nan else []
+        rows.append(row("tiny", "zbp_n16", 3.2, "complete", 0))
+        for r in rows:
+            (folder / "runs" / r["run"]).mkdir(parents=True)
+            losses = [math.nan] if r["arm"] == "bp" else [4.0, 3.5, 3.2]
+            text = "".join(json.dumps({"kind": "eval", "time": 0.0, "step": 15 * (i + 1) - 1, "tokens": 960 * (i + 1),
+                                       "val_loss": v}) + "\n" for i, v in enumerate(losses))
+            (folder / "runs" / r["run"] / "metrics.jsonl").write_text(text)
+        (folder / "summary.json").write_text(json.dumps({"sweep": "nan", "fields": FIELDS, "runs": rows}))
+        return folder
+
+    _, figs = plotted(bundle(tmp_path / "nan", True))
+    _, alone = plotted(bundle(tmp_path / "alone", False))
+    assert loss_panels(figs)["tiny"].get_ylim() == loss_panels(alone)["tiny"].get_ylim()
+
+    run = tmp_path / "jobs" / "nan" / "tiny-bp"
+    run.mkdir(parents=True)
+    for order in ([math.nan, 7.6, 7.1], [7.6, 7.1, math.nan]):
+        (run / "metrics.jsonl").write_text("".join(json.dumps({"kind": "eval", "time": float(i), "step": i,
+                                                               "tokens": 64 * (i + 1), "val_loss": v}) + "\n"
+                                                   for i, v in enumerate(order)))
+        summary = summarize(run, name="tiny-bp", size="tiny", arm="bp", seed=0, state=("failed", None))
+        assert summary.best_val_loss == 7.1

@@ -117,3 +117,22 @@ def test_a_ladder_too_short_names_why_it_has_no_check_and_no_loss_law():
     laws, why = loss_laws(rows)
     assert laws == {} and why["bp"] == ("bp: no loss law L(N) = E + A N^-alpha, it needs >= 4 sizes of complete "
                                         "runs (has 3)")
+
+
+def test_a_final_loss_that_is_not_a_number_is_no_loss_law_and_named():
+    """A ladder on L(N) = 2 + 50 N^-0.3, two seeds, five sizes: the law comes back; with one seed's run diverged (its
+    final val loss nan) the fit took it as a number and gave a law of nonsense (E 0.37, alpha 0.25: a helper's
+    bundle, 2026-12-06). Now that arm has no law, and its remark names the run; the other arm keeps its own."""
+    sizes = [("a1", 1e6), ("a2", 1e7), ("a3", 1e8), ("a4", 1e9), ("a5", 1e10)]
+    rows = [SimpleNamespace(run=f"{s}-{arm}-s{seed}", size=s, arm=arm, seed=seed, state="complete",
+                            final_val_loss=(2.0 + 50 * n ** -0.3) * (1.01 if arm == "zbp_n16" else 1.0) + 0.001 * seed,
+                            params_non_embedding=n)
+            for s, n in sizes for arm in ("bp", "zbp_n16") for seed in (0, 1)]
+    laws, why = loss_laws(rows)
+    assert why == {} and laws["bp"].alpha == pytest.approx(0.3, rel=0.02)
+    assert laws["bp"].E == pytest.approx(2.0, abs=0.01)
+    next(r for r in rows if r.run == "a3-bp-s1").final_val_loss = math.nan
+    laws, why = loss_laws(rows)
+    assert "bp" not in laws
+    assert why["bp"] == "bp: no loss law, a final val loss is not a finite number (seed 1 at a3: nan)"
+    assert laws["zbp_n16"].alpha == pytest.approx(0.3, rel=0.02)

@@ -50,6 +50,13 @@ def loss_laws(rows: list[RunSummary], field: str = "params_non_embedding"
             remarks[arm] = f"{arm}: no loss law, no seed is complete at every size"
             continue
         loss = {(getattr(r, field), r.seed): r.final_val_loss for r in done}
+        names = {getattr(r, field): r.size for r in done}
+        bad = [(s, n) for s in seeds for n in sizes if not math.isfinite(loss[(n, s)])]
+        if bad:  # a diverged run's loss (nan, inf) fitted as a number gave a law of nonsense; every one named
+            said = ", ".join(f"seed {s} at {names[n]}: {loss[(n, s)]}" for s, n in bad)
+            what = "a final val loss is" if len(bad) == 1 else f"{len(bad)} final val losses are"
+            remarks[arm] = f"{arm}: no loss law, {what} not a finite number ({said})"
+            continue
         laws[arm] = fit_loss_law(sizes, [[loss[(n, s)] for n in sizes] for s in seeds])
     return laws, remarks
 

@@ -276,18 +276,23 @@ def _robust_top(curves: Curves, arms: dict[str, list[RunSummary]]) -> float:
     for runs in arms.values():
         shared = set.intersection(*(set(curves[r.run]) for r in runs))
         if shared:
-            top = max(top, max(statistics.median(curves[r.run][t][1] for r in runs) for t in shared))
+            at = [[curves[r.run][t][1] for r in runs if math.isfinite(curves[r.run][t][1])] for t in shared]
+            top = max([top, *(statistics.median(losses) for losses in at if losses)])
         else:
-            top = max(top, max(loss for r in runs for _, loss in curves[r.run].values()))
+            top = max([top, *(loss for r in runs for _, loss in curves[r.run].values() if math.isfinite(loss))])
     return top
 
 
 def _clip(ax, size: str, curves: Curves, arms: dict[str, list[RunSummary]], colors: dict[str, str]) -> list[Clipped]:
     """Set the panel's y axis from the bulk of its data: from the lowest point to `_robust_top`, each with a
     margin of 5% of the span; mark each point above it as a ^ in its run's color at the top edge, the highest of
-    each run annotated with its run, value and tokens. Returns those points."""
+    each run annotated with its run, value and tokens. Returns those points. A loss that is not finite (a diverged
+    run's nan) is not drawn and sets nothing; a panel without a finite one keeps matplotlib's axis."""
     runs = [r for rs in arms.values() for r in rs]
-    low, top = min(loss for r in runs for _, loss in curves[r.run].values()), _robust_top(curves, arms)
+    finite = [loss for r in runs for _, loss in curves[r.run].values() if math.isfinite(loss)]
+    if not finite:
+        return []
+    low, top = min(finite), _robust_top(curves, arms)
     top = max(top, low + 1e-3)
     pad = 0.05 * (top - low)
     low, top = low - pad, top + pad

@@ -148,7 +148,8 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
         tokens=trains[-1]["tokens"] if trains else 0, tokens_total=derived.get("total_tokens"),
         final_val_loss=evals[-1]["val_loss"] if evals else None,
         final_val_tokens=evals[-1]["tokens"] if evals else None,
-        best_val_loss=min(e["val_loss"] for e in evals) if evals else None,
+        best_val_loss=min((e["val_loss"] for e in evals if not math.isnan(e["val_loss"])), default=math.nan)
+        if evals else None,  # the lowest number (min with a nan first gave nan); nan where every one is
         final_train_loss=trains[-1]["loss"] if trains else None, wall_time_s=round(spent.held_s, 3),
         gpu_hours=None if spent.gpu_hours is None else round(spent.gpu_hours, 6), attempts=len(starts),
         timeouts=history.count_ends("timeout"),
