@@ -275,3 +275,23 @@ def test_records_edited_to_hold_words_for_numbers_are_skipped_as_torn_lines_are(
     assert edited[0].final_val_loss == 6.8 and edited[0].final_train_loss == 6.9
     assert plot(tmp_path / "edited", log=lambda line: None).gap_points
     assert report(tmp_path / "edited", tmp_path / "edited.html", log=lambda line: None).is_file()
+
+
+def test_a_run_folder_whose_name_names_no_arm_goes_by_its_config(tmp_path):
+    """`tiny-rerun` (bp, seed 1, trained by hand) and `tiny-bp.old` (a copy of tiny-bp moved aside in the folder)
+    parse as `{size}-{arm}`: collect made them arms 'rerun' and 'bp.old' and compared each with bp as a ZBP arm (a
+    gap, a fit). Their configs say what they are: tiny-rerun is bp's seed 1; tiny-bp.old is tiny-bp again, which
+    collect refuses in one line (the study compares one)."""
+    sweep = tmp_path / "jobs" / "hand"
+    losses = ({0: 10.9, 15: 8.1, 47: 6.9}, {15: 7.6, 47: 6.8})
+    finished_run(sweep, "tiny-bp", *losses)
+    rerun = finished_run(sweep, "tiny-rerun", *losses)
+    config = json.loads((rerun / "config.json").read_text())
+    (rerun / "config.json").write_text(json.dumps({**config, "seed": 1}))
+    rows = collect(sweep, tmp_path / "out", log=lambda line: None)
+    assert {r.run: (r.size, r.arm, r.seed) for r in rows} == {"tiny-bp": ("tiny", "bp", 0),
+                                                              "tiny-rerun": ("tiny", "bp", 1)}
+    shutil.copytree(sweep / "tiny-bp", sweep / "tiny-bp.old")
+    with pytest.raises(ConfigError, match="runs tiny-bp, tiny-bp.old are each size tiny, arm bp, seed 0: the study "
+                                          "compares one"):
+        collect(sweep, tmp_path / "again", log=lambda line: None)

@@ -12,6 +12,7 @@ sweep's. A folder found on disk is named by its own records when its name is not
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import named
 from zbpscale.text import matches, patterns, runs_hint
-from zbpscale.zbp.config import arm_name
+from zbpscale.zbp.config import arm_name, arm_zbp_config
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,11 @@ def identity(folder: RunFolder) -> tuple[str, str, int]:
     """(size, arm, seed) of a run folder found on disk: from its name when it is `{size}-{arm}[-s{seed}]` (what a
     sweep names its runs), else from its own config.json (a run trained by hand into any folder): the size preset
     of its model's shape (else the folder's name), the arm of its estimator settings and its seed; without a
-    config the trainer would take, the folder's name is its size and its arm is ''."""
+    config the trainer would take, the folder's name is its size and its arm is ''. A name whose arm part names no
+    arm (`tiny-bp.old`, `tiny-rerun`: a run moved aside or trained by hand) goes by its config too: as an arm of its
+    own it was compared with bp as if it were a ZBP arm."""
     parsed = parse_run_name(folder.name)
-    if parsed:
+    if parsed and is_arm(parsed[1]):
         return parsed
     try:
         config = TrainConfig.from_dict(folder.read_config() or {})
@@ -82,6 +85,16 @@ def identity(folder: RunFolder) -> tuple[str, str, int]:
     size = next((name for name, preset in SIZES.items()  # a sweep's Size may set its own context length
                  if dataclasses.replace(preset, max_seq_len=shape.max_seq_len) == shape), folder.name)
     return size, arm_name(config.model.zbp), config.seed
+
+
+@functools.lru_cache(maxsize=256)
+def is_arm(name: str) -> bool:
+    """Whether `name` is an arm's name (zbp.arm_zbp_config's: bp, zbp_n16, zbp_n4_fwd, ...)."""
+    try:
+        arm_zbp_config(name)
+    except (ZbpError, ValueError, TypeError):
+        return False
+    return True
 
 
 def unplanned(sweep: Sweep, planned: set[str]) -> list[Run]:
