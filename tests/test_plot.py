@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -636,3 +637,20 @@ def test_a_run_moved_aside_leaves_the_bundle_its_twin_took(tmp_path):
     bundle = tmp_path / "results" / "twin"
     assert [r.run for r in Bundle(bundle).read_summary()] == ["nano-bp"] and not (bundle / "runs" / "rerun bp").exists()
     zbpscale("plot", "results/twin", cwd=tmp_path)
+
+
+def test_a_run_copy_deleted_from_the_bundle_is_said_not_left_to_change_the_gaps_silently(tmp_path):
+    """A ladder of two seeds whose mini-bp-s1 copy was deleted from runs/: its gap at mini and the fits went on with
+    one seed fewer, and the only note said there was no bp run of that seed with a validation loss (its row in
+    summary.json has one). Now a note names the missing copy and says to collect again; the gap points are those
+    of the bundle without that run's row (the same seeds left out)."""
+    rows = ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]])
+    bundle = write_bundle(tmp_path / "cut", rows)
+    shutil.rmtree(bundle / "runs" / "mini-bp-s1")
+    figures, _ = drawn_plot(None, rows, bundle)
+    assert (f"mini-bp-s1: its copy is missing from {bundle / 'runs'} though the summary has a val loss: not in the "
+            "curves, gaps or fits; collect the sweep again to restore them") in figures.notes, figures.notes
+    assert not any("no validation loss yet" in n for n in figures.notes)
+    without = [r for r in rows if r["run"] != "mini-bp-s1"]
+    reference, _ = drawn_plot(tmp_path / "without", without)
+    assert figures.gap_points == reference.gap_points

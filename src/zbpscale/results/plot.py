@@ -47,7 +47,7 @@ from zbpscale.results.summary import RunSummary, arm_order, same_run, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
 from zbpscale.run.folder import parse_run_name
 from zbpscale.run.records import BlockRow, by_kind, read_records
-from zbpscale.tables import seed_count
+from zbpscale.tables import named, seed_count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -645,7 +645,12 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
         notes.append("N is the total parameter count: this bundle's summary has no non-embedding count")
     colors = _colors(r.arm for r in rows)
     curves = val_curves(bundle, rows)
-    skipped = [r for r in rows if not curves[r.run]]
+    lost = [r.run for r in rows if r.final_val_loss is not None and not Bundle(bundle).run(r.run).metrics.exists()]
+    if lost:  # deleted from the bundle by hand: its gaps and fits change, and the notes below would not say why
+        notes.append(f"{named(lost)}: {'its copy is' if len(lost) == 1 else 'their copies are'} missing from "
+                     f"{Bundle(bundle).runs} though the summary has a val loss: not in the curves, gaps or fits; "
+                     "collect the sweep again to restore them")
+    skipped = [r for r in rows if not curves[r.run] and r.run not in lost]
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r.run} ({r.state})" for r in skipped))
