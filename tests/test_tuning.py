@@ -394,8 +394,9 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
     for (size, arm), choice in tuned.choices.items():  # the table's choice is the one the final runs trained at
         assert f"| {size} | {arm} | {choice.lrs} lrs | {lr_text(choice.lr)} |" in table
         assert finals[f"{size}-{arm}"].lr == choice.lr
+    grid = sorted(r.name for r in runs if r.role == "tuning")  # the grid runs the sweep file plans
     assert json.loads((bundle / "summary.json").read_text())["tune"] == {"sizes": ["nano", "micro"], "check": [],
-                                                                          "near": 3e-3}
+                                                                          "near": 3e-3, "grid": grid}
     for arm, law in tuned.laws.items():  # and its law the one tiny's final runs took their lr from
         assert f"{arm} {law.words().removeprefix('lr law ')}" in unwrapped(table)
     # #56: the report of the sweep file (its bundle, brought up to date first) has the lr section and its figure
@@ -478,6 +479,36 @@ def test_a_loss_not_finite_answers_lr_too_high_and_a_grid_not_all_answered_choos
     assert t.waiting == {("a", "zbp_n4"): ("a-zbp_n4-lr2e-3", "a-zbp_n4-lr4e-3")}
     text = lr_markdown(t, [])
     assert "| a | zbp_n4 | waits for 2 runs | | | | |  |" in text and "within 5e-1 of the best" in text, text
+
+
+def test_grid_runs_the_sweep_file_no_longer_plans_are_left_out_of_the_bundle_s_choice_as_the_planner_leaves_them(
+        tmp_path):
+    """A grid narrowed after all its runs answered (Tune.grid, extend): the planner chose among the runs it plans,
+    the bundle among every grid run it held, so the table, claims and report gave another best lr and law than the
+    one the final runs trained at (a helper's sweep, 2026-12-06). With the grid runs collect names (summary.json's
+    tune.grid), the bundle's choices are those of the planned runs alone (compared with a bundle without the
+    others); plot says which it left out."""
+    from zbpscale.results.lr import tuning_of
+
+    rows = [row(f"{size}-bp-lr{lr:g}", size, "bp", lr, loss, params=n)
+            for size, n, losses in (("a", 10**5, (3.30, 3.20, 3.25, 3.10)), ("b", 10**6, (3.00, 2.90, 2.95, 2.80)))
+            for lr, loss in zip((1e-3, 2e-3, 4e-3, 1.6e-2), losses)]  # 1.6e-2: best, no longer planned
+    planned = [r for r in rows if r.lr != 1.6e-2]
+    tune = {"sizes": ["a", "b"], "check": [], "near": 3e-3, "grid": [r.run for r in planned]}
+    t, reference = tuning_of(rows, tune=tune), tuning_of(planned, tune={**tune, "grid": None})
+    assert {k: c.lr for k, c in t.choices.items()} == {("a", "bp"): 2e-3, ("b", "bp"): 2e-3}
+    assert t.choices == reference.choices and t.laws == reference.laws and t.losses == reference.losses
+    assert tuning_of(rows, tune={**tune, "grid": None}).choices[("a", "bp")].lr == 1.6e-2  # an older bundle: as it was
+    from zbpscale.results.plot import draw
+    from zbpscale.results.summary import FIELDS
+
+    bundle = tmp_path / "bundle"
+    (bundle / "runs").mkdir(parents=True)
+    (bundle / "summary.json").write_text(json.dumps({"sweep": "t", "fields": list(FIELDS), "tune": tune,
+                                                     "runs": [dataclasses.asdict(r) for r in rows]}))
+    notes = draw(bundle, bundle / "figures", formats=("png",)).notes
+    assert "grid runs the sweep file no longer plans, left out of the lr choices and law as the planner leaves " \
+           "them: a-bp-lr0.016, b-bp-lr0.016" in notes, notes
 
 
 def test_the_bundle_s_lr_law_is_the_one_the_final_runs_took_theirs_from(tmp_path):

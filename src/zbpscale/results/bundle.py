@@ -69,8 +69,9 @@ class Bundle:
 
     def read_tune(self) -> dict | None:
         """summary.json's `tune` ({"sizes": the sizes the sweep fitted its lr law on, "check": those it checked it
-        at, "near": its near-best margin (absent before 2026-12-06)}); None for a sweep that does not tune, or a
-        bundle collected before 2026-12-05."""
+        at, "near": its near-best margin (absent before 2026-12-06), "grid": the names of the grid runs its sweep file
+        planned when collected (absent before 2026-12-06, and in a bundle collected from a folder)}); None for a
+        sweep that does not tune, or a bundle collected before 2026-12-05."""
         tune = self._summary().get("tune")
         return tune if isinstance(tune, dict) else None
 

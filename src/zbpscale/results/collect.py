@@ -169,6 +169,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         rows, kept_tune = {}, None
     sweep_file = next((s.planned.sweep for s in sources if s.planned is not None), None)
     tune = tuned_sizes(sweep_file) if sweep_file is not None else kept_tune  # collected from its folder: as it was
+    if sweep_file is not None and tune is not None:  # the grid runs it plans now: a grid narrowed leaves some out
+        tune["grid"] = sorted(s.name for s in sources if s.planned is not None and s.planned.role == "tuning")
     changed, summaries = [], {}
     for src in sources:
         config = src.planned.train_config().to_dict() if src.planned else None

@@ -73,10 +73,15 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", tune:
               ) -> Tuning | None:
     """The bundle's tuning (None when it has no grid run that answered); `tune`: the sweep's tuned and checked
     sizes and its near-best margin ({"sizes": [...], "check": [...], "near": 3e-3}, summary.json's `tune`), None in
-    a bundle that does not name them. A size and arm whose grid has a run that has not answered has no choice."""
+    a bundle that does not name them. A size and arm whose grid has a run that has not answered has no choice. Where
+    `tune` names the grid runs the sweep file plans (its `grid`, since 2026-12-06), the others (a grid narrowed after
+    they ran) are left out, as the planner leaves them: the bundle's choices and law are the final runs'."""
     from zbpscale.jobs.sweep import round_lr
     from zbpscale.jobs.tuning import best_lr, lr_laws
 
+    if tune is not None and isinstance(tune.get("grid"), list):
+        planned = set(tune["grid"])
+        rows = [r for r in rows if r.role != "tuning" or r.run in planned]
     losses, waiting = grid_answers(rows)
     if not losses:
         return None

@@ -679,7 +679,11 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
     if not rho_files:
         notes.append("no rho_k figure: no run has a diag record yet" + _diag_hint(rows))
     law_field = "params_non_embedding" if all(r.params_non_embedding is not None for r in grid + rows) else field
-    tuned = tuning_of(grid + rows, law_field, tune=Bundle(bundle).read_tune())  # N as the sweep fitted its law
+    tune = Bundle(bundle).read_tune()
+    tuned = tuning_of(grid + rows, law_field, tune=tune)  # N as the sweep fitted its law
+    if unplanned := [r.run for r in grid if r.run not in (tune or {}).get("grid", [r.run])]:
+        notes.append(f"grid runs the sweep file no longer plans, left out of the lr choices and law as the planner "
+                     f"leaves them: {named(unplanned)}")
     lr_files = plot_lr_sensitivity(tuned, out, formats=formats) if tuned else []
     if grid and not tuned:
         notes.append("no lr figure: no grid run has answered yet")
