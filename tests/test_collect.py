@@ -295,3 +295,24 @@ def test_a_run_folder_whose_name_names_no_arm_goes_by_its_config(tmp_path):
     with pytest.raises(ConfigError, match="runs tiny-bp, tiny-bp.old are each size tiny, arm bp, seed 0: the study "
                                           "compares one"):
         collect(sweep, tmp_path / "again", log=lambda line: None)
+
+
+def test_two_studies_of_one_sweep_name_are_not_mixed_in_one_bundle(tmp_path):
+    """Study A (tiny, mini) collected into a bundle, then study B of the same sweep name (a copy of the project,
+    tiny only, other losses) collected into the same folder: the bundle held B's tiny rows beside A's mini rows, its
+    manifest naming B alone. Refused in one line while A's runs are there; a project moved (A's folder gone) is
+    collected into its bundle as before."""
+    losses = ({0: 10.9, 15: 8.1, 47: 6.9}, {15: 7.6, 47: 6.8})
+    for study, sizes in (("A", ("tiny", "mini")), ("B", ("tiny",))):
+        for size in sizes:
+            finished_run(tmp_path / study / "jobs" / "smoke", f"{size}-bp", *losses)
+    out = tmp_path / "results" / "smoke"
+    collect(tmp_path / "A" / "jobs" / "smoke", out, log=lambda line: None)
+    with pytest.raises(ConfigError, match=f"{out} holds the runs of {tmp_path / 'A' / 'jobs' / 'smoke'}; "
+                                          f"{tmp_path / 'B' / 'jobs' / 'smoke'} is another folder of runs of sweep "
+                                          "'smoke'"):
+        collect(tmp_path / "B" / "jobs" / "smoke", out, log=lambda line: None)
+    assert json.loads((out / "manifest.json").read_text())["runs_at"] == "../../A/jobs/smoke"  # no machine's path
+    shutil.move(tmp_path / "A", tmp_path / "A-moved")
+    rows = collect(tmp_path / "A-moved" / "jobs" / "smoke", out, log=lambda line: None)
+    assert {r.run for r in rows} == {"tiny-bp", "mini-bp"}

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -161,6 +162,11 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     if old_manifest and old_manifest.get("sweep") != name:
         raise ConfigError(f"{bundle.path} holds sweep {old_manifest.get('sweep')!r}, not {name!r}",
                           hint="collect each sweep into its own results/<tag>")
+    other = (bundle.path.resolve() / str((old_manifest or {}).get("runs_at") or runs_at)).resolve()
+    if other != runs_at and other.is_dir() and runs_at.is_dir():  # two studies of one sweep name: not mixed
+        raise ConfigError(f"{bundle.path} holds the runs of {other}; {runs_at} is another folder of runs of sweep "
+                          f"{name!r}: collected into one bundle, their rows would mix",
+                          hint=f"give --out a folder of its own, or delete {bundle.path} to collect it anew")
     try:
         rows = {r.run: r for r in bundle.read_summary()} if bundle.summary_json.exists() else {}
         kept_tune = bundle.read_tune() if bundle.summary_json.exists() else None
@@ -208,6 +214,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     files = {str(p.relative_to(bundle.path)): file_entry(p) for p in sorted(bundle.runs.rglob("*"))
              if p.is_file() and not p.name.startswith(".")} if bundle.runs.is_dir() else {}
     manifest = {"format": FORMAT, "version": VERSION, "sweep": name, "source": str(sweep),
+                "runs_at": os.path.relpath(runs_at, bundle.path.resolve()),  # from the bundle: no machine's path
                 "with_ckpt": bool(ckpt_patterns) or bool((old_manifest or {}).get("with_ckpt")),
                 "runs": {r.run: r.state for r in ordered}, "files": files}
     if old_manifest is None or {k: v for k, v in old_manifest.items() if k != "collected"} != manifest:
