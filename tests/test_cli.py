@@ -749,6 +749,17 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     bundle = tmp_path / "results" / "results"
     whole = (bundle / "summary.json").read_bytes()
     capsys.readouterr()
+    said = one_line("plot", bundle / "runs")  # its hint was to collect them, which is refused: the bundle's copies
+    assert f"is the runs folder of the collected results folder {bundle} (hint: give the results folder" in said
+    assert "does not exist" in one_line("plot", tmp_path / "nowhere")
+    frozen = tmp_path / "frozen-bundle"  # a bundle this process cannot write in: a traceback (EROFS, EPERM)
+    shutil.copytree(bundle, frozen)
+    if subprocess.run(["chattr", "+i", str(frozen)], capture_output=True).returncode == 0:
+        try:
+            assert f"cannot write table.md and the figures into {frozen}: {frozen}: Operation not permitted" in \
+                one_line("plot", frozen)
+        finally:
+            subprocess.run(["chattr", "-i", str(frozen)], check=True)
     assert "is a folder" in one_line("report", bundle, "-o", tmp_path)
     for kept in (results_sweep, bundle / "summary.json"):  # only a page report wrote is written over
         before = kept.read_bytes()

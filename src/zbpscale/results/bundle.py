@@ -103,6 +103,11 @@ class Bundle:
             raise ConfigError(f"{self.path} is a run's folder, not a collected results folder",
                               hint=f"collect its sweep first: zbpscale collect {self.path.parent} (into "
                                    f"{default_out(self.path.parent)}), then give that folder")
+        if self.path.name == "runs" and Bundle(self.path.parent).manifest.is_file():  # the bundle's own copies
+            raise ConfigError(f"{self.path} is the runs folder of the collected results folder {self.path.parent}",
+                              hint=f"give the results folder: {self.path.parent}")
+        if not self.path.exists():
+            raise ConfigError(f"{self.path} does not exist", hint="give a collected results folder (results/<sweep>)")
         if any(RunFolder.is_run(p) for p in _folders(self.path)):
             raise ConfigError(f"{self.path} holds runs, not a collected results folder",
                               hint=f"collect them first: zbpscale collect {self.path} (into "

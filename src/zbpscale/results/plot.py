@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.errors import ConfigError
+from zbpscale.files import unwritable
 from zbpscale.results.bundle import Bundle
 from zbpscale.results.claims import Study, claims_markdown, fits_markdown, study
 from zbpscale.results.fit import LEVEL, PowerLaw
@@ -602,6 +603,11 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     """Write table.md, claims.md and the figures of `bundle`; returns what was drawn. params: what N is on the
     scale axes and in the fit, 'non-embedding' or 'total' (`PARAMS`)."""
     bundle = Path(bundle)
+    Bundle(bundle).require(Bundle(bundle).summary_json)
+    for folder in (bundle, Bundle(bundle).figures):  # a colleague's bundle, a read-only mount: one line
+        if (why := unwritable(folder)) is not None:
+            raise ConfigError(f"cannot write table.md and the figures into {bundle}: {why}",
+                              hint="copy the bundle to a folder you can write (cp -r), and plot the copy")
     drawn = draw(bundle, Bundle(bundle).figures, params=params)
     files, notes, rows, tuned, found = list(drawn.files), drawn.notes, list(drawn.rows), drawn.tuning, drawn.study
     for name in FIGURES:  # a figure an earlier plot drew and this one does not (its runs left the bundle): removed,
