@@ -316,3 +316,18 @@ def test_two_studies_of_one_sweep_name_are_not_mixed_in_one_bundle(tmp_path):
     shutil.move(tmp_path / "A", tmp_path / "A-moved")
     rows = collect(tmp_path / "A-moved" / "jobs" / "smoke", out, log=lambda line: None)
     assert {r.run for r in rows} == {"tiny-bp", "mini-bp"}
+
+
+def test_a_run_folder_deleted_since_the_last_collect_is_said_when_its_copy_is_kept(tmp_path):
+    """Collected from its folder, then one run folder deleted: collect said 'no run changed' and kept its row and
+    copy without a word (collecting from the sweep file says it). It says which it keeps, and keeps it."""
+    losses = ({0: 10.9, 15: 8.1, 47: 6.9}, {15: 7.6, 47: 6.8})
+    sweep = tmp_path / "jobs" / "lad"
+    for name in ("tiny-bp", "mini-bp"):
+        finished_run(sweep, name, *losses)
+    collect(sweep, tmp_path / "out", log=lambda line: None)
+    shutil.rmtree(sweep / "mini-bp")
+    lines = []
+    rows = collect(sweep, tmp_path / "out", log=lines.append)
+    assert {r.run for r in rows} == {"tiny-bp", "mini-bp"}
+    assert f"mini-bp: no run folder in {sweep}; keeping the copy collected before" in lines, lines

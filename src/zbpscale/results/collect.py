@@ -206,6 +206,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         del rows[gone]
         shutil.rmtree(bundle.run(gone).path, ignore_errors=True)
         log(f"{gone}: left out of the bundle, where an earlier collect put it: {why}")
+    for kept in (n for n in rows if n not in summaries):  # its folder deleted or moved since: said, as a planned one
+        log(f"{kept}: no run folder in {runs_at}; keeping the copy collected before")
     ordered = sorted(rows.values(), key=sort_key)
     summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered],
                **({"tune": tune} if tune else {})}
