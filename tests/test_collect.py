@@ -331,3 +331,25 @@ def test_a_run_folder_deleted_since_the_last_collect_is_said_when_its_copy_is_ke
     rows = collect(sweep, tmp_path / "out", log=lines.append)
     assert {r.run for r in rows} == {"tiny-bp", "mini-bp"}
     assert f"mini-bp: no run folder in {sweep}; keeping the copy collected before" in lines, lines
+
+
+def test_the_commands_and_the_page_s_address_it_prints_hold_a_path_with_a_space_as_typed(tmp_path):
+    """A study in 'réal run/': collect's next: line printed the bundle's path bare (pasted, the shell split it) and
+    report printed file:// with the space and the é as they are (not an address). The next: line now splits, as a
+    shell splits it, into the commands with the bundle's path whole; the address is the page's file URL."""
+    import shlex
+    from urllib.parse import unquote, urlparse
+
+    from zbpscale.results.report import report
+
+    sweep = tmp_path / "réal run" / "jobs" / "lad"
+    finished_run(sweep, "tiny-bp", {0: 10.9, 15: 8.1, 47: 6.9}, {15: 7.6, 47: 6.8})
+    out, lines = tmp_path / "réal run" / "out dir", []
+    collect(sweep, out, log=lines.append)
+    (line,) = [line for line in lines if line.startswith("next: ")]
+    words = shlex.split(line.removeprefix("next: "))
+    assert words[:3] == ["zbpscale", "plot", str(out)] and str(out) in words, words
+    said = []
+    page = report(out, out / "rép.html", log=said.append)
+    (url,) = [w.rstrip(")") for line in said for w in line.split("(") if w.startswith("file:")]
+    assert urlparse(url).scheme == "file" and unquote(urlparse(url).path) == str(page.resolve()), url

@@ -67,12 +67,15 @@ def did_you_mean(word: str, known: Iterable[str], *, say: Callable[[str], str] =
 
 
 def shown_path(path) -> str:
-    """A path as the user would type it in a command: relative to the current folder where it lies below it."""
+    """A path as the user would type it in a command: relative to the current folder where it lies below it, quoted
+    where the shell would split or expand it (a space, a quote, a letter beyond ASCII), so that a line pasted runs."""
+    import shlex
+
     path = Path(path).absolute()
     try:
-        return str(path.relative_to(Path.cwd()))
+        return shlex.quote(str(path.relative_to(Path.cwd())))
     except ValueError:
-        return str(path)
+        return shlex.quote(str(path))
 
 
 # ------------------------------------------------------------------------------------------------ --help

@@ -18,7 +18,6 @@ a sweep's `Size(name=..., model="configs/model/s124.yaml")` once edited into a s
 from __future__ import annotations
 
 import argparse
-import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -115,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {shown_path(path)}")
     for path in kept:
         print(f"kept {shown_path(path)} (already there: not overwritten)")
-    folder = shlex.quote(str(shown_path(Path(args.folder))))  # a path with a space, pasted as it is printed
+    folder = shown_path(Path(args.folder))  # a path with a space quoted, pasted as it is printed
     where = "" if Path(args.folder).resolve() == Path.cwd() else f"cd {folder} && "
     print(f"next: {where}python -m zbpscale.submit sweeps/smoke.py --wait   # about 40 s on CPU")
     return 0

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -617,7 +618,8 @@ def results_table(sweep: Sweep, runs: list[PlannedRun], path: str) -> list[str]:
                      "tokens": fmt_tokens(s.tokens), "wall time": age(s.wall_time_s)})
     lines = plain_lines(["run", "val loss", "tokens", "wall time"], rows, {"run"})
     out = default_out(sweep.jobs_dir)
-    commands = [f"zbpscale collect {path}", f"zbpscale plot {shown_path(out)}", f"zbpscale report {shown_path(out)}"]
+    commands = [f"zbpscale collect {shlex.quote(path)}", f"zbpscale plot {shown_path(out)}",
+                f"zbpscale report {shown_path(out)}"]
     pad = max(map(len, commands)) + 3
     return lines + [f"next: {commands[0]:<{pad}}# results bundle in {shown_path(out)}",
                     f"      {commands[1]:<{pad}}# its figures and table.md",

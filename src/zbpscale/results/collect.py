@@ -29,7 +29,7 @@ from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_
 from zbpscale.results.summary import FIELDS, RunSummary, same_run, sort_key, summarize
 from zbpscale.run.folder import RunFolder
 from zbpscale.tables import named, plural, seed_count
-from zbpscale.text import matches, patterns, select
+from zbpscale.text import matches, patterns, select, shown_path
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -233,7 +233,8 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     for r in ordered:
         if r.diverged:  # before anyone reads a figure whose axis it stretches
             log(f"note: {r.run} diverged: {r.diverged}")
-    log(f"next: zbpscale plot {bundle.path} (table and figures); zbpscale report {bundle.path} (one HTML page)")
+    where = shown_path(bundle.path)  # as it is typed: quoted where it holds a space
+    log(f"next: zbpscale plot {where} (table and figures); zbpscale report {where} (one HTML page)")
     return ordered
 
 

@@ -106,7 +106,7 @@ def report(target: str | Path, out: str | Path | None = None, *, params: str = "
     page = render(bundle, every, drawn, svgs, command)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page)
-    log(f"wrote {out} ({len(page.encode()) / 1e6:.2f} MB): open it in a browser (file://{out.resolve()})")
+    log(f"wrote {out} ({len(page.encode()) / 1e6:.2f} MB): open it in a browser ({out.resolve().as_uri()})")
     return out
 
 
