@@ -71,9 +71,15 @@ def line_of(path: Path, text: str) -> int:
 
 # ------------------------------------------------------------------------------------------ the grid at load
 @pytest.mark.parametrize("change, keyword, words", [
-    (dict(grid="(1,)"), "grid=", "Tune.grid must be two or more distinct numbers > 0, got (1,)"),
-    (dict(grid="(0.5, -1, 2)"), "grid=", "Tune.grid must be two or more distinct numbers > 0"),
-    (dict(grid="{'bp': (0.5, 1), 'zbp_n4': (1, 1)}"), "grid=", "Tune.grid['zbp_n4'] must be two or more distinct"),
+    (dict(grid="(1,)"), "grid=", "Tune.grid must be two or more numbers > 0, distinct at 3 significant digits (a "
+                                 "grid run's name writes its lr so), got (1,)"),
+    (dict(grid="(0.5, -1, 2)"), "grid=", "Tune.grid must be two or more numbers > 0, distinct"),
+    (dict(grid="{'bp': (0.5, 1), 'zbp_n4': (1, 1)}"), "grid=", "Tune.grid['zbp_n4'] must be two or more numbers"),
+    (dict(grid="(1.0, 1.0001, 2)"), "grid=", "Tune.grid must be two or more numbers > 0, distinct at 3 significant "
+                                             "digits (a grid run's name writes its lr so), got (1.0, 1.0001, 2)"),
+    (dict(grid="(0.999, 1, 2)"), "grid=", "Tune.grid gives nano-bp the lrs 4e-3, 4e-3, 8e-3: two name one grid run"),
+    (dict(grid="(0.5, 1, 2), check_grid=(0.5, 0.50001, 1.0)"), "check_grid=",
+     "Tune.check_grid must be two or more numbers > 0, distinct at 3 significant digits"),
     (dict(grid="{'bp': (0.5, 1)}"), "grid=", "Tune.grid gives no grid for arm(s) zbp_n4"),
     (dict(grid="{'bp': (0.5, 1), 'zbp_n8': (1, 2)}"), "grid=", "Tune.grid names arm 'zbp_n8', not an arm"),
     (dict(budget=0), "budget=", "Tune.budget must be a number in (0, 1]"),
@@ -89,6 +95,14 @@ def test_a_bad_grid_is_one_error_at_its_line_of_the_sweep_file(tmp_path, change,
         load_sweep(path)
     message = str(err.value.args[0])
     assert message.startswith(f"{path}:{line_of(path, keyword)}: ") and words in message, message
+
+
+def test_a_check_of_a_sweep_that_tunes_every_size_hints_what_to_do(tmp_path):
+    """Every size tuned and Tune.check naming one: the hint listed the sizes the law transfers to, none ('check the
+    sizes the lr law transfers to: ')."""
+    with pytest.raises(ConfigError) as err:
+        load_sweep(write(tmp_path, sizes=("nano", "micro", "tiny"), check=("micro",)))
+    assert err.value.hint == "Tune.sizes tunes every size: no lr law transfers to one, so leave Tune.check empty"
 
 
 def test_tuned_sizes_of_one_shape_leave_no_law_and_are_refused_at_load(tmp_path):

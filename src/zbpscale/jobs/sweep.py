@@ -312,10 +312,11 @@ class Tune:
         grids = self.grid.items() if isinstance(self.grid, Mapping) else [(None, self.grid)]
         for name, grid in grids:
             if isinstance(grid, bool) or not (isinstance(grid, (tuple, list)) and len(grid) >= 2 and all(
-                    is_number(v) and v > 0 for v in grid) and len(set(grid)) == len(grid)):
+                    is_number(v) and v > 0 for v in grid) and _distinct(grid)):
                 where = f"[{name!r}]" if name is not None else ""
-                raise field_error("Tune", "grid", f"Tune.grid{where} must be two or more distinct numbers > 0, "
-                                  f"got {grid!r}", hint="e.g. grid=(0.25, 0.5, 1, 2, 4): multipliers of the size's lr")
+                raise field_error("Tune", "grid", f"Tune.grid{where} must be two or more numbers > 0, distinct at 3 "
+                                  f"significant digits (a grid run's name writes its lr so), got {grid!r}",
+                                  hint="e.g. grid=(0.25, 0.5, 1, 2, 4): multipliers of the size's lr")
         object.__setattr__(self, "grid", tuple((n, tuple(sorted(g))) for n, g in grids) if isinstance(
             self.grid, Mapping) else tuple(sorted(self.grid)))
         if not isinstance(self.relative, bool):
@@ -335,13 +336,19 @@ class Tune:
         object.__setattr__(self, "check", tuple(self.check))
         need("Tune", "Tune.", "check_grid", self.check_grid, isinstance(self.check_grid, (tuple, list))
              and len(self.check_grid) >= 2 and all(is_number(v) and v > 0 for v in self.check_grid)
-             and len(set(self.check_grid)) == len(self.check_grid), "two or more distinct numbers > 0")
+             and _distinct(self.check_grid), "two or more numbers > 0, distinct at 3 significant digits (a grid "
+             "run's name writes its lr so)")
         object.__setattr__(self, "check_grid", tuple(sorted(self.check_grid)))
 
     def lrs(self, arm: str, base: float) -> tuple[float, ...]:
         """The grid of `arm` for a size whose lr without tuning is `base`, as lrs, smallest first."""
         grid = dict(self.grid)[arm] if self.grid and isinstance(self.grid[0], tuple) else self.grid
         return tuple(round_lr(v * base) if self.relative else float(v) for v in grid)
+
+
+def _distinct(values) -> bool:
+    """Whether numbers stay distinct at 3 significant digits (`round_lr`: 0.5 and 0.50001 name one grid run)."""
+    return len({round_lr(v) for v in values}) == len(values)
 
 
 def round_lr(lr: float) -> float:
@@ -510,10 +517,18 @@ def tune_problem(sweep: Sweep) -> None:
                               hint="a mapping names every arm of the sweep, or give one grid for all")
     for name in tune.check:
         if name not in sizes or name in tune.sizes:
+            left = [s for s in sizes if s not in tune.sizes]
             raise field_error("Tune", "check", f"Tune.check names {name!r}, " + (
                 "a size Tune.sizes tunes already" if name in tune.sizes else f"not a size of sweep {sweep.name!r}"),
-                hint="check the sizes the lr law transfers to: " + ", ".join(s for s in sizes
-                                                                              if s not in tune.sizes))
+                hint=f"check the sizes the lr law transfers to: {', '.join(left)}" if left else
+                "Tune.sizes tunes every size: no lr law transfers to one, so leave Tune.check empty")
+    for size in (s for s in sweep.sizes if s.name in tune.sizes):  # multipliers of a size's lr that round alike
+        for arm in sweep.arms:
+            lrs = tune.lrs(arm.name, PlannedRun(sweep, size, arm, 0).base_lr)
+            if len(set(lrs)) < len(lrs):
+                raise field_error("Tune", "grid", f"Tune.grid gives {size.name}-{arm.name} the lrs "
+                                  f"{', '.join(lr_text(lr) for lr in lrs)}: two name one grid run (3 significant "
+                                  "digits)", hint="space the grid's values further apart")
     left = [s for s in sizes if s not in tune.sizes]
     counts = {s.params_non_embedding for s in sweep.sizes if s.name in tune.sizes}
     if left and len(set(tune.sizes)) < 2:
