@@ -379,6 +379,8 @@ def test_a_tuning_sweep_through_the_local_queue(tmp_path, data_dir):
         config = json.loads(folder.config.read_text())
         assert config["lr"] == run.lr, (run.name, config["lr"], run.lr)
         assert [a["event"] for a in read_attempts(run.run_dir)][0] == "submitted"
+    table = out.stdout.split(re.search(r"all \d+ runs complete", out.stdout)[0])[1]  # what --wait ends with
+    assert all(re.search(rf"^{re.escape(r.name)} ", table, re.M) for r in runs), table  # grid steps it added too
     finals = {r.name: r for r in runs if r.role == "final"}
     losses = {r.name: tuning.final_loss(r) for r in runs if r.role == "tuning"}
     for arm in ("bp", "zbp_n4"):
@@ -555,6 +557,26 @@ def test_the_bundle_s_lr_law_is_the_one_the_final_runs_took_theirs_from(tmp_path
     older = tuning_of(rows)  # a bundle collected before summary.json named the tuned sizes
     assert older.laws["bp"].sizes == 3 and older.laws["bp"].b != tuned.laws["bp"].b and not older.checks
     assert "this bundle does not name the sweep's tuned sizes: collect it again" in lr_markdown(older, [])
+
+
+@pytest.mark.slow
+def test_submit_wait_of_a_final_run_waits_for_its_grid_submitted_apart(tmp_path, data_dir):
+    """The grid submitted alone (--only), then `submit --only nano-bp --wait` at once: it ended at once with 'not
+    complete: nano-bp ... which did not answer' while the grid runs were queued. It waits for them, submits the
+    final run once its lr is known, at that lr, and ends complete."""
+    path = write(tmp_path, sizes=("nano",), rungs=("nano",), data=str(data_dir), extend=0, steps=4)
+    command = [sys.executable, "-m", "zbpscale.submit", str(path), "--executor", "local"]
+    grid = subprocess.run(command + ["--only", "nano-bp-lr*"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert grid.returncode == 0, grid.stdout + grid.stderr
+    out = subprocess.run(command + ["--only", "nano-bp", "--wait"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0 and "all 1 run complete" in out.stdout, out.stdout + out.stderr
+    assert "tuning: the lr of nano-bp is known: submitting" in out.stdout, out.stdout
+    runs, tuned = tuning.planned(load_sweep(path))
+    final = next(r for r in runs if r.name == "nano-bp")
+    assert RunFolder(final.run_dir).complete.exists() and final.lr == tuned.choices["nano", "bp"].lr
+    assert json.loads(RunFolder(final.run_dir).config.read_text())["lr"] == final.lr
 
 
 @pytest.mark.slurm

@@ -539,6 +539,13 @@ def _fold(head: str, items: list[str], width: int) -> list[str]:
     return lines + [line]
 
 
+def waited_on(sweep: Sweep, runs: list[PlannedRun]) -> list[PlannedRun]:
+    """The grid runs outside `runs` (not selected: --only) that a selected final run's lr waits for: while one of
+    them is live, `wait_for` waits for it, then submits the final run."""
+    names = {n for r in runs for n in r.waits_for} - {r.name for r in runs}
+    return [r for r in tuning.planned(sweep)[0] if r.name in names] if names else []
+
+
 def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: float = 2.0, every_s: float = 300.0,
              poller: Poller | None = None, width: int = 80, held: list[PlannedRun] = (),
              actions: dict[str, str] | None = None, replan=None) -> bool:
@@ -548,18 +555,23 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
     least every `every_s`, and a line for each run that fails; True if all completed. The runs a submit limit
     `held` back are submitted as the sweep's jobs end (or, when none of them ended, every 10 poll_s). `replan`
     (a tuning sweep: the selected runs as tuning.planned gives them now) is asked each time a run completes or
-    fails: the final runs whose lr is now known, and a grid step beyond an edge, are submitted then."""
+    fails: the final runs whose lr is now known, and a grid step beyond an edge, are submitted then (not a run
+    complete or live already); grid runs a selected final run waits for that --only left out are waited for while
+    their jobs are live (`waited_on`)."""
     poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
     shown, shown_at, told, settled = None, 0.0, set(), None
     held, live_at_try, tried_at = list(held), None, time.time()
     while True:
-        decided, _ = look(sweep, runs, poller=poller)
+        others = waited_on(sweep, runs) if replan is not None else []  # grid runs --only left out, one look
+        decided, _ = look(sweep, runs + others, poller=poller)
         states = {r.name: decided[r.name].state for r in runs}
-        done = {name for name, now in states.items() if now.state in ("complete", "failed")}
+        upstream = [decided[r.name] for r in others]
+        done = {r.name for r in [*runs, *others] if decided[r.name].state.state in ("complete", "failed")}
         if replan is not None and done != settled:
             settled, before = done, {r.name: r for r in runs}
             runs = replan()
-            ready = [r for r in runs if not r.waits_for and (r.name not in before or before[r.name].waits_for)]
+            ready = [r for r in runs if not r.waits_for and (r.name not in before or before[r.name].waits_for)
+                     and not (r.name in states and (states[r.name].state == "complete" or decided[r.name].job.live))]
             if ready:
                 finals = [r.name for r in ready if r.role == "final"]
                 grown = [r.name for r in ready if r.role == "tuning"]
@@ -589,8 +601,8 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
             if len(held) < before:
                 poller.ask_soon()
             continue
-        if not held and not any(decided[r.name].job.live and states[r.name].state not in ("complete", "failed")
-                                for r in runs):
+        if not held and not any(d.job.live and d.state.state not in ("complete", "failed")
+                                for d in [*(decided[r.name] for r in runs), *upstream]):
             break  # nothing left that can go on (a COMPLETE run's job may still be leaving the queue)
         said = back.keep_going([h.submitted for h in histories if h.executor == back.name])
         if said:
@@ -657,5 +669,6 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\nstopped watching; the jobs go on (zbpscale status {args.sweep} shows them)", file=sys.stderr)
         return 130
-    print("\n".join(results_table(sweep, runs, args.sweep)), flush=True)
+    shown = replan() if replan is not None else runs  # with the grid runs and final runs planned while it waited
+    print("\n".join(results_table(sweep, shown, args.sweep)), flush=True)
     return 0 if complete else 1
