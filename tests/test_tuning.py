@@ -577,6 +577,11 @@ def test_submit_wait_of_a_final_run_waits_for_its_grid_submitted_apart(tmp_path,
     final = next(r for r in runs if r.name == "nano-bp")
     assert RunFolder(final.run_dir).complete.exists() and final.lr == tuned.choices["nano", "bp"].lr
     assert json.loads(RunFolder(final.run_dir).config.read_text())["lr"] == final.lr
+    path.write_text(path.read_text().replace("grid=(0.5, 1, 2),", "grid=(0.5, 1, 2, 4),"))  # after it completed
+    again = subprocess.run(command + ["--only", "nano-bp*", "--wait"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and "all 5 runs complete" in again.stdout, again.stdout + again.stderr
+    assert "the lr of nano-bp is known" not in again.stdout, again.stdout  # it said 'submitting' of a complete run
 
 
 @pytest.mark.slurm
