@@ -582,6 +582,12 @@ def test_submit_wait_of_a_final_run_waits_for_its_grid_submitted_apart(tmp_path,
                            timeout=600)
     assert again.returncode == 0 and "all 5 runs complete" in again.stdout, again.stdout + again.stderr
     assert "the lr of nano-bp is known" not in again.stdout, again.stdout  # it said 'submitting' of a complete run
+    now = tuning.planned(load_sweep(path))[1].choices["nano", "bp"].lr
+    assert now != final.lr, "the grown grid's best is the old one: the note below is not exercised"
+    status = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(path)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert f"nano-bp: trained at lr {lr_text(final.lr)} ({final.lr_from}); its tuning's choice is now " \
+           f"{lr_text(now)}: its numbers are at the old lr" in unwrapped(status.stdout), status.stdout
 
 
 @pytest.mark.slurm

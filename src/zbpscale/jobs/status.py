@@ -119,6 +119,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "role": plan.get("role", run.planned.role if run.planned else ""),  # a tuning sweep's: tuning | final
         "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from and run.planned.lr == config.get(
             "lr", run.planned.lr) else plan.get("lr_from", ""),  # else the words of the lr it was submitted with
+        "lr_planned": run.planned.lr if run.planned else None,  # a final run's: its tuning's choice now
     }
     if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
@@ -323,6 +324,11 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
     for r in rows:
         if r.get("unplanned") and r.get("job_live"):  # its size, arm or seed removed from the sweep file
             found.append((unplanned_note(r["run"], r["job"], r["state"], Path(r["dir"]).parent), "stalled"))
+        if r.get("role") == "final" and r.get("lr_planned") is not None and r["lr"] is not None and \
+                r["lr"] != r["lr_planned"] and r["step"] > 0:  # it trained, and its grid's answer moved since
+            found.append((f"{r['run']}: trained at lr {lr_text(r['lr'])} ({r['lr_from'] or 'as submitted'}); its "
+                          f"tuning's choice is now {lr_text(r['lr_planned'])}: its numbers are at the old lr (a new "
+                          "seed trains at the new one)", "stopped"))
         if "edge of the grid" in r.get("lr_from", "") and (r["size"], r["arm"]) not in edges:  # never silent
             edges.add((r["size"], r["arm"]))  # said once for the seeds of a size and arm
             found.append((f"{r['size']}-{r['arm']}: lr {lr_text(r['lr'])}, {r['lr_from']}: the optimum may lie "
