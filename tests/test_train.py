@@ -11,6 +11,7 @@ parameters it must leave untouched; diagnostics with theory (c ~ 1) and with the
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -649,7 +650,26 @@ def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, m
         train(small_cfg(data_dir, steps=6), tmp_path / "run")
     assert all(torch.isfinite(p).all() for p in built[0].parameters())
     assert [s for s, _ in losses(tmp_path / "run")] == [0, 1, 2]
-    assert read_records(tmp_path / "run")[-1]["why"] == "diverged"
+    end = read_records(tmp_path / "run")[-1]
+    assert end["why"] == "diverged" and end["reason"] == "non-finite loss nan and grad norm nan", end
+
+
+def test_a_non_finite_gradient_norm_beside_a_finite_loss_is_said_as_such(tmp_path, data_dir, monkeypatch):
+    """The end record said 'non-finite loss 47910240256.0 / grad norm nan' of a finite loss (a helper's grid run,
+    2026-12-06): it names what is not finite, the finite value beside it."""
+    real, calls = torch.nn.utils.clip_grad_norm_, []
+
+    def clip(parameters, max_norm):  # the gradient norm of step 3 not a number, the loss as it is
+        calls.append(1)
+        norm = real(parameters, max_norm)
+        return norm * float("nan") if len(calls) == 4 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    with pytest.raises(TrainingDiverged, match=r"step 3: loss [0-9.]+, grad norm nan"):
+        train(small_cfg(data_dir, steps=6), tmp_path / "run")
+    end = read_records(tmp_path / "run")[-1]
+    assert end["why"] == "diverged", end
+    assert re.fullmatch(r"non-finite grad norm nan \(loss \d+\.\d+\)", end["reason"]), end
 
 
 # ---------------------------------------------------------------- a failing fast estimator

@@ -621,7 +621,7 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     lrs = lr_markdown(tuned, rows) if tuned else ""
     table.write_text(f"# {bundle.name}\n\n{origin}"
                      + table_markdown(rows, drawn.val, list(notes), names, list(drawn.gap_points),
-                                      fits_markdown(found) + lrs))
+                                      fits_markdown(found) + ("\n" + lrs if lrs else "")))  # a blank line: a heading
     Bundle(bundle).claims.write_text(claims_markdown(found, rows) + ("\n" + lrs if lrs else ""))
     if files:
         for note in notes:

@@ -604,8 +604,10 @@ def _step(r: _Run, step: int, time_due: bool) -> tuple[float, float, float, floa
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), max_norm).item()
     # ---- never step on a non-finite loss or gradient ----
     if not (math.isfinite(loss_g) and math.isfinite(grad_norm)):
-        r.log.write("end", step=step, why="diverged", reason=f"non-finite loss {loss_g} / grad norm {grad_norm}",
-                    **r.end_fields())
+        values = (("loss", loss_g), ("grad norm", grad_norm))
+        said = " and ".join(f"{name} {v}" for name, v in values if not math.isfinite(v))
+        beside = "".join(f" ({name} {v:.4g})" for name, v in values if math.isfinite(v))  # the one that is finite
+        r.log.write("end", step=step, why="diverged", reason=f"non-finite {said}{beside}", **r.end_fields())
         raise TrainingDiverged(
             f"step {step}: loss {loss_g}, grad norm {grad_norm} is not finite; stopped before the "
             f"optimizer update in {r.run_dir}", hint="lower the learning rate or check the data")
