@@ -680,3 +680,8 @@ def test_an_lr_law_through_a_best_at_a_grid_s_edge_says_so(tmp_path):
     runs, _ = tuning.planned(sweep, fake_losses(table))
     tiny = next(r for r in runs if r.name == "tiny-bp")
     assert tiny.lr_from.startswith("lr law") and tiny.lr_from.endswith("; through the best lr at a grid's edge at nano")
+    from zbpscale.jobs.status import notes  # status said it of the grid's size, not of the sizes the law gave an lr
+    row = dict(run="tiny-bp", size="tiny", arm="bp", lr=tiny.lr, lr_from=tiny.lr_from, lr_planned=tiny.lr,
+               role="final", state="new", reason="", step=0)
+    assert notes([row]) == [(f"tiny-bp: lr {lr_text(tiny.lr)}, {tiny.lr_from}: a best beyond that grid would move "
+                             "the law (Tune.extend, Tune.grid)", "stopped")]

@@ -333,6 +333,10 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
             edges.add((r["size"], r["arm"]))  # said once for the seeds of a size and arm
             found.append((f"{r['size']}-{r['arm']}: lr {lr_text(r['lr'])}, {r['lr_from']}: the optimum may lie "
                           "beyond it (Tune.extend, Tune.grid)", "stopped"))
+        elif "at a grid's edge" in r.get("lr_from", "") and (r["size"], r["arm"]) not in edges:  # a law through one
+            edges.add((r["size"], r["arm"]))
+            found.append((f"{r['size']}-{r['arm']}: lr {lr_text(r['lr'])}, {r['lr_from']}: a best beyond that "
+                          "grid would move the law (Tune.extend, Tune.grid)", "stopped"))
         if r["state"] == "unknown" and r.get("scheduler_notes"):  # the outage, said once above
             continue
         if r["state"] in ("failed", "broken", "stalled", "stopped", "unknown", "queued", "new", "complete") \
