@@ -687,7 +687,8 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
     law_field = "params_non_embedding" if all(r.params_non_embedding is not None for r in grid + rows) else field
     tune = Bundle(bundle).read_tune()
     tuned = tuning_of(grid + rows, law_field, tune=tune)  # N as the sweep fitted its law
-    if unplanned := [r.run for r in grid if r.run not in (tune or {}).get("grid", [r.run])]:
+    planned = (tune or {}).get("grid")  # the grid runs the sweep file planned when collected (a list), else None
+    if unplanned := [r.run for r in grid if isinstance(planned, list) and r.run not in planned]:
         notes.append(f"grid runs the sweep file no longer plans, left out of the lr choices and law as the planner "
                      f"leaves them: {named(unplanned)}")
     lr_files = plot_lr_sensitivity(tuned, out, formats=formats) if tuned else []
