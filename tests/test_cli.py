@@ -33,6 +33,21 @@ def test_the_size_table_of_the_docs_is_the_code_s():
         assert [c.strip() for c in row.strip("|").split("|")] == line.split()
 
 
+def test_every_module_the_readme_names_runs_as_python_dash_m():
+    """The README said every command runs as `python -m zbpscale.<module>`; `python -m zbpscale.report` was 'No
+    module named'. Each module its list names answers --help as `zbpscale COMMAND --help` does."""
+    import re
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    listed = readme.split("`python -m zbpscale.<module>` (")[1].split(";")[0]
+    modules = re.findall(r"`([a-z_.]+)`", listed)
+    assert "report" in modules and len(modules) >= 8, modules
+    for module in modules:
+        out = subprocess.run([sys.executable, "-m", f"zbpscale.{module}", "--help"], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0 and out.stdout.startswith("usage: "), (module, out.stderr)
+
+
 def test_unknown_command_is_a_usage_error_not_a_traceback():
     out = run_cli("trian")
     assert out.returncode == 2

@@ -111,7 +111,11 @@ def test_a_held_out_size_on_the_law_is_predicted_and_one_far_off_is_not():
 def test_a_ladder_too_short_names_why_it_has_no_check_and_no_loss_law():
     checks, remarks = hold_out_largest(ladder([[0.1, 0.2, 0.4]] * 3, params=(1e5, 1e6, 1e7)))
     assert checks == {}
-    assert remarks["zbp_n16"] == "zbp_n16: no held-out check, it needs >= 3 sizes besides the largest (has 2)"
+    assert remarks["zbp_n16"] == "zbp_n16: no held-out check, it needs >= 3 sizes besides the largest at the full " \
+                                 "budget (has 2)"
+    _, remarks = hold_out_largest(ladder([[0.1]] * 3, params=(1e5,)))  # it said full_table's '>= 3 sizes'
+    assert remarks["zbp_n16"] == "zbp_n16: no held-out check, it needs >= 3 sizes besides the largest at the full " \
+                                 "budget (has 0)"
     rows = [SimpleNamespace(run=f"{s}-bp", size=s, arm="bp", seed=0, state="complete", final_val_loss=5.0,
                             params_non_embedding=n) for s, n in (("a", 1), ("b", 2), ("c", 3))]
     laws, why = loss_laws(rows)

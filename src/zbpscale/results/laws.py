@@ -100,9 +100,12 @@ def hold_out_largest(points: list[GapPoint]) -> tuple[dict[str, HeldOut], dict[s
 
     checks, remarks = {}, {}
     for arm in sorted({p.arm for p in points}, key=arm_order):
-        table, why = full_table([p for p in points if p.arm == arm])
-        if why or len(table.params) < 4:
-            why = why or f"it needs >= 3 sizes besides the largest (has {len(table.params) - 1})"
+        mine = [p for p in points if p.arm == arm]
+        full = len({p.params for p in mine if p.final})
+        table, why = full_table(mine)
+        if full < 4 and (why is None or full < 3):  # what the check needs, not full_table's '>= 3 sizes'
+            why = f"it needs >= 3 sizes besides the largest at the full budget (has {max(0, full - 1)})"
+        if why:
             remarks[arm] = f"{arm}: no held-out check, {why}"
             continue
         y = np.log(np.asarray(table.gaps))  # (seeds, sizes)
