@@ -78,7 +78,14 @@ def test_whole_report_and_exit_code(tmp_path, monkeypatch):
     assert checks["sweep"].level == "ok" and "runs/doc" in checks["sweep"].detail
     assert checks["data"].level == "warn" and "prepare-data --source embedded --data data/doc" in checks["data"].hint
     assert checks["tokenizer"].level == "ok" and "gpt2 via" in checks["tokenizer"].detail
+    assert checks["executor"].level == "ok" and checks["executor"].detail == "local: takes every run of the sweep"
     assert not any(c.level == "fail" for c in checks.values())
+    (tmp_path / "gpus.py").write_text(SWEEP.replace("global_batch=2, resources=Resources(gpus_per_node=0)",
+                                                    "global_batch=16, resources=Resources(gpus_per_node=8)"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    executor = {c.name: c for c in doctor.run_checks(sweep="gpus.py")}["executor"]  # it said nothing blocks
+    assert executor.level == "fail" and "needs 8 GPUs; this node has 0" in executor.detail, executor
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
 
     (tmp_path / "data" / "doc").mkdir(parents=True)
     (tmp_path / "data" / "doc" / "manifest.json").write_text('{"train": {"tokens": 1000}, "val": {"tokens": 10}}')

@@ -1,7 +1,8 @@
 """`zbpscale doctor [SWEEP]`: one screen on whether this machine can run a sweep, each problem with a hint.
 
     zbpscale doctor                          # versions, GPUs, disk under jobs/, data/ folders, SLURM, tokenizer
-    zbpscale doctor sweeps/ladder.py         # ... and that sweep's data folder and run root
+    zbpscale doctor sweeps/ladder.py         # ... and that sweep's data folder, run root, and whether the executor
+                                             #     a submit would take here can run its runs (GPUs, nodes)
     zbpscale doctor --dir /scratch/jobs      # free disk where the runs will write
 
 Exits 0 when nothing blocks running (warnings allowed), 1 otherwise. Never hangs: every external command has
@@ -287,6 +288,21 @@ def check_trackers(names: tuple[str, ...]) -> list[Check]:
     return checks
 
 
+def check_executor(sweep) -> Check:
+    """Whether the executor a submit of `sweep` would take here can run its runs, as submit's dry run asks it (the
+    local queue refuses a run that needs more GPUs or nodes than this node has): it said 'nothing blocks running' of
+    a sweep its submit refused."""
+    from zbpscale.jobs import executors
+    from zbpscale.jobs.sweep import expand
+
+    try:
+        back = executors.choose("auto", sweep.jobs_root, wait=False)
+        back.check(expand(sweep), quick=True)
+    except ZbpError as err:
+        return Check(name="executor", level="fail", detail=str(err.args[0]), hint=err.hint)
+    return Check(name="executor", level="ok", detail=f"{back.name}: takes every run of the sweep")
+
+
 def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: float = TIMEOUT_S) -> list[Check]:
     """Every check, in the order of the table."""
     checks = [Check(name="python", level="ok" if sys.version_info >= (3, 10) else "fail",
@@ -308,6 +324,7 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
             data_hint = (f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data --source "
                          f"{s.data.source} --data {s.data.dir}")
             checks += check_trackers(s.trackers)
+            checks.append(check_executor(s))
     checks.append(check_disk(root))
     checks += check_data(data_dirs, hint=data_hint)
     checks += check_slurm(timeout)
