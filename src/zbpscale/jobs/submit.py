@@ -561,15 +561,16 @@ def wait_for(sweep: Sweep, runs: list[PlannedRun], back: Executor, *, tick_s: fl
     poller = poller or Poller(sweep.jobs_root, poll_s=sweep.poll_s, say=lambda line: print(line, flush=True))
     shown, shown_at, told, settled = None, 0.0, set(), None
     held, live_at_try, tried_at = list(held), None, time.time()
+    others = waited_on(sweep, runs) if replan is not None else []  # grid runs --only left out: the same until a replan
     while True:
-        others = waited_on(sweep, runs) if replan is not None else []  # grid runs --only left out, one look
-        decided, _ = look(sweep, runs + others, poller=poller)
+        decided, _ = look(sweep, runs + others, poller=poller)  # one look at both
         states = {r.name: decided[r.name].state for r in runs}
         upstream = [decided[r.name] for r in others]
         done = {r.name for r in [*runs, *others] if decided[r.name].state.state in ("complete", "failed")}
         if replan is not None and done != settled:
             settled, before = done, {r.name: r for r in runs}
             runs = replan()
+            others = waited_on(sweep, runs)
             ready = [r for r in runs if not r.waits_for and (r.name not in before or before[r.name].waits_for)
                      and not (r.name in states and (states[r.name].state == "complete" or decided[r.name].job.live))]
             if ready:

@@ -515,9 +515,9 @@ def tune_problem(sweep: Sweep) -> None:
             raise field_error("Tune", "grid", f"Tune.grid gives no grid for arm(s) "
                               f"{', '.join(a for a in arms if a not in named)}",
                               hint="a mapping names every arm of the sweep, or give one grid for all")
+    left = [s for s in sizes if s not in tune.sizes]  # the sizes the lr law gives their lr
     for name in tune.check:
         if name not in sizes or name in tune.sizes:
-            left = [s for s in sizes if s not in tune.sizes]
             raise field_error("Tune", "check", f"Tune.check names {name!r}, " + (
                 "a size Tune.sizes tunes already" if name in tune.sizes else f"not a size of sweep {sweep.name!r}"),
                 hint=f"check the sizes the lr law transfers to: {', '.join(left)}" if left else
@@ -529,7 +529,6 @@ def tune_problem(sweep: Sweep) -> None:
                 raise field_error("Tune", "grid", f"Tune.grid gives {size.name}-{arm.name} the lrs "
                                   f"{', '.join(lr_text(lr) for lr in lrs)}: two name one grid run (3 significant "
                                   "digits)", hint="space the grid's values further apart")
-    left = [s for s in sizes if s not in tune.sizes]
     counts = {s.params_non_embedding for s in sweep.sizes if s.name in tune.sizes}
     if left and len(set(tune.sizes)) < 2:
         raise field_error("Tune", "sizes", f"Tune.sizes={tune.sizes!r} tunes one size; the sweep's other sizes "
