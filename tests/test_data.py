@@ -805,3 +805,49 @@ def test_more_workers_than_cpus_are_as_many_as_the_cpus(tmp_path, data_dir, monk
                for s in said), said
     shards_of = lambda folder: {p.name: p.read_bytes() for p in folder.glob("*.bin")}  # noqa: E731
     assert shards_of(tmp_path / "out") == shards_of(data_dir)
+
+
+
+def _open_in_this_process(path: Path) -> int:
+    return sum(1 for fd in Path("/proc/self/fd").iterdir() if os.path.realpath(fd) == str(path.resolve()))
+
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+@pytest.mark.parametrize("where", ["first", "later", "stopped"])
+def test_a_prep_that_stops_releases_its_parquet_reader(tmp_path, monkeypatch, where):
+    """A parquet source refused where its rows stop being text (its first rows) or a page of a later file is torn
+    (after shards were written), or a prep stopped mid-source (Ctrl-C, SIGTERM): the reader is closed by the time the
+    error leaves the prep, its traceback alive. Left to the interpreter's teardown, Arrow's threads aborted the
+    process now and then after the one-line error (SIGABRT, 'terminate called without an active exception', exit -6
+    in a CI run; huggingface/datasets #7566). A torn page was a traceback (pyarrow's OSError)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    text = [f"Document {i} is about the number {i} and nothing else at all." for i in range(3000)]
+    parts = {"a": [b"bytes"] * 3000, "b": text} if where == "first" else {"a": text, "b": text}
+    for name, rows in parts.items():
+        pq.write_table(pa.table({"text": rows}), tmp_path / f"{name}.parquet", row_group_size=500, compression="none")
+    if where == "later":  # a data page's header garbled, the footer intact (the prep's check of each file passes)
+        torn = bytearray((tmp_path / "b.parquet").read_bytes())
+        page = pq.read_metadata(tmp_path / "b.parquet").row_group(2).column(0).data_page_offset
+        torn[page:page + 40] = b"\xff" * 40
+        (tmp_path / "b.parquet").write_bytes(torn)
+    if where == "stopped":  # the signal lands as the second shard is recorded
+        real, calls = prepare._save_progress, []
+
+        def save_then_stop(*args):
+            calls.append(args)
+            if len(calls) == 2:
+                raise KeyboardInterrupt("signal 15")
+            real(*args)
+
+        monkeypatch.setattr(prepare, "_save_progress", save_then_stop)
+    cfg = prepare.PrepConfig(source=f"local:{tmp_path / '*.parquet'}", out=tmp_path / "out", tokens=10**6,
+                             shard_tokens=1024, val_tokens=1024)
+    raised = {"first": (DataError, "holds bytes values"), "later": (DataError, "cannot read"),
+              "stopped": (KeyboardInterrupt, "signal 15")}[where]
+    with pytest.raises(raised[0], match=raised[1]) as ended:
+        prepare.prepare(cfg, log=lambda _: None)
+    assert ended.traceback and (where != "first") == any((tmp_path / "out").glob("train_*.bin"))
+    assert [_open_in_this_process(tmp_path / f"{name}.parquet") for name in parts] == [0, 0]

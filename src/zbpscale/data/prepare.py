@@ -319,7 +319,7 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:  # SIGTERM (scancel, kill) unwinds like Ctrl-C: the pool is shut down, the resume record stays
         signal.signal(signal.SIGTERM, _interrupt)
-    pool = None
+    pool = docs = None
     try:
         pool = _start_pool(cfg.workers, route)  # the workers start up while the source opens
         docs, layout = sources.open_documents(source, offline=offline)  # fails before anything is written
@@ -335,6 +335,8 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
                 raise DataError(f"the disk of {out} is full ({err.strerror})", hint="free some space, then re-run the "
                                 "same command: it resumes from the last shard written") from None
     finally:
+        if hasattr(docs, "close"):  # a source's reader left mid-source (a budget met, an error, a signal) ends now
+            docs.close()
         if pool is not None:  # the tasks started are finished (a batch each), the others were cancelled
             pool.shutdown(wait=True, cancel_futures=True)
         if in_main:

@@ -227,21 +227,36 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
                         hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
     if len(columns) > 1 and hasattr(dataset, "select_columns"):
         dataset = dataset.select_columns(["text"])
-    rows = _texts(source, (text for batch in _read(source, dataset.iter(batch_size=1024)) for text in batch["text"]))
-    layout = source.layout
-    if layout == "auto" and columns != ["text"]:
-        layout = "documents"
-    elif layout == "auto":  # WikiText's rows are the lines of articles, its first text a ` = Title = `; rows of a text
-        head = []  # column alone that start otherwise are documents (they were glued into one); read only here: a
-        for text in rows:  # reader started and left (a refused resume) was torn down at exit, aborting now and then
-            head.append(text)
-            if text and text.strip():
-                break
-        titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
-        layout = "lines" if titled else "documents"
-        rows = itertools.chain(head, rows)
-    docs = group_wikitext_articles(rows) if layout == "lines" else rows
-    return (doc for doc in docs if doc and doc.strip()), layout
+    batches = dataset.iter(batch_size=1024)
+    try:
+        rows = _texts(source, (text for batch in _read(source, batches) for text in batch["text"]))
+        layout = source.layout
+        if layout == "auto" and columns != ["text"]:
+            layout = "documents"
+        elif layout == "auto":  # WikiText's rows are the lines of articles, its first text a ` = Title = `; rows of
+            head = []  # a text column alone that start otherwise are documents (they were glued into one); read only
+            for text in rows:  # here: a reader started and left (a refused resume) was torn down at exit
+                head.append(text)
+                if text and text.strip():
+                    break
+            titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
+            layout = "lines" if titled else "documents"
+            rows = itertools.chain(head, rows)
+        docs = group_wikitext_articles(rows) if layout == "lines" else rows
+    except BaseException:
+        batches.close()
+        raise
+    return _closing_reader((doc for doc in docs if doc and doc.strip()), batches), layout
+
+
+def _closing_reader(docs: Iterator[str], batches) -> Iterator[str]:
+    """`docs`, the reader of `batches` closed when they end, fail or are closed: its Arrow threads end then. Left to
+    the interpreter's teardown (the traceback of an error holds the reader), they aborted the process now and then
+    after its last line (SIGABRT, 'terminate called without an active exception'; huggingface/datasets #7566)."""
+    try:
+        yield from docs
+    finally:
+        batches.close()
 
 
 def _load(source: Source, *, offline: bool):
@@ -276,7 +291,7 @@ def _read(source: Source, items: Iterator, made=lambda item: item) -> Iterator:
     try:
         for item in items:
             yield made(item)
-    except ValueError as err:  # pyarrow's ArrowInvalid, UnicodeDecodeError, a JSON decoder's error
+    except (ValueError, OSError) as err:  # pyarrow's ArrowInvalid or a page it cannot decode, UnicodeDecodeError...
         if source.kind != "local":  # the hub's files are not the user's to fix: its traceback stands
             raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
