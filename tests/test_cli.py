@@ -316,6 +316,14 @@ def test_sweep_mistakes_get_one_hint_and_a_did_you_mean(tmp_path):
     line = next(i for i, text in enumerate((home / "sweeps" / "ladder.py").read_text().splitlines(), 1)
                 if text.startswith("NODE = "))
     one_line_error(plan, f"sweeps/ladder.py:{line}: s60-bp-lr3.75e-4 needs 8 GPUs; this node has 0")
+    # its GPU-hours: the tuning grid's are submitted now, the final runs' wait for it (it said "73.4 still to run")
+    from zbpscale.jobs.sweep import expand, load_sweep
+
+    runs = expand(load_sweep(home / "sweeps" / "ladder.py"))
+    hours = {role: sum(r.estimated_hours() * r.size.resources.gpus for r in runs if r.role == role)
+             for role in ("tuning", "final")}
+    assert f"GPU-hours: {sum(hours.values()):,.1f} planned, {hours['tuning']:,.1f} in the runs to submit now, " \
+        f"{hours['final']:,.1f} in runs that wait for their tuning (assumes" in unwrapped(plan.stdout)
     assert "'?': CPU runs" in zbpscale("submit", "sweeps/smoke.py", "--dry-run", cwd=home).stdout.replace("\n", " ")
 
 

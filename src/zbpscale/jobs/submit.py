@@ -301,12 +301,15 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     print(f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}")
     table = boxed(columns, shown, {"run", "action"}, color=on_terminal() and color_on(), width=width)  # 10,000: 0.1 s
     print("\n".join(table), flush=True)
-    total = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]))
-    todo = sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and r["action"] in SUBMITS)
+    def hours(which) -> float:
+        return sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and which(r["action"]))
+
+    total, now, waiting = hours(lambda _: True), hours(SUBMITS.__contains__), hours("wait (tuning)".__eq__)
+    later = f", {waiting:,.1f} in runs that wait for their tuning" if waiting else ""
     cpu = "; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows) else ""
-    print(wrap(f"GPU-hours: {total:,.1f} planned, {todo:,.1f} still to run (assumes {sweep.assumed_mfu:.0%} MFU "
-               f"of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their step_time_ratio){cpu}",
-               width=width))
+    print(wrap(f"GPU-hours: {total:,.1f} planned, {now:,.1f} in the runs to submit now{later} (assumes "
+               f"{sweep.assumed_mfu:.0%} MFU of {sweep.gpu_peak_tflops:g} TFLOP/s per GPU, ZBP arms scaled by their "
+               f"step_time_ratio){cpu}", width=width))
     if total:
         print(wrap(seed_cost(sweep, rows), width=width))
     print(wrap(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", width=width))
