@@ -847,3 +847,20 @@ def test_a_run_from_yaml_files_is_the_run_its_fields_give_by_flags(tmp_path, dat
                               str(data_dir), *extra], capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
         assert not (tmp_path / "bad").exists()
+
+
+def test_set_of_a_field_with_its_own_flag_names_the_flag(tmp_path):
+    """`--set steps=5` (data_dir=, model=) of a new run: one line naming the flag to use; it said 'missing --steps
+    for a new run' beside the --set that gave it."""
+    from zbpscale.train.cli import _parse, config_from_args
+
+    def config(*flags):
+        return config_from_args(_parse(["--run-dir", str(tmp_path / "new"), "--size", "tiny", *flags]))
+
+    for flags, hint in ((["--data", "d", "--set", "steps=5"], "give --steps N"),
+                        (["--set", "data_dir=d", "--steps", "5"], "give --data FOLDER")):
+        with pytest.raises(ConfigError, match=f"--set '{flags[-1] if 'steps' in flags[-1] else flags[1]}': ") as err:
+            config(*flags)
+        assert err.value.hint == hint and "missing" not in str(err.value)
+    with pytest.raises(ConfigError, match="missing --steps for a new run"):
+        config("--data", "d", "--set", "lr=0.001")

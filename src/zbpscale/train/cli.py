@@ -24,6 +24,9 @@ from zbpscale.text import HelpFormatter, did_you_mean
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE, leave
 from zbpscale.train.loop import TrainingDiverged, train
 
+OWN_FLAGS = {"steps": "--steps N", "data_dir": "--data FOLDER", "model": "--size NAME or --model FILE"}
+"""The config's fields that --set does not take: each has a flag of its own."""
+
 
 def _parse(argv: list[str] | None):
     import argparse
@@ -90,8 +93,10 @@ def config_from_args(args) -> TrainConfig:
     if args.size and args.model:
         raise ConfigError("--size and --model both give the model's shape", hint="give one of them")
     trained = _train_file(args)
+    set_here = {item.partition("=")[0] for item in args.set}  # `--set steps=2000`: said by _asked, not "missing"
     missing = [f"--{k}" for k, field in (("size", None), ("data", "data_dir"), ("steps", "steps"))
-               if getattr(args, k) is None and (k != "size" or not args.model) and field not in trained]
+               if getattr(args, k) is None and (k != "size" or not args.model) and field not in trained
+               and field not in set_here]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run"
                           + (" (or in the --train file)" if args.train and missing != ["--size"] else ""))
@@ -115,6 +120,16 @@ def _asked(args, base: TrainConfig | None, trained: dict) -> TrainConfig:
     from zbpscale.zbp import arm_zbp_config
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if sep and key in OWN_FLAGS:
+            raise ConfigError(f"--set {item!r}: {key} has its own flag", hint=f"give {OWN_FLAGS[key]}")
+        if not sep or key not in fields:
+            settable = [k for k in fields if k not in OWN_FLAGS]
+            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
+                              hint=did_you_mean(key, settable, say=lambda c: f"--set {c}={value}") if sep else None)
+        overrides[key] = parse_field_value(key, value, fields[key].type)
     if args.arm is not None and trained.get("zbp") is not None:
         raise ConfigError(f"--arm {args.arm} and the zbp of {args.train} both give the arm", hint="give one of them")
     shape = model_config(args.size) if args.size else shape_from_yaml(args.model) if args.model else None
@@ -130,14 +145,6 @@ def _asked(args, base: TrainConfig | None, trained: dict) -> TrainConfig:
         spelled.setdefault("data_dir", args.data)
         spelled.setdefault("steps", args.steps)
         base = TrainConfig.from_dict(spelled, source=args.train or args.model or "the flags")
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields or key in ("model", "data_dir", "steps"):
-            settable = [k for k in fields if k not in ("model", "data_dir", "steps")]
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
-                              hint=did_you_mean(key, settable, say=lambda c: f"--set {c}={value}") if sep else None)
-        overrides[key] = parse_field_value(key, value, fields[key].type)
     model = base.model if args.arm is None else dataclasses.replace(base.model, zbp=arm_zbp_config(args.arm))
     return dataclasses.replace(base, model=model, data_dir=args.data or base.data_dir, steps=args.steps or base.steps,
                                **overrides)
