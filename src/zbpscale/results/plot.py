@@ -626,9 +626,9 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     if files:
         for note in notes:
             log(f"note: {note}")
-        log(f"wrote {table} and {len(files)} figure files in {Bundle(bundle).figures}")
+        log(f"wrote {table}, {Bundle(bundle).claims.name} and {len(files)} figure files in {Bundle(bundle).figures}")
     else:
-        log(f"wrote {table}; no figures: {_nothing_drawn(rows)}")
+        log(f"wrote {table} and {Bundle(bundle).claims.name}; no figures: {_nothing_drawn(rows)}")
     return dataclasses.replace(drawn, files=tuple(files) + (table,))
 
 
