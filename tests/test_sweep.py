@@ -197,6 +197,8 @@ BAD_SWEEPS = [
         ("repeated_seeds.py", "max_timeouts=3,", "max_timeouts=3,\n    seeds=(0, 1, 1, 3),",
          "repeated_seeds.py:13: Sweep.seeds names seed 1 more than once: (0, 1, 1, 3) (hint: each seed once: "
          "seeds=(0, 1, 2, 3))"),
+        ("big_seed.py", "max_timeouts=3,", "max_timeouts=3,\n    seeds=(0, 2**32),",  # it crashed 4 times
+         "big_seed.py:13: Sweep.seeds must be a tuple of integers in [0, 2**32), got (0, 4294967296)"),
         # #59: a name becomes a folder under the jobs root and a job's name: one segment, checked at load
         *[(f"bad_name_{i}.py", 'name="t"', f"name={bad!r}",
            f"bad_name_{i}.py:5: Sweep.name must be one folder name of letters, digits, '.', '_' and '-', not "
@@ -325,6 +327,7 @@ def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_name
     ("bf16='yes'", "TrainConfig.bf16 must be True or False (or None: the device's default), got 'yes'"),
     ("grad_clip=float('nan')", "TrainConfig.grad_clip must be a number >= 0, got nan"),
     ("eval_every=True", "TrainConfig.eval_every must be an integer >= 0, got True"),
+    ("seed=2**32", "TrainConfig.seed must be below 2**32 (NumPy's seeds), got 4294967296"),  # --set seed= too
 ])
 def test_an_arm_s_training_value_of_the_wrong_kind_is_refused_at_load(tmp_path, given, words):
     """arm('bp', betas=0.9) passed the dry run, wrote config.json, and broke the run at its start ('float' object

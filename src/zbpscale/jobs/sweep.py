@@ -25,6 +25,7 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S, SweepSettings
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.config import (
+    SEED_LIMIT,
     SIZES,
     ModelConfig,
     TrainConfig,
@@ -324,8 +325,8 @@ class Tune:
         need("Tune", "Tune.", "budget", self.budget, is_number(self.budget) and 0 < self.budget <= 1,
              "a number in (0, 1]: the share of the size's tokens")
         need("Tune", "Tune.", "seeds", self.seeds, isinstance(self.seeds, (tuple, list)) and bool(self.seeds)
-             and all(is_int(v) and v >= 0 for v in self.seeds) and len(set(self.seeds)) == len(self.seeds),
-             "distinct integers >= 0")
+             and all(is_int(v) and 0 <= v < SEED_LIMIT for v in self.seeds) and len(set(self.seeds)) == len(self.seeds),
+             "distinct integers in [0, 2**32)")
         object.__setattr__(self, "seeds", tuple(self.seeds))
         need("Tune", "Tune.", "near", self.near, is_number(self.near) and self.near >= 0, "a number >= 0")
         need("Tune", "Tune.", "extend", self.extend, is_int(self.extend) and self.extend >= 0, "an integer >= 0")
@@ -451,6 +452,8 @@ class Sweep:
              is_number(self.gpu_peak_tflops) and self.gpu_peak_tflops > 0, "a number > 0")
         need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
              is_number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
+        need("Sweep", "Sweep.", "seeds", self.seeds, isinstance(self.seeds, (tuple, list))
+             and all(is_int(v) and 0 <= v < SEED_LIMIT for v in self.seeds), "a tuple of integers in [0, 2**32)")
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
         repeated = [seed for i, seed in enumerate(self.seeds) if seed in self.seeds[:i]]

@@ -316,6 +316,10 @@ def parse_count(text: str) -> float:
     return value
 
 
+SEED_LIMIT = 2**32
+"""Seeds are below it: NumPy's global generator, which the trainer seeds and checkpoints, takes no other."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """Everything one run needs; written to <run_dir>/config.json and checked on every resume."""
@@ -382,6 +386,8 @@ class TrainConfig:
         for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every", "seed"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if self.seed >= SEED_LIMIT:
+            raise ConfigError(f"TrainConfig.seed must be below 2**32 (NumPy's seeds), got {self.seed!r}")
         if not number(self.lr) or not self.lr > 0:
             raise ConfigError(f"TrainConfig.lr must be a number > 0, got {self.lr!r}")
         if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
