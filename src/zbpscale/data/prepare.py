@@ -169,7 +169,7 @@ def _start_pool(workers: int, route: str):
     (a task each: they spawn as tasks come) so that they start up while the source opens. A ProcessPoolExecutor:
     multiprocessing.Pool's terminate, with tasks still queued when the budget was reached, now and then hung for
     ever in its task handler (2-3 preps in 80 with --workers 2 --tokens), and a task of a worker that died never
-    returned; here a dead worker fails every task (`_result`)."""
+    returned; here a dead worker fails every task (`_tokenized`)."""
     if workers == 1:
         _use_encoding(route)
         return None
@@ -190,29 +190,24 @@ def _tokenized(batches, pool, workers: int):
         for batch in batches:
             yield batch, encode_documents(batch[1])
         return
+    from concurrent.futures.process import BrokenProcessPool
+
     in_flight = collections.deque()
     try:
         for batch in batches:
             in_flight.append((batch, pool.submit(encode_documents, batch[1])))
             if len(in_flight) >= 4 * workers:
                 done, result = in_flight.popleft()
-                yield done, _result(result)
+                yield done, result.result()
         while in_flight:
             done, result = in_flight.popleft()
-            yield done, _result(result)
+            yield done, result.result()
+    except BrokenProcessPool:  # a worker died: every task fails, the ones sent next as well as those in flight
+        raise DataError("a tokenizer process died (killed, or out of memory)",
+                        hint="re-run the same command: it resumes from the last shard written") from None
     finally:  # the budget reached, or an error: the batches sent and not started are dropped
         for _, result in in_flight:
             result.cancel()
-
-
-def _result(future):
-    from concurrent.futures.process import BrokenProcessPool
-
-    try:
-        return future.result()
-    except BrokenProcessPool:
-        raise DataError("a tokenizer process died (killed, or out of memory)",
-                        hint="re-run the same command: it resumes from the last shard written") from None
 
 
 # --------------------------------------------------------------------------------------- state on disk
