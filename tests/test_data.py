@@ -717,9 +717,17 @@ def test_budget_stops_the_prep_exactly(tmp_path):
     assert not manifest["source_exhausted"] and manifest["val"]["tokens"] == 8192
 
 
-@pytest.mark.parametrize("text,value", [("3e9", 3 * 10**9), ("100M", 10**8), ("250_000", 250_000), ("1.5k", 1500)])
+@pytest.mark.parametrize("text,value", [("3e9", 3 * 10**9), ("100M", 10**8), ("250_000", 250_000), ("1.5k", 1500),
+                                        ("1e17", 10**17), ("99999999999999999", 10**17 - 1)])  # not float's 1e17
 def test_token_counts(text, value):
     assert parse_count(text) == value
+
+
+@pytest.mark.parametrize("text", ["1e400", "1e18", "2.5", "abc"])  # 1e400: an OverflowError traceback
+def test_a_token_count_that_is_none_is_one_line(tmp_path, text):
+    proc = run_cli("--source", "embedded", "--out", tmp_path / "out", "--tokens", text)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and f"--tokens: {text!r}" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("flip", ["high", "low"])

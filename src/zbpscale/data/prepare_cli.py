@@ -11,6 +11,7 @@ This module imports only the standard library at import time: the CLI imports it
 from __future__ import annotations
 
 import argparse
+import decimal
 import re
 import sys
 
@@ -19,13 +20,19 @@ from zbpscale.argtypes import at_least
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
+MAX_COUNT = 10**18
+"""Token counts are below it (FineWeb holds 1.5e13): 1e400 was an OverflowError traceback."""
+
+
 def parse_count(text: str) -> int:
     """A token count: `3e9`, `3000000000`, `3_000_000_000`, `100M`, `3B`, `1.5k`."""
     match = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a token count (examples: 3e9, 100M, 250000)")
-    value = float(match.group(1).replace("_", "")) * _SUFFIXES.get(match.group(2), 1)
-    if value != int(value):
+    value = decimal.Decimal(match.group(1).replace("_", "")) * _SUFFIXES.get(match.group(2), 1)  # exact, not float's
+    if value >= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is more tokens than a corpus holds (at most 1e18)")
+    if value != value.to_integral_value():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
     return int(value)
 
