@@ -88,7 +88,8 @@ def test_whole_report_and_exit_code(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
 
     (tmp_path / "data" / "doc").mkdir(parents=True)
-    (tmp_path / "data" / "doc" / "manifest.json").write_text('{"train": {"tokens": 1000}, "val": {"tokens": 10}}')
+    (tmp_path / "data" / "doc" / "manifest.json").write_text('{"format": "zbpscale-shards", "format_version": 1, '
+                                                              '"train": {"tokens": 1000}, "val": {"tokens": 10}}')
     checks = {c.name: c for c in doctor.run_checks(sweep="doc.py")}
     assert checks["data"].level == "ok" and "1,000 train + 10 val tokens" in checks["data"].detail
 
@@ -235,3 +236,19 @@ def test_the_disk_row_fails_where_submit_could_not_write(tmp_path):
     row = doctor.check_disk(tmp_path / "afile" / "jobs")
     assert row.level == "fail" and "is not a folder" in row.detail, row
     assert "GiB free at" in doctor.check_disk(tmp_path / "new" / "jobs").detail  # made when the runs start
+
+
+@pytest.mark.parametrize("text", ["", "garb{", '{"format": "zbpscale-shards", "format_version": 1}'])
+def test_a_data_manifest_the_trainer_would_refuse_fails_its_row(tmp_path, text):
+    """An empty, garbled or fieldless manifest.json: a failed data row with the loader's hint (doctor was a
+    JSONDecodeError or KeyError traceback on the file it is there to diagnose); a prepared folder is ok."""
+    from zbpscale.data import prepare
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    made = prepare.prepare(prepare.PrepConfig(source="embedded", out=good), log=lambda _: None)
+    bad.mkdir()
+    (bad / "manifest.json").write_text(text)
+    ok, failed = doctor.check_data([good, bad])
+    assert ok.level == "ok" and ok.detail == f"{good}: {made['train']['tokens']:,} train + 8,192 val tokens"
+    assert failed.level == "fail" and str(bad / "manifest.json") in failed.detail
+    assert failed.hint == f"delete {bad} and re-run `zbpscale prepare-data`"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zbpscale.data import manifest_path
-from zbpscale.errors import ZbpError
+from zbpscale.errors import DataError, ZbpError
 from zbpscale.files import unwritable
 from zbpscale.tables import terminal_width
 
@@ -187,8 +187,9 @@ def check_disk(folder: Path) -> Check:
 
 
 def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]:
-    """Each folder prepared (manifest.json) or not; `hint` says how to prepare a missing one."""
-    import json
+    """Each folder prepared (manifest.json) or not; `hint` says how to prepare a missing one. A manifest the
+    trainer would refuse (cut, garbled, another format) fails, with the loader's words."""
+    from zbpscale.data.loader import read_manifest
 
     if not data_dirs:
         return [Check(name="data", level="warn", detail="no prepared data under data/",
@@ -197,9 +198,16 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
     for d in data_dirs:
         manifest = manifest_path(d)
         if manifest.is_file():
-            m = json.loads(manifest.read_text())
-            checks.append(Check(name="data", level="ok", detail=f"{d}: {m['train']['tokens']:,} train + "
-                                f"{m['val']['tokens']:,} val tokens"))
+            try:
+                m = read_manifest(d)
+                detail = f"{d}: {m['train']['tokens']:,} train + {m['val']['tokens']:,} val tokens"
+            except (DataError, KeyError, TypeError) as err:  # KeyError, TypeError: its format's, not its fields
+                why = err if isinstance(err, DataError) else DataError(
+                    f"{manifest} is not a finished prep's manifest", hint=f"delete {d} and re-run `zbpscale "
+                    "prepare-data`")
+                checks.append(Check(name="data", level="fail", detail=why.args[0], hint=why.hint))
+                continue
+            checks.append(Check(name="data", level="ok", detail=detail))
         else:
             checks.append(Check(name="data", level="warn", detail=f"{d}: not prepared",
                                 hint=hint or f"zbpscale prepare-data --data {d}"))
