@@ -693,3 +693,14 @@ def test_a_live_job_submitted_with_other_resources_is_named_and_the_note_s_comma
     finally:
         subprocess.run(["zbpscale", "cancel", "jobs/limits"], cwd=tmp_path, capture_output=True, timeout=120)
         wait_driver_gone(queue)
+
+
+def test_a_garbled_queue_entry_is_left_out_and_the_others_read(tmp_path):
+    """An entry file that is not UTF-8, not JSON, or whose place in the queue is words: the queue reads the others
+    (status, cancel and the dry run were a UnicodeDecodeError or TypeError traceback)."""
+    queue = LocalQueue(tmp_path)
+    added = queue.add([Entry(job_id="", name=f"s/run{i}", kind="command", command=["true"]) for i in range(3)])
+    (queue.entries_dir / "local-7.json").write_bytes(b"x\xff\n")
+    (queue.entries_dir / "local-8.json").write_text("{not json")
+    (queue.entries_dir / "local-9.json").write_text(json.dumps({"job_id": "local-9", "name": "s/x", "seq": "x"}))
+    assert [e.job_id for e in queue.entries()] == [e.job_id for e in added]

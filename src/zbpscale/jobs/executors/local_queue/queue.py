@@ -123,9 +123,11 @@ class LocalQueue:
             for path in self.entries_dir.glob("*.json"):
                 try:
                     fields = json.loads(path.read_text())
-                    out.append(Entry(**{k: v for k, v in fields.items() if k in _ENTRY_FIELDS}))
-                except (json.JSONDecodeError, TypeError, OSError, AttributeError):
-                    continue  # a file being replaced; the next read sees it
+                    entry = Entry(**{k: v for k, v in fields.items() if k in _ENTRY_FIELDS})
+                except (ValueError, TypeError, OSError, AttributeError):  # ValueError: not JSON, not UTF-8
+                    continue  # a file being replaced (the next read sees it), or garbled by hand
+                if isinstance(entry.seq, int) and isinstance(entry.job_id, str) and isinstance(entry.name, str):
+                    out.append(entry)  # else its order and its name are not known: as unreadable
         return sorted(out, key=lambda e: e.seq)
 
     def write(self, entry: Entry) -> None:
@@ -235,7 +237,7 @@ def driver_pythonpath() -> str:
 def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, not UTF-8
         return None
 
 
