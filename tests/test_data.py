@@ -904,3 +904,15 @@ def test_a_pool_broken_where_a_batch_is_sent_is_the_same_error(where):
     batches = iter([([i], [f"text {i}"], i + 1) for i in range(8)])
     with pytest.raises(DataError, match="a tokenizer process died"):
         list(prepare._tokenized(batches, Broken(), 1))
+
+
+@pytest.mark.parametrize("name,text,words", [("empty.jsonl", "", "its files are empty"),
+                                             ("empty.txt", "", "its files are empty"),
+                                             ("blank.jsonl", "\n\n\n", "holds no rows")])
+def test_a_local_source_of_empty_files_is_one_error(tmp_path, name, text, words):
+    """An empty .jsonl was datasets' StopIteration traceback; blank lines said "has no 'text' column (columns: )"."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DataError, match=words):
+        prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path / name}", out=tmp_path / "out"),
+                        log=lambda _: None)
+    assert not (tmp_path / "out").exists()

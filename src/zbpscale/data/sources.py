@@ -222,6 +222,8 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
         apply_offline()
     dataset = _load(source, offline=offline)
     columns = next(_read(source, iter([dataset]), _columns))
+    if not columns:  # blank lines alone
+        raise DataError(f"{source.spec} holds no rows", hint="point local: at the files of a corpus")
     if "text" not in columns:
         raise DataError(f"{source.spec} has no 'text' column (columns: {', '.join(columns)})",
                         hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
@@ -269,7 +271,7 @@ def _load(source: Source, *, offline: bool):
         # a file it cannot read is said once, by `_read`, not also by datasets' own log line before it
         logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         extra = {"keep_linebreaks": True} if source.fmt == "text" else {}
-        files = _with_rows(source) if source.fmt == "parquet" else list(source.files)
+        files = _with_rows(source) if source.fmt == "parquet" else _not_empty(source)
         return datasets.load_dataset(source.fmt, data_files=files, split="train", streaming=True, **extra)
     where = f"{source.hub_id} (config {source.config})"
     try:
@@ -316,6 +318,15 @@ def _with_rows(source: Source) -> list[str]:
             kept.append(name)
     if not kept:
         raise DataError(f"{source.spec}: its parquet files hold no rows", hint="point local: at FineWeb-Edu's files")
+    return kept
+
+
+def _not_empty(source: Source) -> list[str]:
+    """A local text or JSON source's files that hold bytes (datasets' JSON reader fails on an empty file, with a
+    StopIteration traceback); none: one DataError."""
+    kept = [name for name in source.files if os.path.getsize(name) > 0]
+    if not kept:
+        raise DataError(f"{source.spec}: its files are empty", hint="point local: at the files of a corpus")
     return kept
 
 
