@@ -916,3 +916,15 @@ def test_a_local_source_of_empty_files_is_one_error(tmp_path, name, text, words)
         prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path / name}", out=tmp_path / "out"),
                         log=lambda _: None)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 not a zip", b"\x93NUMPY garbled"])
+def test_a_damaged_resume_record_is_one_error(tmp_path, damage):
+    """The record of an interrupted prep cut to nothing or overwritten (a disk's fault, a partial copy): one line
+    naming it, with the way to start over (it was an EOFError, BadZipFile or ValueError traceback)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / prepare.PROGRESS).write_bytes(damage)
+    with pytest.raises(DataError, match="the record of an interrupted prep, cannot be read") as err:
+        prepare.prepare(prepare.PrepConfig(source="embedded", out=out), log=lambda _: None)
+    assert err.value.hint == f"delete {out} and re-run the same command: it starts over"

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,19 +237,24 @@ def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[in
     import numpy as np
 
     path = out / PROGRESS
-    with np.load(path) as saved:
-        state = json.loads(saved["state"].tobytes())
-        train_pending, val_pending = saved["train"], saved["val"]
-    if differs := _diff(state["settings"], settings):
+    try:  # written atomically: cut or garbled only by a disk's fault or a partial copy
+        with np.load(path) as saved:
+            state = json.loads(saved["state"].tobytes())
+            train_pending, val_pending = saved["train"], saved["val"]
+        kept, packed, resumes = state["settings"], state["packer"], state["resumes"]
+    except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as err:
+        raise DataError(f"{path}, the record of an interrupted prep, cannot be read ({type(err).__name__})",
+                        hint=f"delete {out} and re-run the same command: it starts over") from None
+    if differs := _diff(kept, settings):
         raise DataError(f"{out} holds an unfinished prep with other options ({differs})",
                         hint=f"re-run it with the same options and files, or use another --data folder, or delete "
                              f"{out}")
     for split in ("train", "val"):
-        for shard in state["packer"][split]["shards"]:
+        for shard in packed[split]["shards"]:
             shards.check_shard(out / shard["file"], tokens=shard["tokens"], tokenizer=tokenizer.NAME,
                                vocab_size=tokenizer.N_VOCAB, sha256=shard["sha256"])
-    packer.restore(state["packer"], train_pending, val_pending)
-    return state["resumes"]
+    packer.restore(packed, train_pending, val_pending)
+    return resumes
 
 
 def _diff(old: dict, new: dict) -> str:
