@@ -239,20 +239,25 @@ def test_local_parquet_prep_and_loader(tmp_path, layout, docs, enc):
     assert len(data.val_batches()) == (6_000 - 1) // 128 // 4
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "txt"])
+@pytest.mark.parametrize("fmt", ["jsonl", "txt", "plain txt"])
 def test_local_jsonl_and_txt(tmp_path, fmt, docs, enc):
+    """JSON lines and a text file of WikiText's articles; a text file without titles is a document a line (it was
+    glued into one document, which went to one split alone: 0 train tokens of 212k, without a word)."""
     src = tmp_path / "src"
     src.mkdir()
     if fmt == "jsonl":  # FineWeb-Edu's layout as JSON lines: one document per line
         expected = docs[:20]
         rows = [json.dumps({"text": d, "id": str(i)}) for i, d in enumerate(expected)]
         (src / "a.jsonl").write_text("".join(row + "\n" for row in rows))
-    else:  # WikiText's layout as a text file: articles start at ` = Title = ` lines
+    elif fmt == "txt":  # WikiText's layout as a text file: articles start at ` = Title = ` lines
         expected = [f"= Article {k} =\n\n first line of {k} .\n = = Part = = \n\n last line ." for k in range(30)]
         (src / "wiki.txt").write_text("".join(f"\n {a}\n\n" for a in expected))
+    else:
+        expected = [d.replace("\n", " ") for d in docs[:20]]
+        (src / "plain.txt").write_text("".join(f"{d}\n" for d in expected))
     out = tmp_path / "out"
     manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{src}", out=out, val_tokens=0), log=lambda _: None)
-    assert manifest["source"]["layout"] == ("documents" if fmt == "jsonl" else "lines")
+    assert manifest["source"]["layout"] == ("lines" if fmt == "txt" else "documents")
     assert split_docs(split_tokens(out, "train")) == [tuple(enc.encode_ordinary(d)) for d in expected]
 
 
@@ -928,3 +933,16 @@ def test_a_damaged_resume_record_is_one_error(tmp_path, damage):
     with pytest.raises(DataError, match="the record of an interrupted prep, cannot be read") as err:
         prepare.prepare(prepare.PrepConfig(source="embedded", out=out), log=lambda _: None)
     assert err.value.hint == f"delete {out} and re-run the same command: it starts over"
+
+
+def test_a_source_whose_every_document_went_to_validation_is_refused(tmp_path):
+    """A source of one document drawn for validation: every token in the val split, none to train on. It wrote a
+    finished prep of 0 train tokens without a word (a plain .txt read as one document did so)."""
+    from zbpscale.data.packing import is_val_candidate
+
+    seed = next(s for s in range(1000) if is_val_candidate(s, 0))
+    (tmp_path / "one.jsonl").write_text(json.dumps({"text": "A single document of a few words. " * 40}) + "\n")
+    with pytest.raises(DataError, match=r"every document it holds \(1\) went to the validation split"):
+        prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path / 'one.jsonl'}", out=tmp_path / "out",
+                                           seed=seed), log=lambda _: None)
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -415,6 +415,9 @@ def _run(prep: _Prep, docs, pool, report_every: float, t0: float) -> dict:
     if packer.train.tokens + packer.val.tokens == 0:
         raise DataError(f"{cfg.source} holds no text: every row of its text column is empty or null",
                         hint="point --source at the files of a corpus")
+    if packer.train.tokens == 0:  # a run has nothing to train on
+        raise DataError(f"{cfg.source}: every document it holds ({packer.next_doc:,}) went to the validation split",
+                        hint="a corpus of more documents, or --layout documents for one a line")
     packer.train.finish()
     packer.val.finish()
     now = time.monotonic()

@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hub dataset config (default sample-10BT for fineweb-edu, wikitext-103-raw-v1)")
     parser.add_argument("--layout", default="auto", choices=("auto", "documents", "lines"),
                         help="rows are documents (FineWeb-Edu) or lines of ' = Title = ' articles (WikiText); auto: "
-                             "lines for .txt files and for a text column alone whose first text is a title")
+                             "lines for rows of one text column (a .txt file's lines too) whose first text is a title")
     parser.add_argument("--seed", type=int, default=0, help="chooses the validation documents (default 0)")
     parser.add_argument("--verify", action="store_true",
                         help="on an already finished prep, also check every shard's sha256")

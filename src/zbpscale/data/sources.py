@@ -9,8 +9,9 @@ Sources, as `--source` spells them:
 
 Layouts: `documents` (one row is one document, FineWeb-Edu's columns text, id, url, ...) and `lines`
 (WikiText's single `text` column with one line per row; an article starts at a ` = Title = ` line and runs
-to the next one, and each article is one document). `auto` picks `lines` for a single `text` column and
-`documents` otherwise; .txt files are read as lines.
+to the next one, and each article is one document). `auto` picks `lines` for a single `text` column (a .txt
+file's lines are one) whose first non-empty row is a ` = Title = `, and `documents` otherwise: a .txt file without
+titles is a document a line (it was glued into one document, which went to one split alone).
 
 Offline mode is decided before `datasets` is imported (`--offline` or HF_HUB_OFFLINE / HF_DATASETS_OFFLINE),
 so that nothing waits ~20 s on an unreachable hub; local files and the embedded corpus always run offline.
@@ -117,8 +118,7 @@ def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto"
         if len(fmts) > 1:
             raise DataError(f"{spec} mixes file formats ({', '.join(fmts)})", hint="point local: at one format")
         fmt = fmts[0]
-        return Source(spec=spec, kind="local", files=tuple(files), fmt=fmt,
-                      layout="lines" if fmt == "text" and layout == "auto" else layout)
+        return Source(spec=spec, kind="local", files=tuple(files), fmt=fmt, layout=layout)
     raise ConfigError(f"unknown source {spec!r}", hint=_SOURCES_HELP)
 
 
@@ -244,6 +244,8 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
             titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
             layout = "lines" if titled else "documents"
             rows = itertools.chain(head, rows)
+        if layout == "documents" and source.fmt == "text":  # a line is a document: its line break is not its text
+            rows = (text.removesuffix("\n") if text else text for text in rows)
         docs = group_wikitext_articles(rows) if layout == "lines" else rows
     except BaseException:
         batches.close()
