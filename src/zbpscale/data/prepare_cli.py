@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import decimal
+import os
 import re
 import sys
 
@@ -111,7 +112,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (prepare turns it into one): this line, not the CLI's as well
         print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.data}",
               file=sys.stderr)
-        return 130
+        # Everything is written and closed: leave without the interpreter's teardown, where a pool whose workers the
+        # same signal killed (`kill -- -PGID`, scancel) once waited for ever on its task queue's feeder thread.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     return 0
 
 
