@@ -1107,3 +1107,31 @@ def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(t
             out.stdout + out.stderr
         assert not (tmp_path / "jobs" / ".localq" / "entries").exists()  # nothing queued
     assert f"tiny  bp      0  {mine['state']}" in plain([("s", list(rows.values()))])  # the table is drawn
+
+
+def test_watch_before_the_target_watches_it(tmp_path):
+    """`status --watch jobs/x` (argparse gives --watch the target) was a usage error; it watches jobs/x every 10 s.
+    `status RUN_FOLDER --only X` left --only out without a word: one line."""
+    import argparse
+
+    from zbpscale.errors import ConfigError
+    from zbpscale.jobs import status as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    run = tmp_path / "jobs" / "s" / "tiny-bp"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for argv, target, watch, only in ((["--watch", "jobs/x"], "jobs/x", 10.0, None),
+                                      (["--watch", "5", "jobs/x"], "jobs/x", 5.0, None),
+                                      (["jobs/x", "--watch"], "jobs/x", 10.0, None),
+                                      ([str(run)], str(run.parent), None, "tiny-bp")):
+        args = parser.parse_args(argv)
+        command.targeted(args)
+        assert (args.target, args.watch, args.only) == (target, watch, only)
+    for argv, words in ((["jobs/y", "--watch", "jobs/x"], "--watch 'jobs/x': expected seconds"),
+                        ([str(run), "--only", "x"], "--only x and the run folder")):
+        with pytest.raises(ConfigError, match=words):
+            command.targeted(parser.parse_args(argv))
+    with pytest.raises(SystemExit):  # a number out of range is argparse's error still
+        parser.parse_args(["--watch", "0"])

@@ -448,11 +448,25 @@ def watch(gather, data: list[tuple[str, list[dict]]], every_s: float) -> list[tu
     return data
 
 
+WATCH_S = 10.0
+"""--watch's refresh without a value."""
+
+
+def _seconds_or_target(text: str) -> float | str:
+    """--watch's value: seconds, or, where it is no number, the target typed after it (`status --watch jobs/x`, which
+    argparse hands to --watch), for _run to take as the target."""
+    try:
+        float(text)
+    except ValueError:
+        return text
+    return at_least(0.1, float, most=86400)(text)
+
+
 def add_arguments(p) -> None:
     p.add_argument("target", nargs="?", help="a sweep file, a sweep folder (jobs/<sweep>), a jobs root "
                                              "(default: ./jobs) or one run's folder (jobs/<sweep>/<run>)")
     p.add_argument("--only", metavar="PATTERNS", help="comma-separated run-name patterns, e.g. 's60-*,*-bp'")
-    p.add_argument("--watch", nargs="?", const=10.0, type=at_least(0.1, float, most=86400), metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", const=WATCH_S, type=_seconds_or_target, metavar="SECONDS",
                    help="refresh every 10 s (or as given) until Ctrl-C, asking the scheduler at most once per the "
                         "sweep's poll_s (60 s by default; a sweep folder: as its last submit kept it); plain lines "
                         "when not on a terminal")
@@ -477,9 +491,22 @@ def run(args) -> int:
         return _run(args)
 
 
-def _run(args) -> int:
-    if args.target and RunFolder(Path(args.target)).config.exists():  # one run's folder: that run of its sweep
+def targeted(args) -> None:
+    """The target and --only as the command line means them: `--watch TARGET` (argparse hands the target to
+    --watch) is the target watched every WATCH_S; one run's folder is that run of its sweep."""
+    if isinstance(args.watch, str):
+        if args.target is not None:
+            raise ConfigError(f"--watch {args.watch!r}: expected seconds", hint=f"e.g. --watch 60 {args.target}")
+        args.target, args.watch = args.watch, WATCH_S
+    if args.target and RunFolder(Path(args.target)).config.exists():
+        if args.only:  # it was left out without a word
+            raise ConfigError(f"--only {args.only} and the run folder {args.target} both choose the runs",
+                              hint="give one of them")
         args.target, args.only = str(Path(args.target).parent), Path(args.target).name
+
+
+def _run(args) -> int:
+    targeted(args)
     for mode in ("json", "logs", "goodput"):
         if args.watch and getattr(args, mode):
             raise ConfigError(f"--{mode} does not --watch", hint="run it again when you want a newer one")
