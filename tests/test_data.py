@@ -863,6 +863,8 @@ def test_a_prep_that_stops_releases_its_parquet_reader(tmp_path, monkeypatch, wh
     with pytest.raises(raised[0], match=raised[1]) as ended:
         prepare.prepare(cfg, log=lambda _: None)
     assert ended.traceback and (where != "first") == any((tmp_path / "out").glob("train_*.bin"))
+    if where == "later":  # it hinted that .jsonl files are UTF-8
+        assert ended.value.hint.startswith("a parquet file of it is cut or damaged: download it again")
     assert [_open_in_this_process(tmp_path / f"{name}.parquet") for name in parts] == [0, 0]
 
 

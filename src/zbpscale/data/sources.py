@@ -299,9 +299,14 @@ def _read(source: Source, items: Iterator, made=lambda item: item) -> Iterator:
         if source.kind != "local":  # the hub's files are not the user's to fix: its traceback stands
             raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"cannot read {source.spec}: {first}",
-                        hint="local files are UTF-8: .jsonl one JSON object a line with a 'text' field, .txt plain "
-                             "text, .parquet with a 'text' column") from None
+        raise DataError(f"cannot read {source.spec}: {first}", hint=_UNREADABLE.get(source.fmt, _UNREADABLE["json"])
+                        ) from None
+
+
+_UNREADABLE = {"parquet": "a parquet file of it is cut or damaged: download it again, or leave it out of local:",
+               "json": "a .jsonl file is UTF-8, one JSON object a line with a 'text' field",
+               "text": "a .txt file is UTF-8 plain text"}
+"""The hint of a local file that cannot be read, by its format."""
 
 
 def _with_rows(source: Source) -> list[str]:
