@@ -1135,3 +1135,17 @@ def test_watch_before_the_target_watches_it(tmp_path):
             command.targeted(parser.parse_args(argv))
     with pytest.raises(SystemExit):  # a number out of range is argparse's error still
         parser.parse_args(["--watch", "0"])
+
+
+def test_a_sweep_file_not_named_py_is_found_as_submit_takes_it(tmp_path):
+    """submit planned and submitted sweeps/smoke.txt; status, cancel and collect of it said "no sweep file or sweep
+    folder at smoke.txt". They find the runs the same file named .py plans."""
+    from conftest import write_sweep
+    from zbpscale.jobs.runs import find_runs
+
+    py = write_sweep(tmp_path, "s", tmp_path / "data", steps=3, arms=("bp", "zbp_n4"))
+    txt = py.rename(tmp_path / "s.txt")
+    found = [(name, [r.name for r in runs]) for name, runs in find_runs(str(txt))]
+    txt.rename(py)
+    assert found == [(name, [r.name for r in runs]) for name, runs in find_runs(str(py))] == [
+        ("s", ["nano-bp", "nano-zbp_n4"])]

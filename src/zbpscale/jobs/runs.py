@@ -109,7 +109,7 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     other run folder in its sweep folder), a sweep folder, a jobs root or nothing (./jobs); `only`: comma-separated
     name patterns (a ConfigError naming the runs when they match none)."""
     path = Path(target or "jobs")
-    if path.is_file() and path.suffix == ".py":
+    if path.is_file():  # a sweep file, whatever its name ends with, as submit takes it (smoke.txt was "no sweep file")
         from zbpscale.jobs.tuning import planned
 
         sweep = load_sweep(path)
