@@ -864,3 +864,14 @@ def test_set_of_a_field_with_its_own_flag_names_the_flag(tmp_path):
         assert err.value.hint == hint and "missing" not in str(err.value)
     with pytest.raises(ConfigError, match="missing --steps for a new run"):
         config("--data", "d", "--set", "lr=0.001")
+
+
+def test_a_run_dir_that_is_a_file_says_so(tmp_path):
+    """`python -m zbpscale.train --run-dir sweep.py`: one line saying it is a file (it said 'check the file's
+    permissions' of bad.py/config.json)."""
+    (tmp_path / "sweep.py").write_text("SWEEP = None\n")
+    out = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "sweep.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"error: {tmp_path / 'sweep.py'} is a file, not a run folder (hint: a run is a folder (made if it does not "
+        "exist): give another path)")

@@ -184,6 +184,9 @@ class RunFolder:
             data = read_bytes(self.config)
         except FileNotFoundError:
             return None
+        except NotADirectoryError:  # `train --run-dir sweep.py`: it said to check the file's permissions
+            raise BrokenRunFolder(f"{self.path} is a file, not a run folder",
+                                  hint="a run is a folder (made if it does not exist): give another path") from None
         except OSError as err:
             raise BrokenRunFolder(f"{self.config} cannot be read ({err.strerror})",
                                   hint="check the file's permissions") from None
