@@ -728,7 +728,7 @@ def test_token_counts(text, value):
     assert parse_count(text) == value
 
 
-@pytest.mark.parametrize("text", ["1e400", "1e18", "2.5", "abc"])  # 1e400: an OverflowError traceback
+@pytest.mark.parametrize("text", ["1e400", "1e1000000", "1e18", "2.5", "abc"])  # 1e400: an OverflowError traceback
 def test_a_token_count_that_is_none_is_one_line(tmp_path, text):
     proc = run_cli("--source", "embedded", "--out", tmp_path / "out", "--tokens", text)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and f"--tokens: {text!r}" in proc.stderr
@@ -827,11 +827,12 @@ def _open_in_this_process(path: Path) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
-@pytest.mark.parametrize("where", ["first", "later", "stopped"])
+@pytest.mark.parametrize("where", ["first", "later", "stopped", "resumed"])
 def test_a_prep_that_stops_releases_its_parquet_reader(tmp_path, monkeypatch, where):
     """A parquet source refused where its rows stop being text (its first rows) or a page of a later file is torn
-    (after shards were written), or a prep stopped mid-source (Ctrl-C, SIGTERM): the reader is closed by the time the
-    error leaves the prep, its traceback alive. Left to the interpreter's teardown, Arrow's threads aborted the
+    (after shards were written), a prep stopped mid-source (Ctrl-C, SIGTERM), or one whose resume is refused before
+    a document is taken (its first row read to tell the layout): the reader is closed by the time the error leaves
+    the prep, its traceback alive. Left to the interpreter's teardown, Arrow's threads aborted the
     process now and then after the one-line error (SIGABRT, 'terminate called without an active exception', exit -6
     in a CI run; huggingface/datasets #7566). A torn page was a traceback (pyarrow's OSError)."""
     import pyarrow as pa
@@ -856,18 +857,22 @@ def test_a_prep_that_stops_releases_its_parquet_reader(tmp_path, monkeypatch, wh
             real(*args)
 
         monkeypatch.setattr(prepare, "_save_progress", save_then_stop)
+    if where == "resumed":  # a record it cannot read: refused after the source opened, before a document is taken
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / prepare.PROGRESS).write_bytes(b"")
     cfg = prepare.PrepConfig(source=f"local:{tmp_path / '*.parquet'}", out=tmp_path / "out", tokens=10**6,
                              shard_tokens=1024, val_tokens=1024)
     raised = {"first": (DataError, "holds bytes values"), "later": (DataError, "cannot read"),
-              "stopped": (KeyboardInterrupt, "signal 15")}[where]
+              "stopped": (KeyboardInterrupt, "signal 15"), "resumed": (DataError, "record of an interrupted")}[where]
     with pytest.raises(raised[0], match=raised[1]) as ended:
         prepare.prepare(cfg, log=lambda _: None)
-    assert ended.traceback and (where != "first") == any((tmp_path / "out").glob("train_*.bin"))
+    assert ended.traceback and (where in ("later", "stopped")) == any((tmp_path / "out").glob("train_*.bin"))
     if where == "later":  # it hinted that .jsonl files are UTF-8
         assert ended.value.hint.startswith("a parquet file of it is cut or damaged: download it again")
     assert [_open_in_this_process(tmp_path / f"{name}.parquet") for name in parts] == [0, 0]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--workers 2 is one process on one CPU")
 def test_a_tokenizer_process_that_dies_is_one_error(tmp_path):
     """A tokenizer process killed (the OOM killer, kill -9) mid-prep: one DataError saying so, with the hint to re-run;
     it was a BrokenProcessPool traceback where the next batch was sent."""
@@ -948,3 +953,16 @@ def test_a_source_whose_every_document_went_to_validation_is_refused(tmp_path):
         prepare.prepare(prepare.PrepConfig(source=f"local:{tmp_path / 'one.jsonl'}", out=tmp_path / "out",
                                            seed=seed), log=lambda _: None)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_finished_prep_without_train_tokens_is_refused(tmp_path):
+    """A prep an older release finished with every token in its val split (a .txt file without titles read as one
+    document): a re-run said 'already prepared', and every run on it failed. Refused, with the way out."""
+    made = prepare.prepare(prepare.PrepConfig(source="embedded", out=tmp_path), log=lambda _: None)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["train"] = {**manifest["train"], "tokens": 0, "shards": []}  # as the older release wrote it
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert made["train"]["tokens"] > 0
+    with pytest.raises(DataError, match="holds a prep whose train split is empty") as refused:
+        prepare.prepare(prepare.PrepConfig(source="embedded", out=tmp_path), log=lambda _: None)
+    assert refused.value.hint.startswith(f"delete {tmp_path} and prepare it again")

@@ -283,6 +283,10 @@ def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
     if diff := _diff(manifest.get("settings", {}), settings):
         raise DataError(f"{out} already holds a prep with other options ({diff})",
                         hint=f"use another --data folder, or delete {out} first")
+    if not manifest["train"]["tokens"]:  # an older release's, of a .txt file without titles read as one document
+        raise DataError(f"{out} holds a prep whose train split is empty: no run can train on it",
+                        hint=f"delete {out} and prepare it again (a .txt file without ' = Title = ' lines is a "
+                             "document a line since 2026-12-06)")
     total = shards.TOKEN_BYTES * (manifest["train"]["tokens"] + manifest["val"]["tokens"])
     verify = cfg.verify or total <= shards.CHECKSUM_LIMIT_BYTES  # a re-run checks the checksums when affordable
     for split in ("train", "val"):
@@ -417,7 +421,7 @@ def _run(prep: _Prep, docs, pool, report_every: float, t0: float) -> dict:
                         hint="point --source at the files of a corpus")
     if packer.train.tokens == 0:  # a run has nothing to train on
         raise DataError(f"{cfg.source}: every document it holds ({packer.next_doc:,}) went to the validation split",
-                        hint="a corpus of more documents, or --layout documents for one a line")
+                        hint=f"delete {out}, then prepare a corpus of more documents")
     packer.train.finish()
     packer.val.finish()
     now = time.monotonic()

@@ -30,9 +30,10 @@ def parse_count(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not a token count (examples: 3e9, 100M, 250000)")
-    value = decimal.Decimal(match.group(1).replace("_", "")) * _SUFFIXES.get(match.group(2), 1)  # exact, not float's
-    if value >= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"{text!r} is more tokens than a corpus holds (at most 1e18)")
+    number, unit = decimal.Decimal(match.group(1).replace("_", "")), _SUFFIXES.get(match.group(2), 1)  # exact
+    if number >= decimal.Decimal(MAX_COUNT) / unit:  # compared before multiplied: 1e1000000 overflows Decimal's too
+        raise argparse.ArgumentTypeError(f"{text!r} is more tokens than a corpus holds (a count is below 1e18)")
+    value = number * unit
     if value != value.to_integral_value():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
     return int(value)
@@ -113,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"prep interrupted; re-run the same command to continue from the last finished shard in {args.data}",
               file=sys.stderr)
         # Everything is written and closed: leave without the interpreter's teardown, where a pool whose workers the
-        # same signal killed (`kill -- -PGID`, scancel) once waited for ever on its task queue's feeder thread.
+        # same signal killed (`kill -- -PGID`, scancel) once waited for ever on its task queue's feeder thread. Only
+        # the command line runs this function (the local queue's prep job is this command; a SLURM prep job and the
+        # tests call prepare() itself).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)

@@ -250,17 +250,31 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
     except BaseException:
         batches.close()
         raise
-    return _closing_reader((doc for doc in docs if doc and doc.strip()), batches), layout
+    return _Documents((doc for doc in docs if doc and doc.strip()), batches), layout
 
 
-def _closing_reader(docs: Iterator[str], batches) -> Iterator[str]:
-    """`docs`, the reader of `batches` closed when they end, fail or are closed: its Arrow threads end then. Left to
-    the interpreter's teardown (the traceback of an error holds the reader), they aborted the process now and then
-    after its last line (SIGABRT, 'terminate called without an active exception'; huggingface/datasets #7566)."""
-    try:
-        yield from docs
-    finally:
-        batches.close()
+class _Documents:
+    """A source's documents (an iterator), whose `close()` closes its reader (`batches`, datasets' generator) whether
+    or not a document was read (a generator's close() runs no `finally` before it starts), and which closes it
+    itself when the documents end or fail: its Arrow threads end then. Left to the interpreter's teardown (the
+    traceback of an error holds the reader), they aborted the process now and then after its last line (SIGABRT,
+    'terminate called without an active exception'; huggingface/datasets #7566)."""
+
+    def __init__(self, docs: Iterator[str], batches):
+        self._docs, self._batches = docs, batches
+
+    def __iter__(self) -> _Documents:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self._docs)
+        except BaseException:  # StopIteration too: the last document read
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._batches.close()
 
 
 def _load(source: Source, *, offline: bool):
