@@ -1133,14 +1133,16 @@ def test_watch_before_the_target_watches_it(tmp_path):
                         ([str(run), "--only", "x"], "--only x and the run folder")):
         with pytest.raises(ConfigError, match=words):
             command.targeted(parser.parse_args(argv))
-    with pytest.raises(SystemExit):  # a number out of range is argparse's error still
-        parser.parse_args(["--watch", "0"])
+    for bad in ("0", "10s"):  # a number out of range, or no number and no path: argparse's error still
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--watch", bad])
 
 
 def test_a_sweep_file_not_named_py_is_found_as_submit_takes_it(tmp_path):
     """submit planned and submitted sweeps/smoke.txt; status, cancel and collect of it said "no sweep file or sweep
     folder at smoke.txt". They find the runs the same file named .py plans."""
     from conftest import write_sweep
+    from zbpscale.errors import ConfigError
     from zbpscale.jobs.runs import find_runs
 
     py = write_sweep(tmp_path, "s", tmp_path / "data", steps=3, arms=("bp", "zbp_n4"))
@@ -1149,3 +1151,6 @@ def test_a_sweep_file_not_named_py_is_found_as_submit_takes_it(tmp_path):
     txt.rename(py)
     assert found == [(name, [r.name for r in runs]) for name, runs in find_runs(str(py))] == [
         ("s", ["nano-bp", "nano-zbp_n4"])]
+    run = make_run(tmp_path / "jobs" / "s", "tiny-bp", done=3)  # a file of a run folder is no sweep file to run
+    with pytest.raises(ConfigError, match=f"{run / 'config.json'} is a file of the run folder {run}"):
+        find_runs(str(run / "config.json"))

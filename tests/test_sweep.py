@@ -327,7 +327,7 @@ def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_name
     ("bf16='yes'", "TrainConfig.bf16 must be True or False (or None: the device's default), got 'yes'"),
     ("grad_clip=float('nan')", "TrainConfig.grad_clip must be a number >= 0, got nan"),
     ("eval_every=True", "TrainConfig.eval_every must be an integer >= 0, got True"),
-    ("seed=2**32", "TrainConfig.seed must be below 2**32 (NumPy's seeds), got 4294967296"),  # --set seed= too
+    ("seed=2**32", "TrainConfig.seed must be an integer in [0, 2**32) (NumPy's seeds), got 4294967296"),  # --set
 ])
 def test_an_arm_s_training_value_of_the_wrong_kind_is_refused_at_load(tmp_path, given, words):
     """arm('bp', betas=0.9) passed the dry run, wrote config.json, and broke the run at its start ('float' object

@@ -849,29 +849,31 @@ def test_a_run_from_yaml_files_is_the_run_its_fields_give_by_flags(tmp_path, dat
         assert not (tmp_path / "bad").exists()
 
 
-def test_set_of_a_field_with_its_own_flag_names_the_flag(tmp_path):
+@pytest.mark.parametrize("flags, item, hint", [
+    (["--size", "tiny", "--data", "d", "--set", "steps=5"], "steps=5", "give --steps N"),
+    (["--size", "tiny", "--set", "data_dir=d", "--steps", "5"], "data_dir=d", "give --data FOLDER"),
+    (["--set", "model=x", "--data", "d", "--steps", "5"], "model=x", "give --size NAME or --model FILE"),
+])
+def test_set_of_a_field_with_its_own_flag_names_the_flag(tmp_path, flags, item, hint):
     """`--set steps=5` (data_dir=, model=) of a new run: one line naming the flag to use; it said 'missing --steps
-    for a new run' beside the --set that gave it."""
+    for a new run' (or --size) beside the --set that gave it."""
     from zbpscale.train.cli import _parse, config_from_args
 
-    def config(*flags):
-        return config_from_args(_parse(["--run-dir", str(tmp_path / "new"), "--size", "tiny", *flags]))
-
-    for flags, hint in ((["--data", "d", "--set", "steps=5"], "give --steps N"),
-                        (["--set", "data_dir=d", "--steps", "5"], "give --data FOLDER")):
-        with pytest.raises(ConfigError, match=f"--set '{flags[-1] if 'steps' in flags[-1] else flags[1]}': ") as err:
-            config(*flags)
-        assert err.value.hint == hint and "missing" not in str(err.value)
-    with pytest.raises(ConfigError, match="missing --steps for a new run"):
-        config("--data", "d", "--set", "lr=0.001")
+    with pytest.raises(ConfigError, match=f"--set '{item}': ") as err:
+        config_from_args(_parse(["--run-dir", str(tmp_path / "new"), *flags]))
+    assert err.value.hint == hint and "missing" not in str(err.value)
+    with pytest.raises(ConfigError, match="missing --steps for a new run"):  # another --set: missing still said
+        config_from_args(_parse(["--run-dir", str(tmp_path / "new"), "--size", "tiny", "--data", "d", "--set",
+                                 "lr=0.001"]))
 
 
 def test_a_run_dir_that_is_a_file_says_so(tmp_path):
     """`python -m zbpscale.train --run-dir sweep.py`: one line saying it is a file (it said 'check the file's
     permissions' of bad.py/config.json)."""
     (tmp_path / "sweep.py").write_text("SWEEP = None\n")
-    out = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / "sweep.py")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip() == (
-        f"error: {tmp_path / 'sweep.py'} is a file, not a run folder (hint: a run is a folder (made if it does not "
-        "exist): give another path)")
+    for run_dir in (tmp_path / "sweep.py", tmp_path / "sweep.py" / "run"):  # the file named, where it is
+        out = subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(run_dir)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and out.stderr.strip() == (
+            f"error: {tmp_path / 'sweep.py'} is a file, not a folder (hint: a run is a folder (made if it does not "
+            "exist): give another path)")

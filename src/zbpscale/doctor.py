@@ -200,14 +200,13 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
         if manifest.is_file():
             try:
                 m = read_manifest(d)
-                detail = f"{d}: {m['train']['tokens']:,} train + {m['val']['tokens']:,} val tokens"
-            except (DataError, KeyError, TypeError) as err:  # KeyError, TypeError: its format's, not its fields
-                why = err if isinstance(err, DataError) else DataError(
-                    f"{manifest} is not a finished prep's manifest", hint=f"delete {d} and re-run `zbpscale "
-                    "prepare-data`")
-                checks.append(Check(name="data", level="fail", detail=why.args[0], hint=why.hint))
-                continue
-            checks.append(Check(name="data", level="ok", detail=detail))
+                checks.append(Check(name="data", level="ok", detail=f"{d}: {m['train']['tokens']:,} train + "
+                                    f"{m['val']['tokens']:,} val tokens"))
+            except DataError as err:
+                checks.append(Check(name="data", level="fail", detail=err.args[0], hint=err.hint))
+            except (KeyError, TypeError):  # its format's, without the fields of one
+                checks.append(Check(name="data", level="fail", detail=f"{manifest} is not a finished prep's manifest",
+                                    hint=f"delete {d} and re-run `zbpscale prepare-data`"))
         else:
             checks.append(Check(name="data", level="warn", detail=f"{d}: not prepared",
                                 hint=hint or f"zbpscale prepare-data --data {d}"))

@@ -453,12 +453,13 @@ WATCH_S = 10.0
 
 
 def _seconds_or_target(text: str) -> float | str:
-    """--watch's value: seconds, or, where it is no number, the target typed after it (`status --watch jobs/x`, which
-    argparse hands to --watch), for _run to take as the target."""
+    """--watch's value: seconds, or, where it is no number but a path (`status --watch jobs/x`, which argparse hands
+    to --watch), the target, for `targeted` to take as such; else (`--watch 10s`) the error of seconds."""
     try:
         float(text)
     except ValueError:
-        return text
+        if "/" in text or Path(text).exists():
+            return text
     return at_least(0.1, float, most=86400)(text)
 
 

@@ -76,6 +76,10 @@ def broken_notes(runs: list[found.Run]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ plan
+WAITS = "wait (tuning)"
+"""The plan's action of a run whose lr waits for its tuning runs."""
+
+
 def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[str, RunState],
               looks: dict[str, Snapshot] | None = None) -> list[dict]:
     """One row per run; a run left alone is shown with its state (`leave (queued)`, `leave (complete)`), so the
@@ -96,7 +100,7 @@ def plan_rows(runs: list[PlannedRun], actions: dict[str, Action], states: dict[s
             "steps": cfg.steps, "global_batch": cfg.global_batch, "micro": micro, "accum": accum,
             "world": res.world_size, "gpus": res.gpus, "nodes": res.nodes, "hours": hours,
             "gpu_hours": hours * res.gpus if not math.isnan(hours) else math.nan,
-            "role": run.role, "action": "wait (tuning)" if run.waits_for
+            "role": run.role, "action": WAITS if run.waits_for
             else f"leave ({states[run.name].state})" if actions[run.name] == "leave" else actions[run.name],
         })
     return rows
@@ -301,10 +305,12 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     print(f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}")
     table = boxed(columns, shown, {"run", "action"}, color=on_terminal() and color_on(), width=width)  # 10,000: 0.1 s
     print("\n".join(table), flush=True)
-    def hours(which) -> float:
-        return sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"]) and which(r["action"]))
+    def hours(actions=None) -> float:
+        """The GPU-hours of the rows whose action is one of `actions` (None: every row)."""
+        return sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"])
+                   and (actions is None or r["action"] in actions))
 
-    total, now, waiting = hours(lambda _: True), hours(SUBMITS.__contains__), hours("wait (tuning)".__eq__)
+    total, now, waiting = hours(), hours(SUBMITS), hours((WAITS,))
     later = f", {waiting:,.1f} in runs that wait for their tuning" if waiting else ""
     cpu = "; '?': CPU runs, whose time the plan does not estimate" if any(math.isnan(r["hours"]) for r in rows) else ""
     print(wrap(f"GPU-hours: {total:,.1f} planned, {now:,.1f} in the runs to submit now{later} (assumes "

@@ -25,12 +25,12 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S, SweepSettings
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.config import (
-    SEED_LIMIT,
     SIZES,
     ModelConfig,
     TrainConfig,
     batch_plan,
     flops_per_token,
+    is_seed,
     n_params,
     shape_from_yaml,
     tracker_error,
@@ -325,7 +325,7 @@ class Tune:
         need("Tune", "Tune.", "budget", self.budget, is_number(self.budget) and 0 < self.budget <= 1,
              "a number in (0, 1]: the share of the size's tokens")
         need("Tune", "Tune.", "seeds", self.seeds, isinstance(self.seeds, (tuple, list)) and bool(self.seeds)
-             and all(is_int(v) and 0 <= v < SEED_LIMIT for v in self.seeds) and len(set(self.seeds)) == len(self.seeds),
+             and all(map(is_seed, self.seeds)) and len(set(self.seeds)) == len(self.seeds),
              "distinct integers in [0, 2**32)")
         object.__setattr__(self, "seeds", tuple(self.seeds))
         need("Tune", "Tune.", "near", self.near, is_number(self.near) and self.near >= 0, "a number >= 0")
@@ -453,7 +453,7 @@ class Sweep:
         need("Sweep", "Sweep.", "assumed_mfu", self.assumed_mfu,
              is_number(self.assumed_mfu) and 0 < self.assumed_mfu <= 1, "a number in (0, 1]")
         need("Sweep", "Sweep.", "seeds", self.seeds, isinstance(self.seeds, (tuple, list))
-             and all(is_int(v) and 0 <= v < SEED_LIMIT for v in self.seeds), "a tuple of integers in [0, 2**32)")
+             and all(map(is_seed, self.seeds)), "a tuple of integers in [0, 2**32)")
         if not self.sizes or not self.arms or not self.seeds:
             raise ConfigError(f"Sweep {self.name!r} needs at least one size, one arm and one seed")
         repeated = [seed for i, seed in enumerate(self.seeds) if seed in self.seeds[:i]]

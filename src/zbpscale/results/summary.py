@@ -168,9 +168,13 @@ def summarize(run: Path | Snapshot, *, name: str, size: str, arm: str, seed: int
 
 def _planned_numbers(config: dict) -> dict:
     """Parameters, steps and tokens of a run that has not started (imports torch, through the model)."""
+    from zbpscale.errors import ConfigError
     from zbpscale.run.config import TrainConfig, n_params
 
-    cfg = TrainConfig.from_dict(config)
+    try:
+        cfg = TrainConfig.from_dict(config)
+    except ConfigError:  # one the trainer refuses (a hand edit; a seed of 2**32, refused since): no numbers
+        return {}
     return {"params": n_params(cfg.model), "params_non_embedding": n_params(cfg.model, embeddings=False),
             "total_steps": cfg.steps, "total_tokens": cfg.steps * cfg.global_batch * cfg.seq_len}
 

@@ -316,8 +316,9 @@ def parse_count(text: str) -> float:
     return value
 
 
-SEED_LIMIT = 2**32
-"""Seeds are below it: NumPy's global generator, which the trainer seeds and checkpoints, takes no other."""
+def is_seed(value) -> bool:
+    """An integer in [0, 2**32): NumPy's global generator, which the trainer seeds and checkpoints, takes no other."""
+    return _is_int(value) and 0 <= value < 2**32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,11 +384,11 @@ class TrainConfig:
         for name in ("steps", "global_batch", "eval_batches", "keep_ckpts", "log_every"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every", "seed"):
+        for name in ("micro_batch", "warmup_steps", "eval_every", "ckpt_every", "diag_every"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        if self.seed >= SEED_LIMIT:
-            raise ConfigError(f"TrainConfig.seed must be below 2**32 (NumPy's seeds), got {self.seed!r}")
+        if not is_seed(self.seed):
+            raise ConfigError(f"TrainConfig.seed must be an integer in [0, 2**32) (NumPy's seeds), got {self.seed!r}")
         if not number(self.lr) or not self.lr > 0:
             raise ConfigError(f"TrainConfig.lr must be a number > 0, got {self.lr!r}")
         if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:

@@ -185,7 +185,8 @@ class RunFolder:
         except FileNotFoundError:
             return None
         except NotADirectoryError:  # `train --run-dir sweep.py`: it said to check the file's permissions
-            raise BrokenRunFolder(f"{self.path} is a file, not a run folder",
+            file = next((p for p in (self.path, *self.path.parents) if p.is_file()), self.path)
+            raise BrokenRunFolder(f"{file} is a file, not a folder",
                                   hint="a run is a folder (made if it does not exist): give another path") from None
         except OSError as err:
             raise BrokenRunFolder(f"{self.config} cannot be read ({err.strerror})",

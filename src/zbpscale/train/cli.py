@@ -65,6 +65,10 @@ took the run over while this one was paused""")
 def config_from_args(args) -> TrainConfig:
     """A TrainConfig from the command line, or the run folder's config.json for an existing run (whose settings
     flags may repeat, never change)."""
+    for item in args.set:  # before anything else says a flag is missing ("missing --steps" of --set steps=5)
+        key, sep, _ = item.partition("=")
+        if sep and key in OWN_FLAGS:
+            raise ConfigError(f"--set {item!r}: {key} has its own flag", hint=f"give {OWN_FLAGS[key]}")
     folder = RunFolder(args.run_dir)
     given = [f"--{k} {getattr(args, k)}" for k in ("size", "model", "train", "arm", "data", "steps")
              if getattr(args, k) is not None]
@@ -93,10 +97,8 @@ def config_from_args(args) -> TrainConfig:
     if args.size and args.model:
         raise ConfigError("--size and --model both give the model's shape", hint="give one of them")
     trained = _train_file(args)
-    set_here = {item.partition("=")[0] for item in args.set}  # `--set steps=2000`: said by _asked, not "missing"
     missing = [f"--{k}" for k, field in (("size", None), ("data", "data_dir"), ("steps", "steps"))
-               if getattr(args, k) is None and (k != "size" or not args.model) and field not in trained
-               and field not in set_here]
+               if getattr(args, k) is None and (k != "size" or not args.model) and field not in trained]
     if missing:
         raise ConfigError(f"missing {', '.join(missing)} for a new run"
                           + (" (or in the --train file)" if args.train and missing != ["--size"] else ""))
@@ -123,9 +125,7 @@ def _asked(args, base: TrainConfig | None, trained: dict) -> TrainConfig:
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
-        if sep and key in OWN_FLAGS:
-            raise ConfigError(f"--set {item!r}: {key} has its own flag", hint=f"give {OWN_FLAGS[key]}")
-        if not sep or key not in fields:
+        if not sep or key not in fields or key in OWN_FLAGS:  # OWN_FLAGS: said by config_from_args
             settable = [k for k in fields if k not in OWN_FLAGS]
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(settable)}",
                               hint=did_you_mean(key, settable, say=lambda c: f"--set {c}={value}") if sep else None)
