@@ -252,9 +252,9 @@ def test_local_jsonl_and_txt(tmp_path, fmt, docs, enc):
     elif fmt == "txt":  # WikiText's layout as a text file: articles start at ` = Title = ` lines
         expected = [f"= Article {k} =\n\n first line of {k} .\n = = Part = = \n\n last line ." for k in range(30)]
         (src / "wiki.txt").write_text("".join(f"\n {a}\n\n" for a in expected))
-    else:
-        expected = [d.replace("\n", " ") for d in docs[:20]]
-        (src / "plain.txt").write_text("".join(f"{d}\n" for d in expected))
+    else:  # a document a line, its line break kept, as --layout documents always read a .txt file
+        expected = [d.replace("\n", " ") + "\n" for d in docs[:20]]
+        (src / "plain.txt").write_text("".join(expected))
     out = tmp_path / "out"
     manifest = prepare.prepare(prepare.PrepConfig(source=f"local:{src}", out=out, val_tokens=0), log=lambda _: None)
     assert manifest["source"]["layout"] == ("lines" if fmt == "txt" else "documents")

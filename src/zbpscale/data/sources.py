@@ -244,8 +244,6 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
             titled = bool(head) and bool(head[-1]) and _TITLE.match(head[-1].strip()) is not None
             layout = "lines" if titled else "documents"
             rows = itertools.chain(head, rows)
-        if layout == "documents" and source.fmt == "text":  # a line is a document: its line break is not its text
-            rows = (text.removesuffix("\n") if text else text for text in rows)
         docs = group_wikitext_articles(rows) if layout == "lines" else rows
     except BaseException:
         batches.close()

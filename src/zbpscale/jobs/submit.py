@@ -305,6 +305,7 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
     print(f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}")
     table = boxed(columns, shown, {"run", "action"}, color=on_terminal() and color_on(), width=width)  # 10,000: 0.1 s
     print("\n".join(table), flush=True)
+
     def hours(actions=None) -> float:
         """The GPU-hours of the rows whose action is one of `actions` (None: every row)."""
         return sum(r["gpu_hours"] for r in rows if not math.isnan(r["gpu_hours"])
