@@ -204,9 +204,6 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
                                     f"{m['val']['tokens']:,} val tokens"))
             except DataError as err:
                 checks.append(Check(name="data", level="fail", detail=err.args[0], hint=err.hint))
-            except (KeyError, TypeError):  # its format's, without the fields of one
-                checks.append(Check(name="data", level="fail", detail=f"{manifest} is not a finished prep's manifest",
-                                    hint=f"delete {d} and re-run `zbpscale prepare-data`"))
         else:
             checks.append(Check(name="data", level="warn", detail=f"{d}: not prepared",
                                 hint=hint or f"zbpscale prepare-data --data {d}"))

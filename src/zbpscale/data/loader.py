@@ -40,7 +40,9 @@ def read_manifest(data_dir: Path) -> dict:
     if isinstance(manifest, dict) and manifest.get("format") != "zbpscale-shards":  # a results bundle's, say
         raise DataError(f"{data_dir} holds a manifest.json that is not a data prep's",
                         hint="give --data (or the sweep's Data.dir) a folder of its own for the prepared data")
-    if not isinstance(manifest, dict) or manifest.get("format_version") != shards.VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format_version") != shards.VERSION or not all(
+            isinstance(manifest.get(split), dict) and isinstance(manifest[split].get("tokens"), int)
+            for split in ("train", "val")):  # its format's name and version alone, without the splits: cut by hand
         raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
                         hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
     return manifest
