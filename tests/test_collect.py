@@ -233,6 +233,14 @@ def test_a_run_whose_val_loss_went_above_its_start_is_flagged(tmp_path):
         "before using its numbers"]
 
 
+def test_a_bundle_of_one_run_says_so_in_the_singular(tmp_path):
+    """collect's summary line counts its runs in words: '1 run', not '1 runs'."""
+    sweep, out, lines = tmp_path / "jobs" / "one", tmp_path / "out", []
+    finished_run(sweep, "tiny-bp", {0: 10.951, 15: 8.1}, {15: 7.6})
+    collect(sweep, out, log=lines.append)
+    assert any(line.startswith(f"{out}: 1 run, one seed (1 complete); ") for line in lines), lines
+
+
 def test_an_older_bundle_without_the_diverged_field_still_loads(results_sweep, tmp_path):
     """Rows of summary.json written before runs were flagged as diverged (no `diverged`) load, as not flagged."""
     from zbpscale.results.bundle import Bundle

@@ -225,7 +225,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
     counts: dict[str, int] = {}
     for r in ordered:
         counts[r.state] = counts.get(r.state, 0) + 1
-    log(f"{bundle.path}: {len(ordered)} runs, {seed_count(r.seed for r in ordered)} ("
+    log(f"{bundle.path}: {plural(len(ordered), 'run')}, {seed_count(r.seed for r in ordered)} ("
         + ", ".join(f"{n} {s}" for s, n in counts.items()) + "); "
         + (f"updated {', '.join(changed)}" if changed else "no run changed"))
     if no_ckpt:

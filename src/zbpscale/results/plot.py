@@ -48,7 +48,7 @@ from zbpscale.results.summary import RunSummary, arm_order, same_run, sort_key
 from zbpscale.results.table import fmt_count, table_markdown
 from zbpscale.run.folder import parse_run_name
 from zbpscale.run.records import BlockRow, by_kind, read_records
-from zbpscale.tables import named, seed_count
+from zbpscale.tables import named, plural, seed_count
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,7 +233,7 @@ def _arm_label(runs: list[RunSummary]) -> str:
     for r in runs:
         if r.state != "complete":
             behind[r.state] = behind.get(r.state, 0) + 1
-    count = seed_count(r.seed for r in runs) if len({r.seed for r in runs}) == len(runs) else f"{len(runs)} runs"
+    count = seed_count(r.seed for r in runs) if len({r.seed for r in runs}) == len(runs) else plural(len(runs), "run")
     return f"{runs[0].arm} ({count}{''.join(f'; {n} {state}' for state, n in behind.items())})"
 
 
@@ -592,7 +592,7 @@ def _nothing_drawn(rows: list[RunSummary]) -> str:
     states = ", ".join(f"{n} {s}" for s, n in counts.items())
     off = " (diag_every is 0: the NSR and rho_k figures need it set)" if {r.diag_every for r in rows} == {0} \
         else ""
-    return f"no run has an eval or diag record yet ({len(rows)} runs: {states}){off}"
+    return f"no run has an eval or diag record yet ({plural(len(rows), 'run')}: {states}){off}"
 
 
 def _measure(field: str) -> tuple[str, str, str]:

@@ -38,7 +38,7 @@ from zbpscale.results.bundle import Bundle
 from zbpscale.results.summary import RunSummary
 from zbpscale.run.history import read_attempts
 from zbpscale.run.records import tail_records
-from zbpscale.tables import fmt_tokens
+from zbpscale.tables import fmt_tokens, plural
 
 SECTIONS = ("state", "curves", "gap", "lr", "diagnostics", "claims", "runs", "provenance")
 """The page's sections, by id, in order ("lr" only when the sweep tunes)."""
@@ -190,7 +190,7 @@ def state_table(rows: list[RunSummary]) -> str:
                     + "</tr>")
     hours = sum(r.gpu_hours or 0.0 for r in rows)
     total = ", ".join(f"{n} {s}" for s, n in Counter(r.state for r in rows).items())
-    return (f"<p><b>{len(rows)} runs: {html.escape(total)}</b>; {hours:,.1f} GPU-hours held in all.</p>"
+    return (f"<p><b>{plural(len(rows), 'run')}: {html.escape(total)}</b>; {hours:,.1f} GPU-hours held in all.</p>"
             + _table(STATE_COLUMNS, body))
 
 
