@@ -137,7 +137,7 @@ BAD_SWEEPS = [
     ("unknown_size.py", "from zbpscale.sweep import *\n\nS = Size(name='s2b', global_batch=8)\n",
      "unknown_size.py:3: unknown size 's2b'"),
     ("unknown_arm.py", "from zbpscale.sweep import *\nA = arm('zbp16')\n", "unknown_arm.py:2: unknown arm"),
-    ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error"),
+    ("syntax.py", "SWEEP = (\n", "syntax.py:1: syntax error: '(' was never closed (hint: line 1 reads: SWEEP = ()"),
     ("unknown_field.py", "from zbpscale.sweep import *\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",

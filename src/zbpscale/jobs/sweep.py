@@ -767,7 +767,9 @@ def load_sweep(path: str | Path) -> Sweep:
         finally:
             _LOADING = None
     except SyntaxError as err:
-        raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}") from None
+        text = (err.text or "").strip()
+        raise ConfigError(f"{path}:{err.lineno}: syntax error: {err.msg}",
+                          hint=f"line {err.lineno} reads: {text:.80}" if text else "fix the sweep file") from None
     except SystemExit as err:  # sys.exit() or exit() in the file: the command ended without a word, status 0
         frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
         where = f"{path}:{frames[-1].lineno}" if frames else str(path)
