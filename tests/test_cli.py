@@ -432,7 +432,8 @@ def test_every_command_runs_the_same_way_under_python_m_and_zbpscale_alone_lists
                             ("data.prepare_cli", "prepare-data")):
         out = subprocess.run([sys.executable, "-m", f"zbpscale.{module}"], capture_output=True, text=True,
                              timeout=120, cwd=tmp_path)
-        assert out.returncode == 2 and f"usage: zbpscale {command}" in out.stderr, (module, out.stderr)
+        said = f"zbpscale {command} " if module in ("collect", "upload") else f"usage: zbpscale {command}"
+        assert out.returncode == 2 and said in out.stderr, (module, out.stderr)  # collect, upload: their hint's
     doctor = subprocess.run([sys.executable, "-m", "zbpscale.doctor"], capture_output=True, text=True, timeout=120,
                             cwd=tmp_path)
     assert "zbpscale doctor" in doctor.stdout and doctor.returncode in (0, 1)
@@ -762,6 +763,14 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     assert main(["collect", str(runs), "--out", str(stopped)]) == 0
     capsys.readouterr()
     assert "matches no run" in one_line("collect", runs, "--with-ckpt", "NOPE-*")
+    # --with-ckpt takes an optional value: the sweep written after it was taken as its value ("arguments are
+    # required: sweep"); a value that is no file or folder leaves the sweep missing, in one line
+    assert "no sweep given (hint: give a sweep file or folder" in one_line("collect", "--with-ckpt", "NOPE-*")
+    assert main(["collect", "--with-ckpt", str(runs), "--out", str(tmp_path / "all-ckpts")]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "all-ckpts" / "manifest.json").read_text())["with_ckpt"] is True
+    assert "HF_HUB_OFFLINE is set" in one_line("upload", "--with-ckpt", tmp_path / "all-ckpts")  # the bundle taken
+    assert "no bundle given (hint: give a collected results folder" in one_line("upload", "--with-ckpt")
     assert "matches no run" in one_line("sync", runs, "--only", "nope")
     hint = one_line("plot", runs)
     assert "holds runs" in hint and f"zbpscale collect {runs}" in hint and str(tmp_path / "results" / "results") in hint

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Callable
 
 
@@ -26,3 +27,18 @@ def at_least(low: float, kind: type = int, *, most: float = math.inf) -> Callabl
 
     parse.__name__ = f"{kind.__name__} >= {low:g}"
     return parse
+
+
+def value_or_positional(args: argparse.Namespace, positional: str, option: str, const: str, *, needs: str) -> None:
+    """An option whose value is optional (nargs="?", `const` when bare) takes the word after it, so that
+    `zbpscale collect --with-ckpt sweeps/x.py` gave argparse's "the following arguments are required": when the
+    positional is missing and the option's value names a file or folder that exists, that is the positional and the
+    option was given bare. A positional still missing is a ConfigError saying what the command `needs`."""
+    from zbpscale.errors import ConfigError
+
+    value = getattr(args, option)
+    if getattr(args, positional) is None and value not in (None, const) and os.path.exists(value):
+        setattr(args, positional, value)
+        setattr(args, option, const)
+    if getattr(args, positional) is None:
+        raise ConfigError(f"no {positional} given", hint=needs)

@@ -23,6 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
+from zbpscale.argtypes import value_or_positional
 from zbpscale.errors import ConfigError
 from zbpscale.files import atomic_write, unwritable
 from zbpscale.results.bundle import FORMAT, VERSION, Bundle, default_out, write_if_changed
@@ -251,7 +252,7 @@ def _ours(bundle: Bundle) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("sweep", help="a sweep file (sweeps/smoke.py) or a sweep folder (jobs/smoke)")
+    p.add_argument("sweep", nargs="?", help="a sweep file (sweeps/smoke.py) or a sweep folder (jobs/smoke)")
     p.add_argument("--out", metavar="DIR", help="the bundle folder (default: results/<sweep name> beside the jobs "
                                                 "folder of its runs, in the project folder)")
     p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
@@ -260,5 +261,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    value_or_positional(args, "sweep", "with_ckpt", "*", needs="give a sweep file or folder: zbpscale collect "
+                                                              "sweeps/ladder.py [--with-ckpt [RUNS]]")
     collect(args.sweep, args.out, with_ckpt=args.with_ckpt)
 

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale.argtypes import value_or_positional
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.results.bundle import Bundle
 from zbpscale.text import matches, patterns
@@ -140,7 +141,7 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("bundle", help="a collected results folder, e.g. results/smoke")
+    p.add_argument("bundle", nargs="?", help="a collected results folder, e.g. results/smoke")
     p.add_argument("--repo", help=f"owner/name of the dataset repo (default: <you>/{DEFAULT_REPO_NAME})")
     p.add_argument("--with-ckpt", nargs="?", const="*", metavar="RUNS",
                    help="also send the checkpoints in the bundle: of every run, or of the runs matching these "
@@ -148,6 +149,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    value_or_positional(args, "bundle", "with_ckpt", "*", needs="give a collected results folder: zbpscale upload "
+                                                                "results/ladder [--with-ckpt [RUNS]]")
     bundle_files(Path(args.bundle), args.with_ckpt)  # a wrong folder is reported before any token check
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise UploadError("HF_HUB_OFFLINE is set: the upload needs the Hub", hint="unset HF_HUB_OFFLINE")
