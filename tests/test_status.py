@@ -430,6 +430,23 @@ def test_a_diverged_run_is_said_under_the_table_and_in_json(tmp_path, capsys):
         {"tiny-bp": None, "tiny-bp-s1": None, "tiny-bp-s2": 15, "tiny-zbp_n4": 47}
 
 
+def test_a_metrics_file_that_holds_no_record_is_said_under_the_table(tmp_path, capsys):
+    """A metrics.jsonl garbled (or another file put in its place) read as no record: the run showed no progress and
+    no loss without a word. Status says so under the table, with the file to look at; one that reads is said
+    nothing of, and neither is an empty one (a trainer that has not written yet)."""
+    sweep = tmp_path / "jobs" / "mini"
+    make_run(sweep, "tiny-bp", steps=48, done=20)
+    garbled = make_run(sweep, "tiny-bp-s1", steps=48, done=20) / "metrics.jsonl"
+    garbled.write_bytes(bytes(range(256)) * 8 + b"\n")
+    (make_run(sweep, "tiny-bp-s2", steps=48, done=20) / "metrics.jsonl").write_bytes(b"")
+    assert status(capsys, str(sweep)) == 3
+    out = capsys.readouterr().out
+    assert f"tiny-bp-s1: its metrics.jsonl holds 2,049 bytes but no record zbpscale reads (garbled, or another file " \
+           f"in its place): its progress and losses are not shown; look at {garbled}" in " ".join(out.split())
+    assert "tiny-bp:" not in out and "tiny-bp-s2:" not in out
+    assert [r["metrics_unread"] for r in collect_rows(sweep)] == [0, 2049, 0]
+
+
 def test_runs_trained_directly_without_a_job(tmp_path):
     sweep = tmp_path / "try"
     make_run(sweep, "tiny-bp", done=5, beat_age=2.0)  # python -m zbpscale.train, beating

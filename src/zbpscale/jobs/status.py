@@ -120,6 +120,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from and run.planned.lr == config.get(
             "lr", run.planned.lr) else plan.get("lr_from", ""),  # else the words of the lr it was submitted with
         "lr_planned": run.planned.lr if run.planned else None,  # a final run's: its tuning's choice now
+        "metrics_unread": look.unread_metrics,  # bytes of a metrics.jsonl that holds no record (0: none such)
     }
     if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
@@ -314,7 +315,8 @@ NEXT = {("failed", "resume"): "; submit again to resume", ("failed", "retry"): "
 def notes(rows: list[dict]) -> list[tuple[str, str]]:
     """(line, state) under the table for each run that needs a word: failed, broken, stalled, stopped, diverged (a
     val loss above its start: run/divergence.py's `diverged`), a ZBP estimator that fell back to a slower path, a
-    tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge.
+    tracker turned off, a job that trains on for a run the sweep file no longer plans, a tuned lr at its grid's edge,
+    a metrics.jsonl that holds no record.
     A state's note that more than ALIKE runs share word for word but their logs (8,000 runs stopped by one
     preemption, a thousand failed alike) is one line, where the first of them stands, naming ALIKE of them and the
     first one's log."""
@@ -352,6 +354,10 @@ def notes(rows: list[dict]) -> list[tuple[str, str]]:
             shared[said].runs[r["run"]] = r["log"]
         if r.get("diverged"):  # before anyone reads its numbers or a figure whose axis it stretches
             found.append((f"{r['run']}: diverged: {Divergence(**r['diverged']).words()}", "stalled"))
+        if r.get("metrics_unread"):  # its steps, losses and tokens read as none: say why they are blank
+            found.append((f"{r['run']}: its metrics.jsonl holds {r['metrics_unread']:,} bytes but no record zbpscale "
+                          f"reads (garbled, or another file in its place): its progress and losses are not shown; "
+                          f"look at {RunFolder(r['dir']).metrics}", "stalled"))
         if r.get("fallbacks"):  # a fast estimator failed: explains a slow run
             cores = ", ".join(f"{core} {path}" for core, path in r["impl_used"].items())
             found.append((f"{r['run']}: ZBP estimator fell back ({cores}): {'; '.join(r['fallbacks'])}", "stopped"))

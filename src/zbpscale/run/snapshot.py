@@ -16,6 +16,7 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -161,6 +162,17 @@ class Snapshot:
                     fold.feed(record)
                 return fold
         return Fold.of(self.records)
+
+    @property
+    def unread_metrics(self) -> int:
+        """The size of metrics.jsonl where it holds bytes but no record this release reads (garbled, or another file
+        in its place: its steps, losses and tokens cannot be shown); 0 where it holds one, or is empty or missing."""
+        if any(self.glance.__dict__.values()):
+            return 0
+        try:
+            return os.stat(self.folder.metrics).st_size
+        except OSError:
+            return 0
 
     @property
     def own(self) -> dict[str, Record]:
