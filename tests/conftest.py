@@ -354,8 +354,9 @@ def config_json(size: str = "nano", **fields) -> str:
 
 STEP_FLOOR_SITE = """\
 import os
-if os.environ.get("ZBPSCALE_TEST_STEP_FLOOR_S"):  # tests/conftest.py, step_floor_env
-    import time
+if os.environ.get("ZBPSCALE_TEST_STEP_FLOOR_S") and not (os.environ.get("ZBPSCALE_TEST_STEP_FLOOR_FIRST") and
+                                                         os.environ.get("SLURM_RESTART_COUNT", "0") != "0"):
+    import time  # tests/conftest.py, step_floor_env
     from zbpscale.train.metrics import MetricsLog
     _write, _floor = MetricsLog.write, float(os.environ["ZBPSCALE_TEST_STEP_FLOOR_S"])
     def _slow_write(self, kind, **fields):
@@ -366,16 +367,18 @@ if os.environ.get("ZBPSCALE_TEST_STEP_FLOOR_S"):  # tests/conftest.py, step_floo
 """
 
 
-def step_floor_env(folder: Path, floor_s: float, env: dict | None = None) -> dict:
+def step_floor_env(folder: Path, floor_s: float, env: dict | None = None, *, first_attempt: bool = False) -> dict:
     """`env` (default: this process's) for a command whose trainers (its jobs' too, which inherit it) take at least
     `floor_s` more per step, sleeping as they write each step's record (a sitecustomize.py in `folder`, on
     PYTHONPATH): for a test whose timing, a signal so many seconds into an attempt, must hold however fast the
-    machine trains. The sleep changes no number a step computes."""
+    machine trains. `first_attempt`: only a SLURM job's first attempt sleeps (SLURM_RESTART_COUNT unset or 0); its
+    requeued attempts train at full speed. The sleep changes no number a step computes."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sitecustomize.py").write_text(STEP_FLOOR_SITE)
     env = os.environ if env is None else env
     path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
-    return {**env, "PYTHONPATH": path, "ZBPSCALE_TEST_STEP_FLOOR_S": str(floor_s)}
+    return {**env, "PYTHONPATH": path, "ZBPSCALE_TEST_STEP_FLOOR_S": str(floor_s),
+            **({"ZBPSCALE_TEST_STEP_FLOOR_FIRST": "1"} if first_attempt else {})}
 
 
 def trainer_env(threads: int | None, **extra: str) -> dict:

@@ -26,9 +26,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 slurm_local = load_slurm_local()
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}
-STEPS = 600
-"""~45-50 s of a 2-node job on 2 shared cores: longer than the time-limit test's first attempt (300 steps, ~20 s
-since CPU trainers keep their freed memory, finished before SLURM's warning in a clean-clone run)."""
+STEPS = 200
+"""~15-25 s of a 2-node job on 2 shared cores: what the faults need after their checkpoint of step 20 (the last
+strikes near step 60). The time-limit test's first attempt is made to outlast SLURM's warning by a step floor
+(600 steps without one were ~45-50 s; 300 finished before the warning in a clean-clone run)."""
 
 
 def submit(sweep: Path, env: dict, *args: str, executor: str = "slurm") -> subprocess.CompletedProcess:
@@ -111,7 +112,9 @@ def test_time_limit_requeues_a_two_node_job_counted_once_per_attempt(two_node_cl
     # signal_delay_s + 30 s of its end: at 30 s or more, the check right after the start (in a clean-clone run
     # ~9 s in, every attempt: still starting, no step made, 14 requeues in a row); at 15, the check ~30 s later.
     sweep = write_sweep(tmp_path, "limit", data_dir, steps=STEPS, nodes=2, time_min=1, signal_delay_s=15)
-    submit(sweep, step_floor_env(tmp_path / "site", 0.05, env))  # 600 steps outlast the warning on any machine
+    # the first attempt outlasts the warning on any machine (200 x 0.25 s = 50 s of sleep, the warning at 45 s at
+    # the latest); a requeued attempt trains at full speed
+    submit(sweep, step_floor_env(tmp_path / "site", 0.25, env, first_attempt=True))
     run = tmp_path / "jobs" / "limit" / "nano-bp"
     (job,) = job_ids(run)
     assert final_state(env, job) == "COMPLETED"

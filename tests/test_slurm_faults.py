@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import load_slurm_local, losses, wait_until, write_sweep
+from conftest import load_slurm_local, losses, step_floor_env, wait_until, write_sweep
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.run.records import read_records
@@ -205,8 +205,10 @@ def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_pa
     trainer honours at its next step: the attempt checkpoints and ends cancelled, the command says so and exits 0,
     and no step follows. With the controller back, a submit resumes the run, bit for bit."""
     folder, env = slurm
-    sweep = write_sweep(tmp_path, "ctlddown", data_dir, steps=600, ckpt_every=10)
-    assert submit(sweep, env).returncode == 0
+    sweep = write_sweep(tmp_path, "ctlddown", data_dir, steps=150, ckpt_every=10)  # test_submit_slurm's reference
+    # the first attempt trains >= 30 s (a step floor), ten times what the stop and the cancel take; the resume
+    # submitted below, without the floor, trains at full speed
+    assert submit(sweep, step_floor_env(tmp_path / "site", 0.2, env, first_attempt=True)).returncode == 0
     run = tmp_path / "jobs" / "ctlddown" / "nano-bp"
     wait_until(lambda: len(losses(run)) >= 5, "the run to train 5 steps", 300, every=0.3)
     slurm_local.stop_daemon(folder, "slurmctld")
@@ -218,7 +220,7 @@ def test_cancel_with_the_controller_down_stops_the_run_through_its_folder(tmp_pa
         assert [(a["why"], a["reason"]) for a in read_attempts(run) if a["event"] == "end"] == [
             ("cancelled", "zbpscale cancel; checkpointed")]
         trained = len(losses(run))
-        assert trained < 600 and read_records(run)[-1]["kind"] == "end", read_records(run)[-1]
+        assert trained < 150 and read_records(run)[-1]["kind"] == "end", read_records(run)[-1]
         assert "CANCEL stamp" in read_records(run)[-1]["reason"]
     finally:
         slurm_local.restart_daemon(folder, "slurmctld")
