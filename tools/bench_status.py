@@ -8,7 +8,8 @@ SAVES checkpoint saves, a heartbeat with their tally), so that what status decod
 a cluster. Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
 status DIR`, table and --json, the table on a pseudo-terminal as people see it, boxed and in color, and `zbpscale
 status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what --watch
-repeats). No SLURM here: the runs say executor local.
+repeats), beside the files status reads alone, read without decoding in as many processes (`reads_alone`: the file
+system's part of its time). No SLURM here: the runs say executor local.
 
 The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
 `--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
@@ -138,6 +139,33 @@ SWEEP = Sweep(name={folder.name!r}, root={str(folder.parent)!r},
     return path
 
 
+def reads_alone(folder: Path) -> float:
+    """Seconds to read, without decoding, what status reads of each run folder (attempts, config, plan, heartbeat,
+    the last 4 KB of metrics.jsonl, the COMPLETE marker tested), over as many forked processes as status uses
+    (`bulk.spread`): the part of status's time that is the file system's, beside the rows' (`rows in process`)."""
+    from zbpscale.bulk import spread
+    from zbpscale.run.folder import RunFolder
+
+    def read(path: Path, last: int | None = None) -> int:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return 0
+        try:
+            size = os.fstat(fd).st_size
+            return len(os.pread(fd, size if last is None else min(size, last), size - min(size, last or size)))
+        finally:
+            os.close(fd)
+
+    def one(run: RunFolder) -> int:
+        return sum(read(f) for f in (run.attempts, run.config, run.plan, run.heartbeat)) + \
+            read(run.metrics, 4096) + run.complete.exists()
+
+    t = time.perf_counter()
+    spread(lambda part: [one(RunFolder(p)) for p in part], RunFolder.all_in(folder))
+    return time.perf_counter() - t
+
+
 def drop_caches() -> bool:
     """Drop the kernel's page, dentry and inode caches (root only); False where this machine does not allow it."""
     try:
@@ -201,11 +229,13 @@ def main(argv=None) -> int:
         sweep = sweep_file(folder, args.runs)
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
                   "zbpscale status DIR, on a terminal",
-                  "zbpscale status SWEEP_FILE", "rows in process", "rows in process, no index",
+                  "zbpscale status SWEEP_FILE", "rows in process", "the files alone, read, not decoded",
+                  "rows in process, no index",
                   "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
         if args.cold:
             times["zbpscale status DIR, caches dropped"] = []
+            times["the files alone, caches dropped"] = []
         for _ in range(args.rounds):
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
                 times[label].append(timed_status(folder, *extra)[0])
@@ -215,9 +245,12 @@ def main(argv=None) -> int:
             assert drawn.count("│") > args.runs, "no boxed table on the terminal"
             if args.cold and drop_caches():
                 times["zbpscale status DIR, caches dropped"].append(timed_status(folder)[0])
+                drop_caches()
+                times["the files alone, caches dropped"].append(reads_alone(folder))
             t = time.perf_counter()
             rows = collect_rows(folder)
             times["rows in process"].append(time.perf_counter() - t)
+            times["the files alone, read, not decoded"].append(reads_alone(folder))
             took, accounted = timed_status(folder, "--goodput", "--json")
             times["status --goodput --json"].append(took)
         assert len(rows) == args.runs
