@@ -48,7 +48,8 @@ exit status: 0 submitted (with --wait: all complete), 1 with --wait: a run did n
   zbpscale status jobs/ladder --goodput    where each run's held hours went
 
 states: complete, running, stalled, queued, unknown, stopped, new, cancelled, failed, broken
-exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish"""),
+exit status: 0 all complete, 1 a run failed or is broken, 2 a mistake, 3 some runs still to finish (--goodput and
+--logs judge no state: 0 once shown, 2 a mistake)"""),
     "cancel": ("zbpscale.jobs.cancel", "stop a sweep's runs, each checkpointed first; submit again to resume them",
                """examples:
   zbpscale cancel sweeps/ladder.py --only 's1b-*'

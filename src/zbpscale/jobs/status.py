@@ -28,7 +28,8 @@ its folder, the one its last submit kept there (jobs/settings.py). A run's GPU-h
 one account goodput and collect give too (run/goodput.py's run_time). The runs of a large sweep are read in forked
 processes, two per core (bulk.spread_asking: from 1,000 runs a process), each reading its runs' attempts for the one
 view of the jobs, then, told it, making their rows.
-Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish.
+Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish; --goodput and --logs judge no state
+(0 once shown).
 """
 
 from __future__ import annotations
