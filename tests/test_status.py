@@ -1081,13 +1081,14 @@ def test_a_run_folder_edited_by_hand_into_values_of_another_kind_is_not_a_traceb
         assert rows["tiny-bp"]["dir"] == str(run)
 
 
-@pytest.mark.parametrize("edit", ["latest losses", "attempts folder"])
+@pytest.mark.parametrize("edit", ["latest losses", "attempts folder", "attempts garbled"])
 def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(tmp_path, fake_sacct, edit):
     """Two more hand edits (2026-12-06): the latest train and eval records' losses in words reached the row and
     failed the table's drawing, a traceback of the whole status; an attempts.jsonl that is a folder was a traceback
     of every command that read the run. Now the row shows the latest records that hold numbers; a run whose attempts
     cannot be read is `broken`, saying why (an empty history would call it new, and a submit would queue a second
-    job beside one that may run), and every other row is as it was."""
+    job beside one that may run), and every other row is as it was. So is one that holds bytes but no event (garbage
+    written over it: it was read as no event, the run new, and submit queued a second job beside the one queued)."""
     from zbpscale.jobs.status import plain
 
     sweep = tmp_path / "jobs" / "s"
@@ -1101,9 +1102,11 @@ def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(t
         lines += [last_train.replace('"loss": ', '"loss": "abc", "was": '),
                   last_eval.replace('"val_loss": ', '"val_loss": "x", "was": ')]
         metrics.write_text("\n".join(lines) + "\n")
-    else:
+    elif edit == "attempts folder":
         (run / "attempts.jsonl").unlink()
         (run / "attempts.jsonl").mkdir()
+    else:
+        (run / "attempts.jsonl").write_bytes(b"garbage\x00\xff{{{\nxx\n")
     rows = by_run(collect_rows(sweep))
     assert rows["tiny-bp-s1"] == {**before["tiny-bp-s1"], "heartbeat_age_s": rows["tiny-bp-s1"]["heartbeat_age_s"]}
     mine = rows["tiny-bp"]
@@ -1111,8 +1114,12 @@ def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(t
         assert (mine["state"], mine["train_loss"], mine["val_loss"]) == ("complete", 5.0 - 38 / 100, 4.9 - 29 / 100)
     else:
         assert (mine["state"], mine["next"]) == ("broken", "leave") and exit_code(list(rows.values())) == 1
-        assert mine["reason"] == f"{run / 'attempts.jsonl'} cannot be read (Is a directory) (hint: restore it as " \
-                                 "the file of the run's attempts, one JSON line each)"
+        restore = "restore it as the file of the run's attempts, one JSON line each"
+        assert mine["reason"] == (f"{run / 'attempts.jsonl'} cannot be read (Is a directory) (hint: {restore})"
+                                  if edit == "attempts folder" else
+                                  f"{run / 'attempts.jsonl'} holds 16 bytes but no event zbpscale writes (garbled, or "
+                                  "another file in its place): a job of the run may still be queued or running (hint: "
+                                  f"{restore}, or move it aside once no job of the run is left queued or running)")
         (tmp_path / "s.py").write_text(  # a submit of the sweep leaves the broken run alone, as the complete one
             "from zbpscale.jobs.sweep import Data, Resources, Size, Sweep, arm\n"
             "SWEEP = Sweep(name='s', sizes=(Size(name='tiny', global_batch=8, tokens=8 * 256 * 40, resources="

@@ -101,17 +101,24 @@ def record(run_dir: Path, event: str, **fields) -> None:
 
 
 def read_attempts(run_dir: Path) -> list[Event]:
-    """Every event of the run's attempts record, in order (a torn last line is skipped); [] where there is none; a
-    `BrokenRunFolder` where it cannot be read (a folder in its place, no permission): none would say the run is new,
-    and a submit would queue a second job beside one that may run."""
+    """Every event of the run's attempts record, in order (a torn line is skipped: a writer killed mid-line); [] where
+    there is none; a `BrokenRunFolder` where it cannot be read (a folder in its place, no permission) or holds bytes
+    but no event (garbled, or another file in its place): none would say the run is new, and a submit would queue a
+    second job beside one that may run."""
     path = RunFolder(run_dir).attempts
+    hint = "restore it as the file of the run's attempts, one JSON line each"
     try:
-        return json_lines(read_bytes(path))
+        data = read_bytes(path)
     except FileNotFoundError:
         return []
     except OSError as err:
-        raise BrokenRunFolder(f"{path} cannot be read ({err.strerror})",
-                              hint="restore it as the file of the run's attempts, one JSON line each") from None
+        raise BrokenRunFolder(f"{path} cannot be read ({err.strerror})", hint=hint) from None
+    events = [e for e in json_lines(data) if isinstance(e, dict)]
+    if data.strip() and not any("event" in e for e in events):
+        raise BrokenRunFolder(f"{path} holds {len(data):,} bytes but no event zbpscale writes (garbled, or another "
+                              "file in its place): a job of the run may still be queued or running",
+                              hint=f"{hint}, or move it aside once no job of the run is left queued or running")
+    return events
 
 
 @dataclass(frozen=True)
