@@ -246,6 +246,31 @@ def test_an_end_recorded_before_its_entry_was_written_is_not_recorded_twice(tmp_
     assert queue.entries()[0].state == "queued"
 
 
+def test_job_ids_are_never_given_twice_when_the_queue_s_counter_is_gone_or_garbled(tmp_path):
+    """.localq deleted (or its next_id garbled) while run folders under the jobs root still name their jobs: the ids
+    started again at local-1 (a garbled counter was a ValueError traceback of submit, after it had written the run
+    folders), and status, cancel and submit took another run's job for its own. The next id is one past every id an
+    entry or a run folder's attempts record holds."""
+    from zbpscale.run.history import record
+
+    run = tmp_path / "s" / "nano-bp"
+    record(run, "submitted", job_id="local-7", executor="local")
+    record(tmp_path / "s" / "nano-bp-s1", "submitted", job_id="12345", executor="slurm")  # another executor's id
+    (tmp_path / "t" / "tiny-bp").mkdir(parents=True)
+    (tmp_path / "t" / "tiny-bp" / "attempts.jsonl").write_bytes(b"garbage\n")  # broken: its ids are not known
+    queue = LocalQueue(tmp_path)
+    (e,) = queue.add([Entry(job_id="", name="s/nano-bp", run_dir=str(run))])
+    assert e.job_id == "local-8"
+    for garbled in ("x", "", "-3"):
+        (queue.dir / "next_id").write_text(garbled)
+        (e,) = queue.add([Entry(job_id="", name="s/nano-bp", run_dir=str(run))])
+        assert e.job_id == "local-9", garbled  # one past the entry written above
+        (queue.dir / "entries" / "local-9.json").unlink()
+    (queue.dir / "next_id").write_text("20")
+    assert [e.job_id for e in queue.add([Entry(job_id="", name="s/a"), Entry(job_id="", name="s/b")])] == \
+        ["local-20", "local-21"]
+
+
 def test_a_tick_that_fails_on_a_file_is_said_and_the_driver_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     queue = LocalQueue(tmp_path)

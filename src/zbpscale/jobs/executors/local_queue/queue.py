@@ -135,8 +135,7 @@ class LocalQueue:
 
     def add(self, specs: list[Entry]) -> list[Entry]:
         """Give new entries job ids and a place at the end of the queue, and write them (hold `submit_lock`)."""
-        counter = self.dir / "next_id"
-        n = int(counter.read_text()) if counter.exists() else 1
+        counter, n = self.dir / "next_id", self._next_number()
         added = []
         for spec in specs:
             entry = dataclasses.replace(spec, job_id=spec.job_id or f"local-{n}", seq=n, submitted=time.time())
@@ -148,6 +147,30 @@ class LocalQueue:
             n += 1
         _write_json(counter, n)
         return added
+
+    def _next_number(self) -> int:
+        """The number of the next job id (`local-<n>`), kept in next_id; where that is missing or garbled (.localq
+        deleted or edited by hand), one past every number an entry or a run folder's attempts record under the jobs
+        root holds, so that no id is given twice: a run's job is known by its id, and status, cancel and submit took
+        another run's job for its own."""
+        try:
+            n = int((self.dir / "next_id").read_text())
+        except (OSError, ValueError):
+            n = 0
+        if n >= 1:
+            return n
+        from zbpscale.errors import ZbpError
+        from zbpscale.run.folder import RunFolder
+        from zbpscale.run.history import read_attempts
+
+        used = [e.seq for e in self.entries()]
+        root = self.dir.parent
+        for sweep in [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []:
+            for run in RunFolder.all_in(sweep):
+                with contextlib.suppress(ZbpError):  # a broken record: status says so; its ids are not known
+                    used += [int(job[6:]) for job in (e.get("job_id") for e in read_attempts(run))
+                             if isinstance(job, str) and job.startswith("local-") and job[6:].isdigit()]
+        return max(used, default=0) + 1
 
     def states(self) -> dict[str, str]:
         """{job id: squeue-style state} of live entries, for submit's run_action."""
