@@ -627,6 +627,35 @@ def test_a_resume_on_other_data_is_refused_and_on_the_same_data_re_prepared_goes
     assert len(starts) == 2 and starts[0]["data_id"] == starts[1]["data_id"]
 
 
+def test_a_resume_with_another_config_than_its_checkpoint_s_is_refused_whatever_config_json_says(tmp_path, data_dir,
+                                                                                                    monkeypatch):
+    """config.json deleted between two attempts (or put back from elsewhere): it was written anew from the config
+    given (a sweep file edited since: another lr) and the run resumed its checkpoint with it, a run of two lrs that
+    no record showed. The config is compared with the one its checkpoint's attempt trained with (its start record),
+    before anything is written; the fields that never change what a run computes may differ (a sweep's
+    --apply-changes edits them), and the run goes on to a straight run's losses."""
+    import dataclasses
+
+    from zbpscale import signals
+    from zbpscale.errors import ConfigError
+
+    run = tmp_path / "run"
+    cfg = small_cfg(data_dir, steps=8)
+    monkeypatch.setattr(signals, "received", lambda: signal.SIGUSR2 if len(losses(run)) >= 3 else 0)
+    assert train(cfg, run) == "checkpointed"
+    monkeypatch.undo()
+    stopped = RunFolder(run).metrics.read_bytes()
+    RunFolder(run).config.unlink()
+    with pytest.raises(ConfigError, match=re.escape(f"{run}: its checkpoint of step 4 was trained with another config "
+                                                    f"than this one (lr {cfg.lr!r} -> 0.5)")):
+        train(dataclasses.replace(cfg, lr=0.5), run)
+    assert RunFolder(run).metrics.read_bytes() == stopped  # nothing written
+    RunFolder(run).config.unlink(missing_ok=True)
+    assert train(dataclasses.replace(cfg, eval_every=2, log_every=1), run) == "completed"  # RESUME_SAFE fields
+    train(cfg, tmp_path / "straight")
+    assert losses(run) == losses(tmp_path / "straight")
+
+
 # ---------------------------------------------------------------- non-finite guard
 
 def test_non_finite_loss_stops_before_the_optimizer_update(tmp_path, data_dir, monkeypatch):

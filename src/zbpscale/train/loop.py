@@ -29,7 +29,7 @@ from zbpscale import signals
 from zbpscale.errors import ConfigError, DataError, LeaseLost, RunFolderBusy, ZbpError
 from zbpscale.files import atomic_write, read_json
 from zbpscale.lease import Follower, Lock, Rule
-from zbpscale.run.config import TrainConfig, batch_plan, derived_numbers
+from zbpscale.run.config import RESUME_SAFE, TrainConfig, batch_plan, derived_numbers
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.formats import changed_fields, migrate
 from zbpscale.run.history import Why
@@ -433,6 +433,7 @@ def _setup(cfg: TrainConfig, run_dir: Path, env: dist.DistEnv, lock: Lock | None
     records = read_records(run_dir) if env.is_main else []
     before = _checkpointed_by(records, start)  # the start record of the attempt whose checkpoint this resumes
     _same_data(before, loader, env)
+    _same_config(before, cfg, env, run_dir, start)
     log = MetricsLog(run_dir, enabled=env.is_main, guard=lambda: _renew(lock, run_dir))
     if env.is_main:
         attempt = 1 + sum(r["kind"] == "start" for r in records)
@@ -500,6 +501,27 @@ def _same_data(before: dict | None, loader, env: dist.DistEnv) -> None:
                         f"(its shards are {loader.identity}; the run trained on {trained or 'those rank 0 read'})",
                         hint="resume it on the data it trained on (re-preparing it with the same command and options "
                              "writes the same shards), or train in a new run folder")
+
+
+def _same_config(before: dict | None, cfg: TrainConfig, env: dist.DistEnv, run_dir: Path, start: int) -> None:
+    """Refuse, on every rank, to resume a run with another config than the attempt whose checkpoint it resumes
+    trained with (`before`, its start record, read on rank 0), but in the fields that never change what a run
+    computes (RESUME_SAFE, which a sweep's --apply-changes edits) and its data folder's path (its shards are
+    compared, `_same_data`). config.json is checked against the config given (`_check_config`); one deleted, or put
+    back from elsewhere, was written anew from the sweep file, and the run resumed its checkpoint at another lr."""
+    changed = []
+    if env.is_main and isinstance((before or {}).get("config"), dict):
+        try:
+            changed = changed_fields(migrate(before["config"]), migrate(json.loads(json.dumps(cfg.to_dict()))))
+        except ConfigError:  # a start record this release cannot read: nothing to compare
+            changed = []
+        changed = [c for c in changed if c.split(" ")[0].split(".")[0] not in (*RESUME_SAFE, "data_dir")]
+    if dist.all_reduce_sum([1.0 if changed else 0.0], env)[0]:
+        said = f" ({', '.join(changed)})" if changed else ""  # rank 0 read the records
+        raise ConfigError(f"{run_dir}: its checkpoint of step {start} was trained with another config than this "
+                          f"one{said}",
+                          hint="resume it with the config it trained with (its latest start record in metrics.jsonl "
+                               "holds it), or train in a new run folder")
 
 
 def _checkpointed_by(records: list, start: int) -> dict | None:
