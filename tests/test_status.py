@@ -1133,6 +1133,18 @@ def test_the_latest_losses_in_words_and_an_attempts_record_that_cannot_be_read(t
     assert f"tiny  bp      0  {mine['state']}" in plain([("s", list(rows.values()))])  # the table is drawn
 
 
+def test_lines_of_an_attempts_record_that_are_json_but_no_object_are_skipped_as_torn_lines(tmp_path, fake_sacct):
+    """`[1,2]` and `"str"` appended to attempts.jsonl (a hand edit) were events to every reader: status, collect and
+    report failed on them with an AttributeError. They are skipped as a torn line is; the row is as it was."""
+    sweep = tmp_path / "jobs" / "s"
+    run = make_run(sweep, "tiny-bp", steps=40, done=40, job="7", ends=[("completed", "all steps done")], complete=True)
+    before = collect_rows(sweep)
+    with open(run / "attempts.jsonl", "a") as fh:
+        fh.write('[1, 2]\n"str"\n3\n')
+    after = collect_rows(sweep)
+    assert [{**r, "heartbeat_age_s": 0} for r in after] == [{**r, "heartbeat_age_s": 0} for r in before]
+
+
 def test_watch_before_the_target_watches_it(tmp_path):
     """`status --watch jobs/x` (argparse gives --watch the target) was a usage error; it watches jobs/x every 10 s.
     `status RUN_FOLDER --only X` left --only out without a word: one line."""
