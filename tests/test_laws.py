@@ -88,6 +88,18 @@ def test_the_rise_is_a_paired_t_test_over_the_seeds():
     assert rise.p_rises == pytest.approx(0.039, abs=1e-3)
 
 
+def test_no_rise_is_measured_between_sizes_that_share_no_seed():
+    """The smallest size's seeds and the largest's have none in common (a helper's bundle: tiny s1 only, mini s0):
+    the rise was made of no value, and plot and report ended in a ZeroDivisionError. No rise is measured; one
+    shared seed gives its one value."""
+    first = GapPoint(arm="zbp_n4", size="tiny", params=1e5, seeds=(1,), gaps=(0.1,), tokens=1, final=True)
+    last = GapPoint(arm="zbp_n4", size="mini", params=3e6, seeds=(0,), gaps=(0.3,), tokens=1, final=True)
+    assert rises([first, last]) == []
+    (rise,) = rises([first, GapPoint(arm="zbp_n4", size="mini", params=3e6, seeds=(0, 1), gaps=(0.3, 0.4), tokens=1,
+                                     final=True)])
+    assert rise.seeds == (1,) and rise.values == (pytest.approx(0.3),) and math.isnan(rise.sd)
+
+
 def ladder(gaps_by_seed, params=(1e5, 1e6, 1e7, 1e8, 1e9)) -> list[GapPoint]:
     seeds = tuple(range(len(gaps_by_seed)))
     return [GapPoint(arm="zbp_n16", size=f"s{i}", params=int(n), seeds=seeds, tokens=1, final=True,

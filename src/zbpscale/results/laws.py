@@ -238,7 +238,7 @@ class Rise:
 
 def rises(points: list[GapPoint]) -> list[Rise]:
     """Per ZBP arm with >= 2 full-budget sizes: the rise from the smallest to the largest, over the seeds both
-    have."""
+    have (none where they share no seed)."""
     out = []
     for arm in sorted({p.arm for p in points}, key=arm_order):
         full = sorted((p for p in points if p.arm == arm and p.final), key=lambda p: p.params)
@@ -246,6 +246,8 @@ def rises(points: list[GapPoint]) -> list[Rise]:
             continue
         first, last = full[0], full[-1]
         seeds = tuple(s for s in first.seeds if s in last.seeds)
+        if not seeds:  # no seed has both: no rise is measured (its mean divided by no value)
+            continue
         values = tuple(last.gaps[last.seeds.index(s)] - first.gaps[first.seeds.index(s)] for s in seeds)
         out.append(Rise(arm=arm, sizes=(first.size, last.size), seeds=seeds, values=values))
     return out
