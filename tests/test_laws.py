@@ -152,3 +152,19 @@ def test_a_final_loss_that_is_not_a_number_is_no_loss_law_and_named():
     assert "bp" not in laws
     assert why["bp"] == "bp: no loss law, a final val loss is not a finite number (seed 1 at a3: nan)"
     assert laws["zbp_n16"].alpha == pytest.approx(0.3, rel=0.02)
+
+
+def test_claims_say_why_a_fit_was_not_made_once_only_when_every_arm_has_that_reason():
+    """claims.md said the first arm's reason as every arm's: bp fitted on 4 sizes, zbp_n4 and zbp_n16 on 3 read "Not
+    fitted: no loss law ..., it needs >= 4 sizes of complete runs (has 3)", as if bp had none. Said once when every
+    arm tried has it; else each reason names its arms."""
+    from zbpscale.results.claims import _said_once
+
+    short = "no loss law L(N) = E + A N^-alpha, it needs >= 4 sizes of complete runs (has 3)"
+    remarks = {arm: f"{arm}: {short}" for arm in ("zbp_n4", "zbp_n16")}
+    assert _said_once(remarks, ["zbp_n4", "zbp_n16"]) == [short]
+    assert _said_once(remarks, ["bp", "zbp_n4", "zbp_n16"]) == [f"zbp_n4, zbp_n16: {short}"]
+    nan = "no loss law, its final val loss is not a finite number (tiny-bp)"
+    assert _said_once({**remarks, "bp": f"bp: {nan}"}, ["bp", "zbp_n4", "zbp_n16"]) == \
+        [f"zbp_n4, zbp_n16: {short}", f"bp: {nan}"]
+    assert _said_once({}, ["bp"]) == []

@@ -161,6 +161,18 @@ def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str
     return "\n".join(lines) + "\n"
 
 
+def _said_once(remarks: dict[str, str], arms: list[str]) -> list[str]:
+    """Why a fit was not made (`remarks`: '<arm>: <why>' by arm), of the `arms` it was tried for: once when every one
+    of them has the same reason (the ladder's sizes), else each reason with the arms it is said of (one arm fitted,
+    another not: the first arm's reason was said as if it were every arm's)."""
+    by_reason: dict[str, list[str]] = {}
+    for arm, remark in remarks.items():
+        by_reason.setdefault(remark.split(": ", 1)[1], []).append(arm)
+    if len(by_reason) == 1 and len(remarks) == len(set(arms)):
+        return list(by_reason)
+    return [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
+
+
 def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
     """claims.md: the ladder's table (final val loss and gap per size, over seeds), then one paragraph per ZBP arm
     saying the fits' and tests' numbers in words."""
@@ -202,8 +214,7 @@ def claims_markdown(s: Study, rows: list[RunSummary]) -> str:
             words.append("Compute multiplier (ZBP's tokens for BP's loss, read off BP's curve; a lower bound), with "
                          "95 % intervals: " + ", ".join(cells) + ".")
         out.append(" ".join(words))
-    # the same reason for every arm at this ladder's sizes: said once
-    extra = [w.split(": ", 1)[1] for w in list(s.no_law.values())[:1] + list(s.no_held_out.values())[:1]]
+    extra = _said_once(s.no_law, [*s.laws, *s.no_law]) + _said_once(s.no_held_out, [*s.held_out, *s.no_held_out])
     if extra:
         out.append("Not fitted: " + "; ".join(extra) + ".")
     if s.diverged:

@@ -103,7 +103,7 @@ def hold_out_largest(points: list[GapPoint]) -> tuple[dict[str, HeldOut], dict[s
         mine = [p for p in points if p.arm == arm]
         full = len({p.params for p in mine if p.final})
         table, why = full_table(mine)
-        if full < 4 and (why is None or full < 3):  # what the check needs, not full_table's '>= 3 sizes'
+        if full < 4:  # what the check needs first (full_table says '>= 3 sizes', or why its gap law has no fit)
             why = f"it needs >= 3 sizes besides the largest at the full budget (has {max(0, full - 1)})"
         if why:
             remarks[arm] = f"{arm}: no held-out check, {why}"
