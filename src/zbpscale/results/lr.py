@@ -115,7 +115,7 @@ def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
     final_lr = {(r.size, r.arm): r.lr for r in finals if r.lr is not None}
     lines = ["## Learning rates", "",
              "Each size and arm's grid runs, by final validation loss at equal tokens (seeds averaged); an lr "
-             f"within {lr_text(t.near)} of the best is near-best; a best at the grid's edge may not be the "
+             f"whose loss is within {t.near:g} of the best's is near-best; a best at the grid's edge may not be the "
              "optimum.", "",
              "| size | arm | grid | best lr | loss | near-best | edge | final runs' lr |", "|---" * 8 + "|"]
     for (size, arm), c in sorted(t.choices.items(), key=lambda kv: (t.params.get(kv[0][0], 0),
