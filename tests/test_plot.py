@@ -605,13 +605,18 @@ def test_a_figure_the_bundle_no_longer_draws_is_removed(tmp_path):
     ({"final_val_loss": "8.73"}, "run nano-bp: final_val_loss '8.73' is not float | None"),
     ({"params_non_embedding": "500"}, "run nano-bp: params_non_embedding '500' is not int | None"),
     ({"steps": True}, "run nano-bp: steps True is not int"),
-], ids=["loss-as-text", "count-as-text", "bool-for-int"])
+    ({"seed": None}, "run nano-bp: seed is null"),  # each a TypeError of plot or report (a helper's hunt)
+    ({"tokens": "delete"}, "run nano-bp: no tokens"),
+    ({"wall_time_s": "delete"}, "run nano-bp: no wall_time_s"),
+], ids=["loss-as-text", "count-as-text", "bool-for-int", "null-seed", "no-tokens", "no-wall-time"])
 def test_a_summary_edited_by_hand_is_one_line_naming_the_field(tmp_path, edit, words):
     """A number written as text in summary.json raised a ValueError or TypeError in table.py or fmt_count; a row
-    of a run's name alone, a TypeError: the one line summary.json's reader promises, naming the field."""
+    of a run's name alone, a TypeError; a seed, tokens or wall time removed or null, a TypeError of plot or report:
+    the one line summary.json's reader promises, naming the field."""
     bundle = write_bundle(tmp_path / "edited", [row("nano", "bp", 3.0)])
     summary = json.loads((bundle / "summary.json").read_text())
     summary["runs"][0].update(edit)
+    summary["runs"][0] = {k: v for k, v in summary["runs"][0].items() if v != "delete"}
     (bundle / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(ConfigError, match=re.escape(f"is not a summary collect wrote (its runs: {words})")):
         plot(bundle, log=lambda line: None)

@@ -429,7 +429,8 @@ def row(run: str, size: str, arm: str, lr: float, loss: float | None, *, seed: i
     from zbpscale.results.bundle import summary_row
 
     return summary_row(dict(run=run, size=size, arm=arm, seed=seed, lr=lr, role=role, state=state,
-                            final_val_loss=loss, params_non_embedding=params, params=params, steps=4))
+                            final_val_loss=loss, params_non_embedding=params, params=params, steps=4,
+                            tokens=4 * 64, in_progress=False, wall_time_s=1.0, attempts=1, timeouts=0, preemptions=0))
 
 
 def test_the_bundle_s_lrs_and_what_tuning_changed_in_the_gap():

@@ -130,8 +130,9 @@ def default_out(folder: Path) -> Path:
 
 def summary_row(row: dict) -> RunSummary:
     """A RunSummary from a row of summary.json, of this version or an older one (missing or null fields are None,
-    but a run's name, size, arm and state); a ValueError naming the field whose value is not of its type (a hand
-    edit: "8.73" for a loss), as every reader of the rows would fail on it further on."""
+    but those of a type without None and no default, which every release wrote: a run's name, size, arm, state,
+    seed, steps, tokens, ...); a ValueError naming the field that is missing, null where it may not be, or not of
+    its type (a hand edit: "8.73" for a loss), as every reader of the rows would fail on it further on."""
     row = dict(row)
     if "state" not in row and "status" in row:  # version 1
         row["state"] = row.pop("status")
@@ -140,6 +141,9 @@ def summary_row(row: dict) -> RunSummary:
         if not isinstance(row.get(name), str):
             who = f"run {row['run']}: " if isinstance(row.get("run"), str) else "a run: "
             raise ValueError(who + (f"no {name}" if name not in row else f"its {name} {row[name]!r} is not a name"))
+    for name, f in known.items():  # every release wrote these with a value: readers sort and count them
+        if f.default is dataclasses.MISSING and "None" not in f.type.split(" | ") and row.get(name) is None:
+            raise ValueError(f"run {row['run']}: " + (f"no {name}" if name not in row else f"{name} is null"))
     for name, value in row.items():
         if name in known and not _of_type(value, known[name].type):
             raise ValueError(f"run {row['run']}: {name} {value!r} is not {known[name].type}")
