@@ -568,7 +568,8 @@ def test_a_study_folder_outside_the_clone_starts_with_zbpscale_init(tmp_path):
 
 def test_one_run_s_folder_and_a_results_folder_given_as_data_are_named_for_what_they_are(tmp_path, capsys):
     """cancel, collect and report of one run's folder said 'no runs under' it, with a hint to submit a sweep
-    first; prepare-data into a results bundle hinted to delete the bundle."""
+    first (then to give its sweep's folder with --only, which collect and report do not take); prepare-data into a
+    results bundle hinted to delete the bundle."""
     from zbpscale.cli import main
 
     run = tmp_path / "jobs" / "s" / "tiny-bp"
@@ -577,7 +578,8 @@ def test_one_run_s_folder_and_a_results_folder_given_as_data_are_named_for_what_
     for command in ("cancel", "collect", "report"):
         assert main([command, str(run)]) == 2
         err = capsys.readouterr().err
-        assert f"{run} is one run's folder, not a sweep's" in err and f"{run.parent} --only tiny-bp" in err, err
+        assert f"{run} is one run's folder, not a sweep's (hint: give its sweep's folder: {run.parent} (cancel and " \
+               "sync take --only tiny-bp for this run alone" in err, err  # collect and report have no --only
     sweep = tmp_path / "never.py"  # never submitted: collect wrote a bundle of 'new' runs, report an empty page
     sweep.write_text("from zbpscale.sweep import *\nSWEEP = Sweep(name='never', sizes=(Size(name='tiny', "
                      "global_batch=8, tokens=8192),), arms=(arm('bp'),), data=Data(dir='d'), "

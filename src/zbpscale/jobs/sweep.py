@@ -711,8 +711,9 @@ def find_sweeps(target: str | None) -> list[tuple[str, Path]]:
     sweeps = [(p.name, p) for p in sorted(path.iterdir()) if p.is_dir() and not p.name.startswith(".")
               and _holds_runs(p)]
     if not sweeps and RunFolder.is_run(path):  # status takes one run's folder; the others take its sweep's
-        raise ConfigError(f"{path} is one run's folder, not a sweep's", hint=f"give its sweep's folder, with --only "
-                          f"for this run: {shown_path(path.parent)} --only {path.name}")
+        raise ConfigError(f"{path} is one run's folder, not a sweep's", hint=f"give its sweep's folder: "
+                          f"{shown_path(path.parent)} (cancel and sync take --only {path.name} for this run alone; "
+                          "collect and report take the sweep whole)")
     if not sweeps:
         raise ConfigError(f"no runs under {path}", hint="submit a sweep first: zbpscale submit SWEEP")
     return sweeps
