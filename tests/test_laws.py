@@ -168,3 +168,18 @@ def test_claims_say_why_a_fit_was_not_made_once_only_when_every_arm_has_that_rea
     assert _said_once({**remarks, "bp": f"bp: {nan}"}, ["bp", "zbp_n4", "zbp_n16"]) == \
         [f"zbp_n4, zbp_n16: {short}", f"bp: {nan}"]
     assert _said_once({}, ["bp"]) == []
+
+
+def test_the_claims_table_says_a_parameter_count_it_does_not_know_as_unknown_not_zero():
+    """A bundle of a release that kept no non-embedding count: claims.md said '0.00M / 3.3M' (table.md says '?')."""
+    from zbpscale.results.bundle import summary_row
+    from zbpscale.results.claims import ladder_markdown
+
+    def row(**fields):
+        return summary_row(dict(run="nano-bp", size="nano", arm="bp", seed=0, state="complete", in_progress=False,
+                                steps=8, tokens=512, wall_time_s=1.0, attempts=1, timeouts=0, preemptions=0,
+                                final_val_loss=5.0, **fields))
+
+    assert "| nano | ? / 3.3M | 5.000 |" in ladder_markdown([row(params=3_253_536)], ())
+    assert "| nano | 0.03M / 3.3M | 5.000 |" in ladder_markdown([row(params=3_253_536, params_non_embedding=33_056)],
+                                                                ())

@@ -143,7 +143,8 @@ def ladder_markdown(rows: list[RunSummary], points: tuple[GapPoint, ...]) -> str
     for size in sizes:
         mine = [r for r in rows if r.size == size]
         first = mine[0]
-        cells = [size, f"{(first.params_non_embedding or 0) / 1e6:.2f}M / {(first.params or 0) / 1e6:.1f}M"]
+        counts = (first.params_non_embedding, first.params)  # None: a bundle of a release that did not keep it
+        cells = [size, " / ".join("?" if n is None else f"{n / 1e6:.{d}f}M" for n, d in zip(counts, (2, 1)))]
         for a in arms:
             done = [r for r in mine if r.arm == a and r.final_val_loss is not None]
             final = Spread.of(r.final_val_loss for r in done)
