@@ -76,6 +76,7 @@ def test_whole_report_and_exit_code(tmp_path, monkeypatch):
     assert {"python", "torch", "GPUs", "sweep", "disk", "data", "SLURM", "tokenizer", "submitit",
             "huggingface_hub"} <= set(checks)
     assert checks["sweep"].level == "ok" and "runs/doc" in checks["sweep"].detail
+    assert checks["sweep"].detail.startswith("doc: 1 size x 1 arm x 1 seed, runs in ")  # it said '1 sizes x 1 arms'
     assert checks["data"].level == "warn" and "prepare-data --source embedded --data data/doc" in checks["data"].hint
     assert checks["tokenizer"].level == "ok" and "gpt2 via" in checks["tokenizer"].detail
     assert checks["executor"].level == "ok" and checks["executor"].detail == "local: takes every run of the sweep"

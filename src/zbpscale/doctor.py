@@ -22,7 +22,7 @@ from pathlib import Path
 from zbpscale.data import manifest_path
 from zbpscale.errors import DataError, ZbpError
 from zbpscale.files import unwritable
-from zbpscale.tables import terminal_width
+from zbpscale.tables import plural, terminal_width
 
 TIMEOUT_S = 5.0  # for sinfo / sacct
 MIN_FREE_GB, LOW_FREE_GB = 1.0, 20.0
@@ -322,8 +322,8 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
         except ZbpError as err:
             checks.append(Check(name="sweep", level="fail", detail=str(err).split(" (hint:")[0], hint=err.hint))
         else:
-            checks.append(Check(name="sweep", level="ok", detail=f"{s.name}: {len(s.sizes)} sizes x {len(s.arms)} arms "
-                                f"x {len(s.seeds)} seeds, runs in {s.jobs_dir}"))
+            checks.append(Check(name="sweep", level="ok", detail=f"{s.name}: {plural(len(s.sizes), 'size')} x "
+                                f"{plural(len(s.arms), 'arm')} x {plural(len(s.seeds), 'seed')}, runs in {s.jobs_dir}"))
             data_dirs, root = [data_path(s)], Path(folder) if folder else s.jobs_root
             data_hint = (f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data --source "
                          f"{s.data.source} --data {s.data.dir}")
