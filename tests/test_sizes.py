@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,20 @@ def test_a_size_of_its_own_shape_in_python_and_in_yaml_is_planned_as_a_preset_is
 
     zbp = next(r for r in expand(sweep) if r.name == "y2-zbp_n4").train_config()
     assert zbp.model.n_layer == 2 and zbp.model.d_model == 64 and zbp.model.zbp is not None and zbp.model.zbp.n == 4
+
+
+def test_the_plan_lists_a_sweep_s_rungs_by_their_non_embedding_count(tmp_path):
+    """A rung of one's own listed before a smaller one: the plan listed it first (the sweep file's order), where
+    status, collect and the figures order by N (a helper's hunt)."""
+    path = write(tmp_path)
+    path.write_text(path.read_text().replace('Size(name="p1"', 'Size(name="p0"').replace(
+        "sizes=(\n", 'sizes=(\n        Size(name="p9", model=ModelConfig(n_layer=3, n_head=2, d_model=64, '
+        'max_seq_len=32), global_batch=4, tokens=4 * 32 * 4, lr=3e-3, resources=CPU),\n'))
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(path), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    listed = re.findall(r"^\W*(p0|y2|p9)-(bp|zbp_n4) ", out.stdout, re.M)
+    assert listed == [(s, a) for s in ("p0", "y2", "p9") for a in ("bp", "zbp_n4")], out.stdout
 
 
 def test_a_yaml_shape_is_found_from_the_project_folder_as_init_configs_writes_it(tmp_path):

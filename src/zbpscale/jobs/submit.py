@@ -299,7 +299,10 @@ def plan_cells(r: dict) -> dict[str, str]:
 
 
 def print_plan(sweep: Sweep, rows: list[dict]) -> None:
+    """The plan's table, its sizes by non-embedding N (a rung of one's own where its N puts it, as status, collect
+    and the figures order it; in the sweep file's order it stood first), then its footer."""
     width = terminal_width()
+    rows = sorted(rows, key=lambda r: r["n"])  # stable: a size's runs in the sweep's order of arms and seeds
     shown = [plan_cells(r) for r in rows]
     columns = fit_columns(PLAN_COLUMNS, PLAN_KEEP, shown, width)
     print(f"sweep {sweep.name}: {plural(len(rows), 'run')}, {seed_count(r['seed'] for r in rows)}")
