@@ -341,6 +341,28 @@ def test_a_run_folder_deleted_since_the_last_collect_is_said_when_its_copy_is_ke
     assert f"mini-bp: no run folder in {sweep}; keeping the copy collected before" in lines, lines
 
 
+def test_run_folders_the_sweep_file_does_not_plan_are_said_when_it_leaves_them_out(tmp_path):
+    """Collected from the sweep file, a run folder beside its runs that it does not plan (status shows it) was left
+    out without a word; collected once from the folder, then from the sweep file, its copy was kept 'no run folder
+    in' the folder that holds it (a helper's hunt). Each is said as it is."""
+    losses = ({0: 10.9, 15: 8.1, 47: 6.9}, {15: 7.6, 47: 6.8})
+    runs = tmp_path / "jobs" / "lad"
+    for name in ("tiny-bp", "tiny-zbp_n4"):
+        finished_run(runs, name, *losses)
+    sweep = tmp_path / "lad.py"
+    sweep.write_text("from zbpscale.sweep import *\nSWEEP = Sweep(name='lad', sizes=(Size(name='tiny', global_batch=2, "
+                     "tokens=48 * 64, resources=Resources(gpus_per_node=0)),), arms=(arm('bp'),), data=Data(dir='d'), "
+                     f"root={str(tmp_path / 'jobs')!r})\n")
+    lines = []
+    assert {r.run for r in collect(sweep, tmp_path / "out", log=lines.append)} == {"tiny-bp"}
+    assert f"note: 1 run folder in {runs} that the sweep file does not plan left out (tiny-zbp_n4): zbpscale " \
+           f"collect {runs} takes every run folder there" in lines, lines
+    collect(runs, tmp_path / "out", log=lambda line: None)
+    lines = []
+    assert {r.run for r in collect(sweep, tmp_path / "out", log=lines.append)} == {"tiny-bp", "tiny-zbp_n4"}
+    assert "tiny-zbp_n4: the sweep file no longer plans it; keeping the copy collected before" in lines, lines
+
+
 def test_the_commands_and_the_page_s_address_it_prints_hold_a_path_with_a_space_as_typed(tmp_path):
     """A study in 'réal run/': collect's next: line printed the bundle's path bare (pasted, the shell split it) and
     report printed file:// with the space and the é as they are (not an address). The next: line now splits, as a

@@ -207,8 +207,14 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         del rows[gone]
         shutil.rmtree(bundle.run(gone).path, ignore_errors=True)
         log(f"{gone}: left out of the bundle, where an earlier collect put it: {why}")
+    # run folders beside the planned ones that the sweep file does not plan: left out (status shows them), said
+    unplanned = [p.name for p in RunFolder.all_in(runs_at, but=summaries)] if sweep_file is not None else []
+    if unplanned:
+        log(f"note: {plural(len(unplanned), 'run folder')} in {runs_at} that the sweep file does not plan left out "
+            f"({named(unplanned)}): zbpscale collect {shown_path(runs_at)} takes every run folder there")
     for kept in (n for n in rows if n not in summaries):  # its folder deleted or moved since: said, as a planned one
-        log(f"{kept}: no run folder in {runs_at}; keeping the copy collected before")
+        log(f"{kept}: the sweep file no longer plans it; keeping the copy collected before" if kept in unplanned
+            else f"{kept}: no run folder in {runs_at}; keeping the copy collected before")
     ordered = sorted(rows.values(), key=sort_key)
     summary = {"sweep": name, "fields": list(FIELDS), "runs": [dataclasses.asdict(r) for r in ordered],
                **({"tune": tune} if tune else {})}
