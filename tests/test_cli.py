@@ -785,6 +785,9 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     capsys.readouterr()
     said = one_line("plot", bundle / "runs")  # its hint was to collect them, which is refused: the bundle's copies
     assert f"is the runs folder of the collected results folder {bundle} (hint: give the results folder" in said
+    copy = next((bundle / "runs").iterdir())  # one run's copy: its hint was to collect bundle/runs (refused)
+    assert f"{copy} is a run's copy in the collected results folder {bundle} (hint: give the results folder: " \
+           f"{bundle})" in one_line("plot", copy)
     assert "does not exist" in one_line("plot", tmp_path / "nowhere")
     frozen = tmp_path / "frozen-bundle"  # a bundle this process cannot write in: a traceback (EROFS, EPERM)
     shutil.copytree(bundle, frozen)

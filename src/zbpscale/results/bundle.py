@@ -99,6 +99,10 @@ class Bundle:
                               hint=f"collect its sweep first: zbpscale collect {self.path}, then give the folder "
                                    "it writes (results/<sweep>)" if self.path.suffix == ".py" else
                               f"give the folder: {self.path.parent}")
+        if RunFolder.is_run(self.path) and self.path.parent.name == "runs" and \
+                Bundle(self.path.parent.parent).manifest.is_file():  # a run's copy in a bundle
+            raise ConfigError(f"{self.path} is a run's copy in the collected results folder {self.path.parent.parent}",
+                              hint=f"give the results folder: {self.path.parent.parent}")
         if RunFolder.is_run(self.path):  # one run: its sweep's folder is what collect takes
             raise ConfigError(f"{self.path} is a run's folder, not a collected results folder",
                               hint=f"collect its sweep first: zbpscale collect {self.path.parent} (into "
