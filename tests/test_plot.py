@@ -584,6 +584,14 @@ def test_collect_of_a_bundle_and_plot_of_a_file_or_a_run_say_what_to_give(tmp_pa
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["x"]
 
 
+def test_a_bundle_plotted_from_inside_is_named_in_its_table(tmp_path, monkeypatch):
+    """`cd results/x && zbpscale plot .` wrote table.md under an empty heading ('# ': the name of '.')."""
+    bundle = write_bundle(tmp_path / "ladder", [row("nano", "bp", 3.0)])
+    monkeypatch.chdir(bundle)
+    plot(Path("."), log=lambda line: None)
+    assert (bundle / "table.md").read_text().startswith("# ladder\n")
+
+
 def test_a_figure_the_bundle_no_longer_draws_is_removed(tmp_path):
     """Plotted with ZBP runs, then again once they left the bundle: gap_vs_scale stayed in figures/ (and was
     uploaded) though table.md no longer showed it."""

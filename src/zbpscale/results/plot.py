@@ -619,7 +619,7 @@ def plot(bundle: str | Path, *, params: str = "non-embedding", log=print) -> Fig
     table, m = Bundle(bundle).table, Bundle(bundle).read_manifest() or {}
     origin = f"Sweep `{m['sweep']}`, collected {m.get('collected', '?')} from `{m['source']}`.\n\n" if m else ""
     lrs = lr_markdown(tuned, rows) if tuned else ""
-    table.write_text(f"# {bundle.name}\n\n{origin}"
+    table.write_text(f"# {bundle.resolve().name}\n\n{origin}"  # `zbpscale plot .`: the folder's own name
                      + table_markdown(rows, drawn.val, list(notes), names, list(drawn.gap_points),
                                       fits_markdown(found) + ("\n" + lrs if lrs else "")))  # a blank line: a heading
     Bundle(bundle).claims.write_text(claims_markdown(found, rows) + ("\n" + lrs if lrs else ""))
