@@ -119,3 +119,14 @@ def test_a_target_that_is_neither_a_bundle_nor_a_sweep_is_one_line(tmp_path):
         assert out.returncode != 0 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
         assert str(target) in out.stderr, out.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_page_s_markdown_keeps_lists_and_drops_backslash_escapes():
+    """report.html showed table.md's '\\*' as typed and glued a list's items into one paragraph ('- a - b'): a
+    helper's hunt. Each item is a list item, an escaped character itself, and everything else still escaped."""
+    from zbpscale.results.report import markdown_html
+
+    page = markdown_html("- a <x>\n- **b**\n\n\\* over a run not complete\n\n| x | y |\n|---|---|\n| 1 \\* | `c` |")
+    assert page == ("<ul><li>a &lt;x&gt;</li><li><b>b</b></li></ul>\n<p>* over a run not complete</p>\n"
+                    "<table><thead><tr><th>x</th><th>y</th></tr></thead><tbody>\n"
+                    "<tr><td>1 *</td><td><code>c</code></td></tr>\n</tbody></table>")

@@ -308,8 +308,8 @@ def _when(t) -> str:
 
 
 def markdown_html(text: str) -> str:
-    """The markdown that results/claims.py and results/lr.py write, as HTML: headings, paragraphs, pipe tables,
-    **bold** and `code`; everything escaped."""
+    """The markdown that results/claims.py and results/lr.py write, as HTML: headings, paragraphs, lists, pipe
+    tables, **bold**, `code` and backslash escapes; everything escaped."""
     out: list[str] = []
     for block in re.split(r"\n\s*\n", text.strip()):
         lines = block.splitlines()
@@ -323,15 +323,18 @@ def markdown_html(text: str) -> str:
             out.append(f"<h{level}>{_inline(m.group(2))}</h{level}>")
             if lines[1:]:
                 out.append(markdown_html("\n".join(lines[1:])))
+        elif all(line.startswith("- ") for line in lines):  # a list: an item a line (table.md's remarks)
+            out.append("<ul>" + "".join(f"<li>{_inline(line[2:])}</li>" for line in lines) + "</ul>")
         elif block.strip():
             out.append(f"<p>{_inline(' '.join(lines))}</p>")
     return "\n".join(out)
 
 
 def _inline(text: str) -> str:
-    """Markdown's **bold** and `code` in a line, as HTML; the rest escaped."""
+    """Markdown's **bold**, `code` and backslash escapes (table.md's '\\*') in a line, as HTML; the rest escaped."""
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text))
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+    text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+    return re.sub(r"\\([\\`*_{}\[\]()#+.!|-])", r"\1", text)
 
 
 # ------------------------------------------------------------------------------------------------ command
