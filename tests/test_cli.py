@@ -812,3 +812,7 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     assert main(["collect", str(runs)]) == 0
     assert "written anew from the runs" in capsys.readouterr().out
     assert (bundle / "summary.json").read_bytes() == whole
+    manifest = json.loads((bundle / "manifest.json").read_bytes())  # garbled: the bundle was refused as not collect's
+    (bundle / "manifest.json").write_text("{garbage")
+    assert main(["collect", str(runs)]) == 0
+    assert {**json.loads((bundle / "manifest.json").read_bytes()), "collected": 0} == {**manifest, "collected": 0}

@@ -247,14 +247,18 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
 
 def _ours(bundle: Bundle) -> bool:
     """Whether collect may write into the bundle's folder: none or empty, a bundle collect wrote (its manifest names
-    the sweep), or one a collect that was stopped left before its manifest (its runs/, and its summaries)."""
+    the sweep, or, garbled, lies beside nothing but what collect, plot and report write), or one a collect that was
+    stopped left before its manifest (its runs/, and its summaries)."""
     try:
         names = {p.name for p in bundle.path.iterdir()}
     except (FileNotFoundError, NotADirectoryError):
         return True
     if not names or "sweep" in (bundle.read_manifest() or {}):
         return True
-    return "runs" in names and names <= {"runs", "summary.json", "summary.csv"}
+    made = {p.name for p in (bundle.runs, bundle.summary_json, bundle.summary_csv)}
+    if bundle.manifest.name in names:  # a manifest garbled (read as none): the folder is collect's if all else is
+        made |= {p.name for p in (bundle.manifest, bundle.table, bundle.claims, bundle.figures, bundle.report)}
+    return bundle.runs.name in names and names <= made
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
