@@ -77,6 +77,10 @@ def test_the_plan_lists_a_sweep_s_rungs_by_their_non_embedding_count(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     listed = re.findall(r"^\W*(p0|y2|p9)-(bp|zbp_n4) ", out.stdout, re.M)
     assert listed == [(s, a) for s in ("p0", "y2", "p9") for a in ("bp", "zbp_n4")], out.stdout
+    relative = write(tmp_path, data="../data")  # Data.dir starts at the project folder: said without its '..'
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(relative), "--dry-run", "--executor", "local"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert f"data in {tmp_path.parent / 'data'}\n" in out.stdout.replace("\n  ", " "), out.stdout + out.stderr
 
 
 def test_a_yaml_shape_is_found_from_the_project_folder_as_init_configs_writes_it(tmp_path):

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import shlex
 import sys
 import time
@@ -322,7 +323,8 @@ def print_plan(sweep: Sweep, rows: list[dict]) -> None:
                f"step_time_ratio){cpu}", width=width))
     if total:
         print(wrap(seed_cost(sweep, rows), width=width))
-    print(wrap(f"runs in {sweep.jobs_dir}; data in {data_path(sweep)}", width=width))
+    places = [os.path.normpath(p) for p in (sweep.jobs_dir, data_path(sweep))]  # without a Data.dir's '..'
+    print(wrap(f"runs in {places[0]}; data in {places[1]}", width=width))
     print(wrap("params: all parameters; N: non-embedding parameters, what the fits and figures put on their axis",
                width=width), flush=True)
 
