@@ -11,6 +11,7 @@ argument list.
 import base64
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -93,6 +94,10 @@ def test_refuses_a_public_repo_and_unknown_checkpoints(tmp_path):
         assert api.repos["lab/open"]["files"] == {}
     with pytest.raises(ConfigError, match="--with-ckpt tiny-\\*: no checkpoint"):
         upload.upload_bundle(FakeApi(), bundle, with_ckpt="tiny-*", log=lambda line: None)
+    spaced = make_bundle(tmp_path / "my study")  # the hint's command, pasted, ran on 'my' (a helper's hunt)
+    with pytest.raises(ConfigError) as refused:
+        upload.upload_bundle(FakeApi(), spaced, with_ckpt="tiny-*", log=lambda line: None)
+    assert f"--out {shlex.quote(str(spaced))} --with-ckpt" in refused.value.hint
 
 
 def run_cli(bundle: Path, env: dict, *args: str) -> tuple[subprocess.CompletedProcess, list[bytes]]:

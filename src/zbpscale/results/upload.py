@@ -23,7 +23,7 @@ from pathlib import Path
 from zbpscale.argtypes import value_or_positional
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.results.bundle import Bundle
-from zbpscale.text import matches, patterns
+from zbpscale.text import matches, patterns, shown_path
 
 REPO_TYPE = "dataset"
 DEFAULT_REPO_NAME = "zbpscale-results"
@@ -77,7 +77,7 @@ def bundle_files(bundle: Path, with_ckpt: str | None) -> list[Path]:
     missing = [p for p in pats if not any(matches(r, [p]) for r in ckpt_runs)]
     if missing:
         raise ConfigError(f"--with-ckpt {','.join(missing)}: no checkpoint of such a run in {bundle}",
-                          hint=f"collect them first: zbpscale collect SWEEP --out {bundle} --with-ckpt")
+                          hint=f"collect them first: zbpscale collect SWEEP --out {shown_path(bundle)} --with-ckpt")
     return files
 
 
