@@ -16,7 +16,6 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
 from pathlib import Path
 
@@ -167,12 +166,7 @@ class Snapshot:
     def unread_metrics(self) -> int:
         """The size of metrics.jsonl where it holds bytes but no record this release reads (garbled, or another file
         in its place: its steps, losses and tokens cannot be shown); 0 where it holds one, or is empty or missing."""
-        if any(self.glance.__dict__.values()):
-            return 0
-        try:
-            return os.stat(self.folder.metrics).st_size
-        except OSError:
-            return 0
+        return 0 if any(self.glance.__dict__.values()) else len(self.metrics)  # read once already to find none
 
     @property
     def own(self) -> dict[str, Record]:

@@ -94,10 +94,7 @@ def _edited_since(run_dir: Path, cfg: TrainConfig) -> str:
     record), in words; "" when nothing was edited."""
     trained = next((r["config"] for r in reversed(read_records(run_dir)) if r["kind"] == "start" and "config" in r),
                    None)
-    try:
-        changed = changed_fields(migrate(trained), migrate(json.loads(json.dumps(cfg.to_dict())))) if trained else []
-    except ConfigError:  # a start record this release cannot read: nothing to compare
-        return ""
+    changed = _changed_since(trained, cfg) if trained else []
     return (f"; its {RunFolder(run_dir).config.name} was edited after it trained ({', '.join(changed)}): the run "
             "trained with the first values, and nothing trains again (train in a new run folder)") if changed else ""
 
@@ -509,19 +506,25 @@ def _same_config(before: dict | None, cfg: TrainConfig, env: dist.DistEnv, run_d
     computes (RESUME_SAFE, which a sweep's --apply-changes edits) and its data folder's path (its shards are
     compared, `_same_data`). config.json is checked against the config given (`_check_config`); one deleted, or put
     back from elsewhere, was written anew from the sweep file, and the run resumed its checkpoint at another lr."""
-    changed = []
-    if env.is_main and isinstance((before or {}).get("config"), dict):
-        try:
-            changed = changed_fields(migrate(before["config"]), migrate(json.loads(json.dumps(cfg.to_dict()))))
-        except ConfigError:  # a start record this release cannot read: nothing to compare
-            changed = []
-        changed = [c for c in changed if c.split(" ")[0].split(".")[0] not in (*RESUME_SAFE, "data_dir")]
+    changed = _changed_since(before["config"], cfg, but=(*RESUME_SAFE, "data_dir")) \
+        if env.is_main and isinstance((before or {}).get("config"), dict) else []
     if dist.all_reduce_sum([1.0 if changed else 0.0], env)[0]:
         said = f" ({', '.join(changed)})" if changed else ""  # rank 0 read the records
         raise ConfigError(f"{run_dir}: its checkpoint of step {start} was trained with another config than this "
                           f"one{said}",
                           hint="resume it with the config it trained with (its latest start record in metrics.jsonl "
                                "holds it), or train in a new run folder")
+
+
+def _changed_since(trained: dict, cfg: TrainConfig, *, but: tuple[str, ...] = ()) -> list[str]:
+    """`changed_fields` from the config a start record holds (`trained`) to `cfg`, both read in today's format, but
+    the fields `but` names; [] for a start record's config this release cannot read (nothing to compare)."""
+    try:
+        before, now = migrate(trained), migrate(json.loads(json.dumps(cfg.to_dict())))
+    except ConfigError:
+        return []
+    kept = lambda config: {k: v for k, v in config.items() if k not in but}  # noqa: E731
+    return changed_fields(kept(before), kept(now))
 
 
 def _checkpointed_by(records: list, start: int) -> dict | None:
