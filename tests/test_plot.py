@@ -546,7 +546,8 @@ def test_two_runs_of_one_size_arm_and_seed_are_refused_not_merged(tmp_path):
 
 def test_claims_say_each_size_s_seeds_and_mark_runs_not_complete(tmp_path):
     """A seed missing at one size and a run failed mid-way at another: claims.md said 'over 2 seeds' for a size of
-    one and averaged the failed run's last loss into the ladder's table unmarked (table.md marks both)."""
+    one and averaged the failed run's last loss into the ladder's table unmarked; table.md's table over seeds
+    averaged it unmarked too (only its complete column said 1/2). Both mark the losses."""
     rows = [r for r in ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]])
             if r["run"] != "tiny-zbp_n16-s1"]
     cut = next(r for r in rows if r["run"] == "mini-zbp_n16")
@@ -558,9 +559,16 @@ def test_claims_say_each_size_s_seeds_and_mark_runs_not_complete(tmp_path):
     mini = next(line for line in claims.splitlines() if line.startswith("| mini "))
     assert mini.count(" *") == 2, mini  # zbp_n16's loss and its gap
     assert "\\* over a run not complete" in claims and "S - 1 d.o.f., S the seeds it is over" in claims
+    table = (tmp_path / "cut" / "table.md").read_text()
+    over_seeds = table[:table.index("Runs:")]
+    mini = next(line for line in over_seeds.splitlines() if line.startswith("| mini ") and "zbp_n16" in line)
+    cells = mini.split(" | ")  # | size | non-emb. | arm | seeds | complete | final val | best val | gap
+    assert cells[4] == "1/2" and cells[5].endswith(" *") and cells[6].endswith(" *"), mini
+    assert "\\* over a run not complete: its last validation loss" in over_seeds
     full, _ = drawn_plot(tmp_path / "full", ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]]))
     claims = (tmp_path / "full" / "claims.md").read_text()
     assert "mean ± sample sd over 2 seeds: " in claims and " *" not in claims and "at 1 d.o.f." in claims
+    assert " *" not in (tmp_path / "full" / "table.md").read_text()
 
 
 def test_collect_of_a_bundle_and_plot_of_a_file_or_a_run_say_what_to_give(tmp_path):

@@ -56,7 +56,8 @@ def _spread_cell(s: Spread, seeds: int, fmt: str = "{:.4f}") -> str:
 
 def seeds_markdown(rows: list[RunSummary], curves: Curves, points: list[GapPoint]) -> str:
     """The runs over seeds: one row per size and arm, with the mean ± sd of its final and best val losses and
-    of its gap to bp of the same seed (`points`, gaps.gap_points); '' when every size and arm has one seed."""
+    of its gap to bp of the same seed (`points`, gaps.gap_points), losses over a run not complete marked ' *' (as
+    claims.md's ladder marks them); '' when every size and arm has one seed."""
     groups = group_runs(rows)
     if all(len(g.runs) == 1 for g in groups):
         return ""
@@ -64,8 +65,11 @@ def seeds_markdown(rows: list[RunSummary], curves: Curves, points: list[GapPoint
     gaps = {(p.size, p.arm): p for p in points}
     head = ["size", "non-emb.", "arm", "seeds", "complete", "final val", "best val", "gap vs bp (same seed)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    cut_any = False
     for g in groups:
         n, gap = len(g.runs), ""
+        cut = " *" if any(r.state != "complete" and r.final_val_loss is not None for r in g.runs) else ""
+        cut_any |= bool(cut)
         p = gaps.get((g.size, g.arm))
         if p is not None:
             gap = _spread_cell(p.spread, n, "{:+.4f}")
@@ -76,7 +80,9 @@ def seeds_markdown(rows: list[RunSummary], curves: Curves, points: list[GapPoint
             gap = "n/c"
         lines.append("| " + " | ".join([
             g.size, fmt_count(g.runs[0].params_non_embedding), g.arm, str(n), f"{g.complete}/{n}",
-            _spread_cell(g.final, n), _spread_cell(g.best, n), gap]) + " |")
+            _spread_cell(g.final, n) + cut, _spread_cell(g.best, n) + cut, gap]) + " |")
+    if cut_any:
+        lines += ["", "\\* over a run not complete: its last validation loss (the runs below say where it stands)"]
     return "\n".join(lines) + "\n"
 
 
