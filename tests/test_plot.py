@@ -665,14 +665,24 @@ def test_a_run_copy_deleted_from_the_bundle_is_said_not_left_to_change_the_gaps_
     """A ladder of two seeds whose mini-bp-s1 copy was deleted from runs/: its gap at mini and the fits went on with
     one seed fewer, and the only note said there was no bp run of that seed with a validation loss (its row in
     summary.json has one). Now a note names the missing copy and says to collect again; the gap points are those
-    of the bundle without that run's row (the same seeds left out)."""
+    of the bundle without that run's row (the same seeds left out). A copy there whose records are garbage was said
+    to have no validation loss yet, and its zbp runs to have no bp run of their seed: it is named as the missing
+    one is."""
     rows = ladder_rows(2, [[1.05, 0.97, 1.10, 0.98], [0.93, 1.04, 0.99, 1.06]])
     bundle = write_bundle(tmp_path / "cut", rows)
     shutil.rmtree(bundle / "runs" / "mini-bp-s1")
     figures, _ = drawn_plot(None, rows, bundle)
     assert (f"mini-bp-s1: its copy is missing from {bundle / 'runs'} though the summary has a val loss: not in the "
             "curves, gaps or fits; collect the sweep again to restore them") in figures.notes, figures.notes
-    assert not any("no validation loss yet" in n for n in figures.notes)
+    assert not any("no validation loss yet" in n or "no bp run of the same seed" in n for n in figures.notes)
     without = [r for r in rows if r["run"] != "mini-bp-s1"]
     reference, _ = drawn_plot(tmp_path / "without", without)
+    assert figures.gap_points == reference.gap_points
+    garbled = write_bundle(tmp_path / "garbled", rows)  # the copy there, its records garbage
+    (garbled / "runs" / "mini-bp-s1" / "metrics.jsonl").write_bytes(b"\x00\x17 not a record\n" * 40)
+    figures, _ = drawn_plot(None, rows, garbled)
+    assert (f"mini-bp-s1: its copy in {garbled / 'runs'} holds no validation record though the summary has a val "
+            "loss: not in the curves, gaps or fits; collect the sweep again to restore them") in figures.notes, \
+        figures.notes
+    assert not any("no validation loss yet" in n or "no bp run of the same seed" in n for n in figures.notes)
     assert figures.gap_points == reference.gap_points

@@ -656,7 +656,14 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
         notes.append(f"{named(lost)}: {'its copy is' if len(lost) == 1 else 'their copies are'} missing from "
                      f"{Bundle(bundle).runs} though the summary has a val loss: not in the curves, gaps or fits; "
                      "collect the sweep again to restore them")
-    skipped = [r for r in rows if not curves[r.run] and r.run not in lost]
+    garbled = [r.run for r in rows if r.final_val_loss is not None and not curves[r.run] and r.run not in lost]
+    if garbled:  # its copy's records unreadable (edited, cut): the same, and it is not a run without an eval
+        notes.append(f"{named(garbled)}: {'its copy' if len(garbled) == 1 else 'their copies'} in "
+                     f"{Bundle(bundle).runs} {'holds' if len(garbled) == 1 else 'hold'} no validation record "
+                     "though the summary has a val loss: not in the curves, gaps or fits; collect the sweep again to "
+                     "restore them")
+    unread = {(r.size, r.seed) for r in rows if r.arm == "bp" and r.run in {*lost, *garbled}}  # said above
+    skipped = [r for r in rows if not curves[r.run] and r.run not in lost and r.run not in garbled]
     if skipped:
         notes.append("no validation loss yet, so not in the figures: "
                      + ", ".join(f"{r.run} ({r.state})" for r in skipped))
@@ -669,7 +676,7 @@ def draw(bundle: Path, out: Path, *, params: str = "non-embedding", formats: tup
     notes += list(remarks.values())
     if apart:
         notes.append("not in the gap figure, no validation at the same number of tokens as bp: " + ", ".join(apart))
-    lone = unpaired(rows, curves)
+    lone = unpaired([r for r in rows if r.arm == "bp" or (r.size, r.seed) not in unread], curves)
     if lone:
         notes.append("not in the gap figure, no bp run of the same seed with a validation loss: " + ", ".join(lone))
     if len(seeds_of(rows)) == 1 and points:
