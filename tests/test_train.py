@@ -574,12 +574,16 @@ def test_changed_config_is_refused_on_resume(tmp_path, data_dir):
 def test_a_vocabulary_smaller_than_the_data_s_is_one_line_before_a_step(tmp_path, data_dir):
     """A shape of your own with vocab_size below the tokenizer's: the embedding was indexed past its end (an
     IndexError traceback on CPU, a device-side assert on a GPU); submit's plan refuses it too once the data exist
-    (jobs/submit.py's data_notes, the same check)."""
+    (jobs/submit.py's data_notes, the same check). The refused start left a run folder holding only its lock."""
     small = ModelConfig(**{**SMALL.__dict__, "vocab_size": 10})
     with pytest.raises(ConfigError, match=r"the model's vocab_size=10 is smaller than the vocabulary of the data in "
                                           r".* \(50257 token ids, gpt2\)"):
         train(small_cfg(data_dir, model=small), tmp_path / "run")
-    assert not RunFolder(tmp_path / "run").metrics.exists()
+    assert not (tmp_path / "run").exists()  # the folder its lock made is not left behind, holding only the lock
+    (tmp_path / "mine").mkdir()  # a folder that was there before: left as it was, lock file and all
+    with pytest.raises(ConfigError, match="smaller than the vocabulary"):
+        train(small_cfg(data_dir, model=small), tmp_path / "mine")
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == [".trainer.lock"]
     from zbpscale.data.loader import vocab_problem
 
     gpt2 = {"tokenizer": {"n_vocab": 50257, "name": "gpt2"}}

@@ -158,7 +158,10 @@ def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, g
     """Hold the run folder's trainer lock while training: yields rank 0's Lock, and on the other ranks a Follower
     of it (lease.py), which every writer of the trainer asks before it writes (`_renew`). Every rank refuses to
     start, in one line, when another trainer holds it (a duplicate job, a second terminal, a job of the run on
-    another node): two trainers must never write one run."""
+    another node): two trainers must never write one run. A run folder the lock made, left holding nothing else
+    (the start refused in its set-up: no data, a shape the data does not fit), is removed with it: status and
+    submit would find an empty run folder there."""
+    made = env.is_main and not run_dir.exists()
     lock, holder = RunFolder(run_dir).lock(stale_after_s=stale_after_s, gone=gone) if env.is_main else (None, "")
     try:
         busy = dist.all_reduce_sum([0.0 if lock or not env.is_main else 1.0], env)[0]
@@ -171,7 +174,15 @@ def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, g
         yield lock or Follower(RunFolder(run_dir).trainer_lock, nonce)
     finally:
         if lock:
-            lock.release()
+            folder, left = RunFolder(run_dir), {"?"}
+            if made:
+                with contextlib.suppress(OSError):
+                    left = {p.name for p in run_dir.iterdir()} - {folder.trainer_lock.name, folder.trainer_lease.name}
+            lock.release()  # its lease removed
+            if not left:
+                with contextlib.suppress(OSError):
+                    folder.trainer_lock.unlink()
+                    run_dir.rmdir()
 
 
 def _renew(lock: Lock | Follower | None, run_dir: Path, *, force: bool = False) -> None:
