@@ -104,6 +104,12 @@ def loads(data: bytes | str) -> Any:
         return json.loads(data)
 
 
+def as_json(value: Any) -> Any:
+    """`value` as it reads back once written as JSON (tuples as lists, keys as strings): what a config written to
+    disk compares equal to."""
+    return json.loads(json.dumps(value))
+
+
 def read_json(path: Path) -> dict:
     """A JSON object from `path`; {} when it is missing, unreadable, not JSON or not an object."""
     try:

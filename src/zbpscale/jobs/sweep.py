@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from zbpscale.errors import ConfigError, ZbpError
-from zbpscale.files import atomic_write
+from zbpscale.files import as_json, atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S, SweepSettings
 from zbpscale.jobs.sweep_checks import distinct, field_error, field_line, is_int, is_number, need
 from zbpscale.run.config import (
@@ -618,7 +618,7 @@ class PlannedRun:
         """What its job is submitted with and keeps through its requeues, as plain JSON: the size's Resources and the
         sweep's JOB_FIELDS (both executors record it in the `submitted` event; sweep_edits.settings_notes compares)."""
         said = {**dataclasses.asdict(self.size.resources), **{k: getattr(self.sweep, k) for k in JOB_FIELDS}}
-        return json.loads(json.dumps(said))
+        return as_json(said)
 
     def estimated_hours(self) -> float:
         """Wall-clock hours from the sweep's throughput assumption (CPU runs: unknown -> nan)."""

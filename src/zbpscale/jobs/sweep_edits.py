@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zbpscale.files import atomic_write
+from zbpscale.files import as_json, atomic_write
 from zbpscale.jobs import runs as found
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.sweep import PlannedRun, lr_text
@@ -147,7 +147,7 @@ def config_changes(run: PlannedRun, seen: Snapshot | None = None) -> dict[str, t
     if saved is None or saved == given:  # most runs: compared as configs, no dict of either built (0.4 ms a run)
         return {}
     have = _flat(saved.to_dict())
-    want = _flat(json.loads(json.dumps(given.to_dict())))
+    want = _flat(as_json(given.to_dict()))
     changes = {k: (have.get(k), want.get(k)) for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)}
     if "data_dir" in changes:
         manifests = [manifest_path(Path(d)) for d in changes["data_dir"]]
@@ -160,12 +160,12 @@ def rewrite_config(run: PlannedRun, fields: list[str] | None = None) -> None:
     """Write the sweep file's values into the run's config.json: all of them (`fields` None: as a new run
     would get), or only `fields` (dotted names of config_changes)."""
     folder = RunFolder(run.run_dir)
-    want = json.loads(json.dumps(run.train_config().to_dict()))
+    want = as_json(run.train_config().to_dict())
     if fields is None:
         config = want
     else:
         config = TrainConfig.from_dict(folder.read_config() or {}, source=str(folder.config)).to_dict()
-        config = json.loads(json.dumps(config))
+        config = as_json(config)
         for name in fields:
             *path, last = name.split(".")
             have, new = config, want

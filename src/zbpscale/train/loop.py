@@ -27,7 +27,7 @@ import torch
 
 from zbpscale import signals
 from zbpscale.errors import ConfigError, DataError, LeaseLost, RunFolderBusy, ZbpError
-from zbpscale.files import atomic_write, read_json
+from zbpscale.files import as_json, atomic_write, read_json
 from zbpscale.lease import Follower, Lock, Rule
 from zbpscale.run.config import RESUME_SAFE, TrainConfig, batch_plan, derived_numbers
 from zbpscale.run.folder import RunFolder
@@ -114,7 +114,7 @@ def _check_config(run_dir: Path, cfg: TrainConfig) -> None:
         saved = migrate(saved)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err.args[0]}", hint=err.hint) from None
-    current = json.loads(json.dumps(cfg.to_dict()))
+    current = as_json(cfg.to_dict())
     if saved != current:
         fields = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         raise ConfigError(f"{path} holds a different config (fields differ: {', '.join(fields)})",
@@ -531,7 +531,7 @@ def _changed_since(trained: dict, cfg: TrainConfig, *, but: tuple[str, ...] = ()
     """`changed_fields` from the config a start record holds (`trained`) to `cfg`, both read in today's format, but
     the fields `but` names; [] for a start record's config this release cannot read (nothing to compare)."""
     try:
-        before, now = migrate(trained), migrate(json.loads(json.dumps(cfg.to_dict())))
+        before, now = migrate(trained), migrate(as_json(cfg.to_dict()))
     except ConfigError:
         return []
     kept = lambda config: {k: v for k, v in config.items() if k not in but}  # noqa: E731

@@ -37,6 +37,7 @@ QUEUE_DIR = ".localq"
 LIVE = ("queued", "running")  # an entry then ends completed, failed or cancelled (run/history.py's words)
 SCHEDULER_STATE = {"queued": "PENDING", "running": "RUNNING"}  # as squeue would say it (see base.ALIVE)
 QUEUE_LEASE_STALE_S = 300.0
+JOB_ID = "local-"  # and the entry's number: local-12
 """A queue lease not renewed for this long is its holder gone (seen from another node: on this one, its pid says).
 The driver renews every tick, and is slowest before its first (the GPU inventory may import torch); a submit
 holds submit.lock for a few file writes and the driver's start-up (ensure_driver: at most 20 s)."""
@@ -138,7 +139,7 @@ class LocalQueue:
         counter, n = self.dir / "next_id", self._next_number()
         added = []
         for spec in specs:
-            entry = dataclasses.replace(spec, job_id=spec.job_id or f"local-{n}", seq=n, submitted=time.time())
+            entry = dataclasses.replace(spec, job_id=spec.job_id or f"{JOB_ID}{n}", seq=n, submitted=time.time())
             for i, other in enumerate(specs):  # dependencies named by position ("#0") become job ids
                 if entry.after == f"#{i}":
                     entry.after = added[i].job_id
@@ -168,8 +169,8 @@ class LocalQueue:
         for sweep in [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []:
             for run in RunFolder.all_in(sweep):
                 with contextlib.suppress(ZbpError):  # a broken record: status says so; its ids are not known
-                    used += [int(job[6:]) for job in (e.get("job_id") for e in read_attempts(run))
-                             if isinstance(job, str) and job.startswith("local-") and job[6:].isdigit()]
+                    used += [int(job[len(JOB_ID):]) for job in (e.get("job_id") for e in read_attempts(run))
+                             if isinstance(job, str) and job.startswith(JOB_ID) and job[len(JOB_ID):].isdigit()]
         return max(used, default=0) + 1
 
     def states(self) -> dict[str, str]:
