@@ -99,7 +99,8 @@ Re-running the same command continues an interrupted prep and checks a finished 
   zbpscale sizes sweeps/ladder.py     a sweep's sizes, presets and its own
   zbpscale sizes --params 760M        shapes near 760M non-embedding params
 
-Parameters are counted in closed form (embeddings included; non-embedding N, what the fits use, beside)."""),
+Parameters are counted in closed form (embeddings included; non-embedding N, what the fits use, beside).
+exit status: 0 listed, 1 --params: no shape within 10% by the rule, 2 a mistake"""),
     "doctor": ("zbpscale.doctor", "check this machine: versions, GPUs, disk, data, SLURM, tokenizer",
                """example:
   zbpscale doctor sweeps/ladder.py    also checks its data and run folders"""),
