@@ -27,7 +27,7 @@ from zbpscale.errors import ConfigError
 from zbpscale.jobs.executors.slurm import sbatch_parameters
 from zbpscale.jobs.state import RunState
 from zbpscale.jobs.submit import plan_rows
-from zbpscale.jobs.sweep import Arm, Data, Size, Sweep, arm, expand, load_sweep
+from zbpscale.jobs.sweep import Arm, Data, Resources, Size, Sweep, arm, expand, load_sweep
 from zbpscale.run.config import SIZES, n_params
 from zbpscale.text import select
 
@@ -141,7 +141,10 @@ BAD_SWEEPS = [
     ("unknown_field.py", "from zbpscale.sweep import *\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
      "    arms=(arm('bp', learning_rate=1.0),), data=Data(dir='d'))\n",
-     "unknown_field.py:3: Sweep 'x': unknown TrainConfig field(s) learning_rate"),
+     "unknown_field.py:3: arm bp: 'learning_rate' is neither an arm's setting (step_time_ratio, ratio_source) nor a "
+     "TrainConfig field (hint: TrainConfig's fields: betas, bf16,"),
+    ("model_typo.py", "from zbpscale.sweep import *\nM = ModelConfig(n_layer=2,\n    n_heads=4, d_model=64)\n",
+     "model_typo.py:3: ModelConfig has no field 'n_heads' (hint: did you mean n_head?)"),  # as a YAML shape's typo
     # Faults: values sbatch would reject after the run folders were written, or that make no sense: refused at load
     ("negative_signal_delay.py", "from zbpscale.sweep import *\n"
      "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8),),\n"
@@ -212,6 +215,47 @@ BAD_SWEEPS = [
         ("repeated_arm.py", 'arm("zbp_n4")', 'arm("bp")',
          "repeated_arm.py:8: Sweep 't' has duplicate run names: tiny-bp (hint: each size and arm may appear once; "
          "use seeds for repeats)"),
+        # a helper's hunt: a tuple of one without its comma, a name where a call goes (TypeError, AttributeError)
+        ("sizes_no_comma.py", "resources=CPU),),", "resources=CPU)),",
+         "sizes_no_comma.py:6: Sweep.sizes must be a tuple of Size, got one alone (hint: a tuple of one needs a "
+         "trailing comma: sizes=(Size(name='s60', global_batch=256),))"),
+        ("arms_named.py", 'arms=(arm("bp"), arm("zbp_n4")),', 'arms=("bp",),',
+         "arms_named.py:8: Sweep.arms must be a tuple of Arm, got 'bp' (hint: e.g. arms=(arm('bp'),))"),
+        ("train_pair_alone.py", "train=(('eval_every', 10), ('eval_batches', 2)),", "train=('eval_every', 10),",
+         "train_pair_alone.py:11: Sweep.train must be (field, value) pairs, got ('eval_every', 10) (hint: e.g. "
+         "train=(('eval_every', 500),): a pair alone needs a trailing comma)"),
+        ("data_as_words.py", "data=Data(dir=\"data/embedded\", source='embedded',\n              tokens=0, workers=1),",
+         "data='data/embedded',",
+         "data_as_words.py:9: Sweep.data must be a Data(...), got 'data/embedded' (hint: e.g. "
+         "data=Data(dir='data/fineweb', source='fineweb-edu'))"),
+        ("resources_dict.py", "resources=CPU)", "resources={'gpus_per_node': 0})",
+         "resources_dict.py:7: Size tiny: resources must be a Resources(...), got {'gpus_per_node': 0} (hint: e.g. "
+         "resources=Resources(gpus_per_node=8, time_min=1440))"),
+        ("extra_sbatch_alone.py", "time_min=30)", "time_min=30, extra_sbatch=('exclusive', ''))",
+         "extra_sbatch_alone.py:3: Resources.extra_sbatch must be (option, value) pairs of sbatch's long options, "
+         "got 'exclusive' (hint: e.g."),
+        ("partition_lines.py", "time_min=30)", "time_min=30, partition='gpu\\n#SBATCH --qos=high')",
+         "partition_lines.py:3: Resources.partition must be a name without spaces, or None, got 'gpu\\n#SBATCH "
+         "--qos=high'"),
+        # set elsewhere: the plan counted steps and hours by the size's batch; three seeds were one run
+        ("global_batch_in_arm.py", 'arm("zbp_n4")', 'arm("zbp_n4", global_batch=32)',
+         "global_batch_in_arm.py:8: Sweep 't': global_batch is not set in train= or an arm: it is the size's: the "
+         "plan counts each run's steps, tokens and GPU-hours by it (hint: set it on each Size; an arm that needs "
+         "less memory a step sets micro_batch)"),
+        ("seed_in_train.py", "('eval_batches', 2)", "('seed', 7)",
+         "seed_in_train.py:11: Sweep 't': seed is not set in train= or an arm: it is Sweep.seeds': each seed is a "
+         "run of its own (hint: Sweep(seeds=(0, 1, 2)))"),
+        ("steps_in_train.py", "('eval_batches', 2)", "('steps', 5)",
+         "steps_in_train.py:11: Sweep 't': steps is not set in train= or an arm: it is the size's budget (hint: "
+         "Size(tokens=...), or Size(tokens_per_param=...))"),
+        ("train_twice.py", "('eval_batches', 2)", "('eval_every', 20)",
+         "train_twice.py:11: Sweep.train sets eval_every twice (10, then 20) (hint: set each field once)"),
+        ("arm_keyword_typo.py", 'arm("zbp_n4")', 'arm("zbp_n4", step_time_ration=2.0)',
+         "arm_keyword_typo.py:8: arm zbp_n4: 'step_time_ration' is neither an arm's setting (step_time_ratio, "
+         "ratio_source) nor a TrainConfig field (hint: did you mean step_time_ratio?)"),
+        ("long_name.py", 'name="t"', f'name="{"a" * 101}"',
+         f"long_name.py:5: Sweep.name must be at most 100 characters (a run's folder name joins a size's and an "
+         f"arm's), got 101 (hint: e.g. '{'a' * 100}': it names a folder under the jobs root)"),
     )],
 ]
 
@@ -327,7 +371,7 @@ def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_name
     ("bf16='yes'", "TrainConfig.bf16 must be True or False (or None: the device's default), got 'yes'"),
     ("grad_clip=float('nan')", "TrainConfig.grad_clip must be a number >= 0, got nan"),
     ("eval_every=True", "TrainConfig.eval_every must be an integer >= 0, got True"),
-    ("seed=2**32", "TrainConfig.seed must be an integer in [0, 2**32) (NumPy's seeds), got 4294967296"),  # --set
+    ("seed=3", "Sweep 'fit': seed is not set in train= or an arm: it is Sweep.seeds'"),  # each seed was seed 3
 ])
 def test_an_arm_s_training_value_of_the_wrong_kind_is_refused_at_load(tmp_path, given, words):
     """arm('bp', betas=0.9) passed the dry run, wrote config.json, and broke the run at its start ('float' object
@@ -561,3 +605,27 @@ def test_a_config_error_with_a_hint_says_its_hint_once():
         TrainConfig.from_dict(d, source="x.json")
     assert str(err.value) == "x.json: TrainConfig.trackers names an unknown tracker 'foo' (hint: trackers: " \
                              "tensorboard, wandb)"
+
+
+def test_extra_sbatch_given_as_a_mapping_is_its_pairs_in_the_job_s_options():
+    """A helper's hunt: extra_sbatch={"exclusive": ""} (a mapping, as arm's step_time_ratio takes one) loaded, and
+    the SLURM submit failed with a traceback after the run folders and the prep job were made."""
+    from zbpscale.jobs.executors.slurm import sbatch_parameters
+
+    res = Resources(gpus_per_node=0, time_min=30, extra_sbatch={"exclusive": "", "gres-flags": "enforce-binding"})
+    assert res.extra_sbatch == (("exclusive", ""), ("gres-flags", "enforce-binding"))
+    sweep = Sweep(name="x", sizes=(Size(name="tiny", global_batch=8, tokens=8192, resources=res),),
+                  arms=(arm("bp"),), data=Data(dir="d"))
+    extra = sbatch_parameters(expand(sweep)[0])["additional_parameters"]
+    assert extra == {"requeue": True, "exclusive": "", "gres-flags": "enforce-binding"}
+
+
+def test_a_seed_out_of_numpy_s_range_is_refused_by_the_trainer_s_config():
+    """What `--set seed=...` of a run trained by hand is checked by (a sweep's seeds are checked as Sweep.seeds)."""
+    import dataclasses
+
+    run = expand(Sweep(name="x", sizes=(Size(name="tiny", global_batch=8, tokens=8192),), arms=(arm("bp"),),
+                       data=Data(dir="d")))[0]
+    with pytest.raises(ConfigError, match=re.escape("TrainConfig.seed must be an integer in [0, 2**32) (NumPy's "
+                                                    "seeds), got 4294967296")):
+        dataclasses.replace(run.train_config(), seed=2**32)

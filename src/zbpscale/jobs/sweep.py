@@ -35,7 +35,7 @@ from zbpscale.run.config import (
     shape_from_yaml,
     tracker_error,
 )
-from zbpscale.run.folder import RunFolder, run_name, segment_problem
+from zbpscale.run.folder import MAX_NAME, RunFolder, run_name, segment_problem
 from zbpscale.text import closest, did_you_mean, shown_path
 from zbpscale.zbp import ZBPConfig, arm_zbp_config
 
@@ -75,6 +75,20 @@ class Resources:
         if self.gpus_per_node and self.tasks_per_node not in (0, self.gpus_per_node):
             raise field_error("Resources", "tasks_per_node", f"Resources.tasks_per_node={self.tasks_per_node} must "
                               f"equal gpus_per_node={self.gpus_per_node} (one rank per GPU), or be 0")
+        for name in ("partition", "account", "qos", "constraint"):  # each an #SBATCH line of the job's script
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or any(c.isspace() for c in value.strip())
+                                      or value != value.strip()):
+                raise field_error("Resources", name, f"Resources.{name} must be a name without spaces, or None, got "
+                                  f"{value!r}", value=value)
+        pairs = tuple(self.extra_sbatch.items()) if isinstance(self.extra_sbatch, Mapping) else self.extra_sbatch
+        if not isinstance(pairs, (tuple, list)) or not all(_sbatch_option(p) for p in pairs):
+            bad = pairs if not isinstance(pairs, (tuple, list)) else next(p for p in pairs if not _sbatch_option(p))
+            raise field_error("Resources", "extra_sbatch", f"Resources.extra_sbatch must be (option, value) pairs of "
+                              f"sbatch's long options, got {bad!r:.80}", value=self.extra_sbatch,
+                              hint='e.g. extra_sbatch=(("exclusive", ""), ("gres-flags", "enforce-binding")): a pair '
+                              'alone needs a trailing comma')
+        object.__setattr__(self, "extra_sbatch", tuple(tuple(p) for p in pairs))  # a mapping: its pairs
 
     @property
     def ranks_per_node(self) -> int:
@@ -87,6 +101,16 @@ class Resources:
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+def _sbatch_option(pair) -> bool:
+    """Whether `pair` is one of Resources.extra_sbatch's: (a long option's name, its value: words on one line or a
+    number; "" for an option without one)."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        return False
+    name, value = pair
+    return isinstance(name, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", name) is not None and (
+        isinstance(value, str) and "\n" not in value and "\r" not in value or is_number(value))
 
 
 JOB_FIELDS = ("signal_delay_s", "max_timeouts", "max_preemptions", "max_crashes")
@@ -135,6 +159,10 @@ class Size:
         else:
             self._own_shape()
         label = f"Size {self.name}: "
+        if not isinstance(self.resources, Resources):
+            raise field_error("Size", "resources", f"{label}resources must be a Resources(...), got "
+                              f"{self.resources!r:.60}",
+                              hint="e.g. resources=Resources(gpus_per_node=8, time_min=1440)")
         for name, ok, want in (("global_batch", is_int(self.global_batch) and self.global_batch >= 1,
                                 "an integer >= 1"),
                                ("micro_batch", is_int(self.micro_batch) and self.micro_batch >= 0,
@@ -199,6 +227,17 @@ class Size:
         return max(1, math.ceil(tokens / (self.global_batch * self.shape().max_seq_len)))
 
 
+SET_ELSEWHERE = {
+    "model": ("the size's shape (Size.name, Size.model) with the arm's estimator", "give the shape to a Size"),
+    "data_dir": ("Sweep.data's folder", "Sweep(data=Data(dir=...))"),
+    "steps": ("the size's budget", "Size(tokens=...), or Size(tokens_per_param=...)"),
+    "global_batch": ("the size's: the plan counts each run's steps, tokens and GPU-hours by it",
+                     "set it on each Size; an arm that needs less memory a step sets micro_batch"),
+    "seed": ("Sweep.seeds': each seed is a run of its own", "Sweep(seeds=(0, 1, 2))"),
+}
+"""TrainConfig fields that Sweep.train and an arm may not set: (what sets them, the hint)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Arm:
     """A training method: exact backprop (zbp None) or ZBP with its estimator settings."""
@@ -240,6 +279,13 @@ def arm(name: str, *, step_time_ratio: float | Mapping[str, float] = 1.0, ratio_
     ratios = tuple(step_time_ratio.items()) if per_size else step_time_ratio
     if not isinstance(ratio_source, str):
         raise ConfigError(f"arm {name}: ratio_source must be words (a str), got {ratio_source!r}")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key in overrides:
+        if key not in fields:  # a typo of one of arm's own keywords reads as an override too
+            ours = ("step_time_ratio", "ratio_source")
+            raise field_error("arm", key, f"arm {name}: {key!r} is neither an arm's setting ({', '.join(ours)}) nor a "
+                              "TrainConfig field", hint=did_you_mean(key, [*ours, *(fields - set(SET_ELSEWHERE))])
+                              or f"TrainConfig's fields: {', '.join(sorted(fields - set(SET_ELSEWHERE)))}")
     return Arm(name=name, zbp=arm_zbp_config(name), overrides=tuple(sorted(overrides.items())),
                step_time_ratio=ratios, ratio_source=ratio_source)
 
@@ -434,10 +480,16 @@ class Sweep:
     def __post_init__(self) -> None:
         if not self.home and _LOADING is not None:  # built by the sweep file load_sweep runs: its home, checked once
             object.__setattr__(self, "home", str(project_folder(_LOADING)))
+        for name, kind, example in (("sizes", Size, "Size(name='s60', global_batch=256)"), ("arms", Arm, "arm('bp')")):
+            object.__setattr__(self, name, _tuple_of(name, getattr(self, name), kind, example))
+        if not isinstance(self.data, Data):
+            raise field_error("Sweep", "data", f"Sweep.data must be a Data(...), got {self.data!r:.60}",
+                              hint="e.g. data=Data(dir='data/fineweb', source='fineweb-edu')")
+        object.__setattr__(self, "train", _train_pairs(self.train))
         for owner, name in (("Sweep", self.name), *(("Arm", a.name) for a in self.arms)):
             bad = segment_problem(name)
             if bad:  # it becomes a folder under root and a job's name: '../x' would leave the jobs root
-                fixed = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".-") or "ladder"
+                fixed = (re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".-") or "ladder")[:MAX_NAME]
                 raise field_error(owner, "name", f"{owner}.name {bad}", value=name,
                                   hint=f"e.g. {fixed!r}: it names a folder under the jobs root")
         for name in ("max_timeouts", "max_preemptions", "max_crashes", "signal_delay_s", "visible_within_s",
@@ -466,8 +518,13 @@ class Sweep:
         bad = tracker_error(self.trackers, "Sweep.trackers")
         if bad:
             raise field_error("Sweep", "trackers", str(bad.args[0]), hint=bad.hint)
-        known = {f.name for f in dataclasses.fields(TrainConfig)} - {"model", "data_dir", "steps"}
+        known = {f.name for f in dataclasses.fields(TrainConfig)} - set(SET_ELSEWHERE)
         given = set(dict(self.train)).union(*(dict(a.overrides) for a in self.arms))
+        if given & set(SET_ELSEWHERE):
+            name = sorted(given & set(SET_ELSEWHERE))[0]
+            what, hint = SET_ELSEWHERE[name]
+            raise field_error("arm", name, f"Sweep {self.name!r}: {name} is not set in train= or an arm: it is "
+                              f"{what}", hint=hint)
         if given - known:
             unknown = sorted(given - known)
             guess = ", ".join(f"{c} (not {u})" for u in unknown if (c := closest(u, known)))
@@ -497,6 +554,36 @@ class Sweep:
             except ConfigError as err:
                 field = str(err.args[0]).split(" ")[0].rpartition(".")[2].split("=")[0]
                 raise field_error("", field, f"run {run.name}: {err.args[0]}", hint=err.hint) from None
+
+
+def _tuple_of(name: str, value, kind: type, example: str) -> tuple:
+    """Sweep.<name> as a tuple of `kind` (a list taken as one), or a field_error: one alone (a tuple of one missing
+    its trailing comma), or something else in its place (a preset's or an arm's name as words)."""
+    if isinstance(value, kind):
+        raise field_error("Sweep", name, f"Sweep.{name} must be a tuple of {kind.__name__}, got one alone",
+                          hint=f"a tuple of one needs a trailing comma: {name}=({example},)")
+    bad = value if not isinstance(value, (tuple, list)) else next((v for v in value if not isinstance(v, kind)), None)
+    if bad is not None:
+        raise field_error("Sweep", name, f"Sweep.{name} must be a tuple of {kind.__name__}, got {bad!r:.60}",
+                          hint=f"e.g. {name}=({example},)")
+    return tuple(value)
+
+
+def _train_pairs(value) -> tuple[tuple[str, object], ...]:
+    """Sweep.train as (field, value) pairs (a mapping taken as its items), or a field_error: not pairs, or a field
+    set twice (the last would win without a word)."""
+    pairs = tuple(value.items()) if isinstance(value, Mapping) else value
+    if not isinstance(pairs, (tuple, list)) or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
+        raise field_error("Sweep", "train", f"Sweep.train must be (field, value) pairs, got {value!r:.60}",
+                          hint="e.g. train=(('eval_every', 500),): a pair alone needs a trailing comma")
+    seen: dict[str, object] = {}
+    for name, v in pairs:
+        if name in seen:
+            raise field_error("", name, f"Sweep.train sets {name} twice ({seen[name]!r}, then {v!r})",
+                              hint="set each field once")
+        seen[name] = v
+    return tuple(tuple(p) for p in pairs)
 
 
 def tune_problem(sweep: Sweep) -> None:
@@ -674,7 +761,8 @@ def model_path(given: str | Path) -> Path:
     return beside if beside.is_file() and not project.is_file() else project
 
 
-_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources, "Tune": Tune}
+_FIELDS_OF = {"Sweep": Sweep, "Size": Size, "Data": Data, "Resources": Resources, "Tune": Tune,
+              "ModelConfig": ModelConfig, "Arm": Arm}
 """The classes a sweep file calls with keywords, by name (for load_sweep's word on an unknown keyword)."""
 
 
