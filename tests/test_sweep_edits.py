@@ -192,3 +192,26 @@ def test_a_size_removed_while_its_job_is_queued_is_named_with_how_to_cancel_it(t
     ends = {name: History.read(tmp_path / "jobs" / "shrunk" / name).last_end() for name in jobs}
     assert ends["micro-bp"]["why"] == "cancelled" and ends["micro-bp"]["job_id"] == jobs["micro-bp"]
     assert ends["nano-bp"] == {}
+
+
+def test_the_cancel_a_settings_note_gives_selects_exactly_the_runs_it_names():
+    """Past three runs, the note's cancel read `--only <their names>`, which cannot be pasted. It names each size
+    whose live runs all changed (`tiny-*`), else every run; whatever it gives selects those runs and no other live
+    one, as cancel selects (text.matches)."""
+    from zbpscale.jobs.sweep import Data, Size, Sweep, arm, expand
+    from zbpscale.jobs.sweep_edits import only_of
+    from zbpscale.text import matches, patterns
+
+    sweep = Sweep(name="x", sizes=(Size(name="tiny", global_batch=8, tokens=8192),
+                                   Size(name="mini", global_batch=8, tokens=8192)),
+                  arms=(arm("bp"), arm("zbp_n4")), seeds=(0, 1, 2), data=Data(dir="d"))
+    live = expand(sweep)
+    tiny = [r for r in live if r.size.name == "tiny"]
+
+    def chosen(only: str) -> list[str]:
+        return [r.name for r in live if matches(r.name, patterns(only))]
+
+    for alike, only in ((tiny, "tiny-*"), (live, "tiny-*,mini-*"), (tiny[:4], ",".join(r.name for r in tiny[:4])),
+                        (tiny[:2], "tiny-bp,tiny-bp-s1")):
+        assert only_of(alike, live) == only
+        assert chosen(only) == [r.name for r in alike]

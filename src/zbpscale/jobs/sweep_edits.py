@@ -94,9 +94,8 @@ def settings_notes(runs: list[PlannedRun], states: dict[str, RunState], looks: d
     apply it: a cancel checkpoints the job, and the next submit resumes the run with the new values. A job whose
     `submitted` event does not say what it was submitted with (an older release's) is not compared."""
     changed: dict[str, list[PlannedRun]] = {}
-    for run in runs:
-        if states[run.name].state not in ("queued", "running", "stalled", "unknown"):
-            continue
+    live = [r for r in runs if states[r.name].state in ("queued", "running", "stalled", "unknown")]
+    for run in live:
         had = ((looks or {}).get(run.name) or Snapshot(run.run_dir)).history.submitted.get("settings")
         if isinstance(had, dict):
             now = run.job_settings()
@@ -106,12 +105,23 @@ def settings_notes(runs: list[PlannedRun], states: dict[str, RunState], looks: d
     notes = []
     for words, alike in changed.items():
         names = [r.name for r in alike]
-        only = ",".join(names) if len(names) <= ALIKE else "<their names>"
+        only = only_of(alike, live)
         notes.append(f"{named(names)}: {'its job keeps' if len(names) == 1 else 'their jobs keep'} what "
                      f"{'it was' if len(names) == 1 else 'they were'} submitted with, through requeues; the sweep "
                      f"file now says {words}: to apply it, zbpscale cancel {shown_path(alike[0].run_dir.parent)} "
                      f"--only {only}, then submit again (it resumes from its latest checkpoint)")
     return notes
+
+
+def only_of(alike: list[PlannedRun], live: list[PlannedRun]) -> str:
+    """The `--only` of a cancel that stops the runs `alike` and no other of the `live` ones: their names, up to
+    ALIKE; past that, `{size}-*` of each size whose live runs are all among them, else every name (a line to paste,
+    never a placeholder)."""
+    names = [r.name for r in alike]
+    sizes = list(dict.fromkeys(r.size.name for r in alike))
+    if len(names) > ALIKE and all({r.name for r in live if r.size.name == size} <= set(names) for size in sizes):
+        return ",".join(f"{size}-*" for size in sizes)  # a size's name holds no '-': its runs' names alone match
+    return ",".join(names)
 
 
 def trained(run: PlannedRun, state: str) -> bool:
