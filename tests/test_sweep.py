@@ -212,6 +212,9 @@ BAD_SWEEPS = [
         ("micro_batch_split.py", "global_batch=8,", "global_batch=8, micro_batch=3,",  # at load, not at submit
          "micro_batch_split.py:6: run tiny-bp: micro_batch=3 does not divide the per-rank batch 8 (global_batch=8 / "
          "world size 1)"),
+        ("ranks_split.py", "cpus_per_task=2,", "cpus_per_task=2, tasks_per_node=3,",  # it said GPUs of a CPU run
+         "ranks_split.py:6: run tiny-bp: global_batch=8 is not divisible by world size 3 (hint: pick a global batch "
+         "that is a multiple of 3, the number of ranks (one per GPU; tasks_per_node of a CPU run))"),
         ("repeated_arm.py", 'arm("zbp_n4")', 'arm("bp")',
          "repeated_arm.py:8: Sweep 't' has duplicate run names: tiny-bp (hint: each size and arm may appear once; "
          "use seeds for repeats)"),

@@ -477,7 +477,8 @@ def batch_plan(cfg: TrainConfig, world_size: int) -> tuple[int, int]:
     """(micro_batch, accumulation steps) per rank for the fixed global batch; a ConfigError if impossible."""
     if cfg.global_batch % world_size:
         raise ConfigError(f"global_batch={cfg.global_batch} is not divisible by world size {world_size}",
-                          hint="pick a global batch that is a multiple of the number of GPUs")
+                          hint=f"pick a global batch that is a multiple of {world_size}, the number of ranks (one "
+                          "per GPU; tasks_per_node of a CPU run)")
     per_rank = cfg.global_batch // world_size
     micro = cfg.micro_batch or per_rank
     if per_rank % micro:
