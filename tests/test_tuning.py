@@ -641,6 +641,19 @@ def test_a_checked_size_tunes_a_small_grid_around_the_law_s_lr_once_the_law_is_k
     assert tuned.laws["bp"].sizes == 2  # the law is the tuned sizes' alone
 
 
+def test_the_plan_of_a_cpu_tuning_sweep_counts_its_grid_and_the_check_to_come(tmp_path):
+    """A helper's hunt: a CPU sweep's plan said nothing of its tuning (its note spoke only in GPU-hours, which a CPU
+    run has none of), so mini_ladder's '57 runs' hid the 9 check runs planned once the lr law is known. The note
+    counts both: 2 tuned sizes x 2 arms x 3 lrs now, 2 arms x the check grid's 3 lrs later."""
+    from zbpscale.jobs.submit import tuning_notes
+
+    sweep = load_sweep(write(tmp_path, check=("tiny",)))
+    runs, tuned = tuning.planned(sweep, fake_losses({}))
+    assert sum(r.role == "tuning" for r in runs) == 2 * 2 * 3
+    assert f"tuning: 12 runs; {2 * len(sweep.tune.check_grid)} runs to come for the check at tiny (planned once the " \
+           "lr law is known); budget 1 of a size's tokens" in tuning_notes(sweep, runs, tuned)
+
+
 def test_what_collect_keeps_of_a_grid_and_a_final_run_whose_lr_waits(tmp_path):
     """A final run submitted at its grid's old best while its lr waits again keeps that lr in the bundle (collect
     blanked it: status showed it, the bundle did not); a grid run an earlier collect kept that the sweep file no

@@ -154,11 +154,15 @@ def tuning_notes(sweep: Sweep, runs: list[PlannedRun], tuned: tuning.Tuned) -> l
               sweep.tune.check for arm in sweep.arms if (size.name, arm.name) not in planned
               for _ in sweep.tune.check_grid for seed in sweep.tune.seeds]  # not planned before the law is known
     later = sum(r.estimated_hours() * r.size.resources.gpus for r in checks)
-    if not any(math.isnan(h) for _, h in hours) and not math.isnan(later):
-        spent = sum(h for role, h in hours if role == "tuning")
-        notes.append(f"tuning: {spent:,.1f} GPU-hours of the plan's {sum(h for _, h in hours):,.1f}" + (
-            f", and {later:,.1f} more for the check at {', '.join(sweep.tune.check)} (planned once the lr law "
-            "is known)" if checks else "") + f"; budget {sweep.tune.budget:g} of a size's tokens")
+    now = plural(sum(role == "tuning" for role, _ in hours), "run")
+    more = plural(len(checks), "run")
+    if not any(math.isnan(h) for _, h in hours) and not math.isnan(later):  # CPU runs: counted, not timed
+        now += f", {sum(h for role, h in hours if role == 'tuning'):,.1f} GPU-hours of the plan's " \
+               f"{sum(h for _, h in hours):,.1f}"
+        more += f", {later:,.1f} GPU-hours"
+    notes.append(f"tuning: {now}" + (f"; {more} to come for the check at {', '.join(sweep.tune.check)} (planned "
+                                     "once the lr law is known)" if checks else "")
+                 + f"; budget {sweep.tune.budget:g} of a size's tokens")
     return notes
 
 
