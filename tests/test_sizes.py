@@ -264,3 +264,17 @@ def test_a_ladder_of_own_shapes_goes_end_to_end_through_the_local_queue(tmp_path
     assert (bundle / "figures" / "gap_vs_scale.png").stat().st_size > 10_000
     table = (bundle / "table.md").read_text()
     assert table.index("| p1 ") < table.index("| y2 ")  # by N
+
+
+def test_a_count_the_rule_cannot_reach_names_the_nearest_shape_it_makes():
+    """`sizes --params 1M` said only that no shape was within 10%: it names the nearest count the rule reaches, the
+    closest of every shape the rule allows (checked here by brute force over the small ones)."""
+    for given, target in (("1M", 1e6), ("10", 10.0)):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "sizes", "--params", given], capture_output=True,
+                             text=True, timeout=60)
+        shapes = [ModelConfig(n_layer=n, n_head=d // 64, d_model=d) for n in range(1, 9) for d in range(64, 1025, 64)
+                  if 32 <= d / n <= 128]
+        best = min(shapes, key=lambda s: abs(n_params(s, embeddings=False) - target))
+        assert out.returncode == 1 and out.stdout.strip().endswith(
+            f"the nearest it makes: {n_params(best, embeddings=False):,} (n_layer={best.n_layer}, "
+            f"d_model={best.d_model})"), out.stdout

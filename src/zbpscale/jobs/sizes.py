@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import math
+
 from zbpscale.errors import ConfigError
 from zbpscale.jobs.sweep import load_sweep
-from zbpscale.run.config import ASPECT, parse_count, shapes_near, size_table
+from zbpscale.run.config import ASPECT, n_params, parse_count, shapes_near, size_table
 
 
 def add_arguments(p) -> None:
@@ -25,8 +27,10 @@ def run(args) -> int:
         target = parse_count(args.params)
         near = shapes_near(target)
         if not near:
+            (closest,) = shapes_near(target, count=1, within=math.inf)
             print(f"no shape within 10% of {target:,.0f} non-embedding parameters by the rule (head dim 64, "
-                  f"d_model a multiple of 64, d_model / n_layer in {ASPECT[0]}..{ASPECT[1]})")
+                  f"d_model a multiple of 64, d_model / n_layer in {ASPECT[0]}..{ASPECT[1]}); the nearest it makes: "
+                  f"{n_params(closest, embeddings=False):,} (n_layer={closest.n_layer}, d_model={closest.d_model})")
             return 1
         print(size_table({f"#{i}": s for i, s in enumerate(near, 1)}))
         print(f"rule: head dim 64, d_model a multiple of 64, d_model / n_layer in {ASPECT[0]}..{ASPECT[1]} (the "
