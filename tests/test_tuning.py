@@ -652,6 +652,13 @@ def test_the_plan_of_a_cpu_tuning_sweep_counts_its_grid_and_the_check_to_come(tm
     assert sum(r.role == "tuning" for r in runs) == 2 * 2 * 3
     assert f"tuning: 12 runs; {2 * len(sweep.tune.check_grid)} runs to come for the check at tiny (planned once the " \
            "lr law is known); budget 1 of a size's tokens" in tuning_notes(sweep, runs, tuned)
+    # --only: the check of the sizes and arms it selects, no word of tuning it does not select ('0 runs ... the check
+    # at s350' was said of `--only 's1b-*'`)
+    tiny_bp = [r for r in runs if r.name == "tiny-bp"]
+    assert f"tuning: {len(sweep.tune.check_grid)} runs to come for the check at tiny (planned once the lr law is " \
+           "known); budget 1 of a size's tokens" in tuning_notes(sweep, tiny_bp, tuned)
+    assert not any(n.startswith("tuning:") for n in tuning_notes(sweep, [r for r in runs if r.name == "nano-bp"],
+                                                                 tuned))
 
 
 def test_what_collect_keeps_of_a_grid_and_a_final_run_whose_lr_waits(tmp_path):

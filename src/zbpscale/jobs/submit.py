@@ -150,19 +150,24 @@ def tuning_notes(sweep: Sweep, runs: list[PlannedRun], tuned: tuning.Tuned) -> l
                      "runs do not use, spend the GPU-hours elsewhere")
     hours = [(r.role, r.estimated_hours() * r.size.resources.gpus) for r in runs]
     planned = {(r.size.name, r.arm.name) for r in runs if r.role == "tuning"}
+    chosen = {(r.size.name, r.arm.name) for r in runs}  # --only: the sizes and arms of the runs it selects
     checks = [PlannedRun(sweep, size, arm, seed, role="tuning") for size in sweep.sizes if size.name in
-              sweep.tune.check for arm in sweep.arms if (size.name, arm.name) not in planned
+              sweep.tune.check for arm in sweep.arms if (size.name, arm.name) in chosen - planned
               for _ in sweep.tune.check_grid for seed in sweep.tune.seeds]  # not planned before the law is known
-    later = sum(r.estimated_hours() * r.size.resources.gpus for r in checks)
-    now = plural(sum(role == "tuning" for role, _ in hours), "run")
-    more = plural(len(checks), "run")
-    if not any(math.isnan(h) for _, h in hours) and not math.isnan(later):  # CPU runs: counted, not timed
-        now += f", {sum(h for role, h in hours if role == 'tuning'):,.1f} GPU-hours of the plan's " \
-               f"{sum(h for _, h in hours):,.1f}"
-        more += f", {later:,.1f} GPU-hours"
-    notes.append(f"tuning: {now}" + (f"; {more} to come for the check at {', '.join(sweep.tune.check)} (planned "
-                                     "once the lr law is known)" if checks else "")
-                 + f"; budget {sweep.tune.budget:g} of a size's tokens")
+    if not checks and not planned:  # --only chose none of the tuning: its runs are not this plan's
+        return notes
+    timed = not any(math.isnan(h) for _, h in hours) and not any(math.isnan(r.estimated_hours()) for r in checks)
+    said = []
+    if planned:
+        said.append(plural(sum(role == "tuning" for role, _ in hours), "run") + (
+            f", {sum(h for role, h in hours if role == 'tuning'):,.1f} GPU-hours of the plan's "
+            f"{sum(h for _, h in hours):,.1f}" if timed else ""))
+    if checks:
+        later = sum(r.estimated_hours() * r.size.resources.gpus for r in checks)
+        said.append(plural(len(checks), "run") + (f", {later:,.1f} GPU-hours" if timed else "") + " to come for the "
+                    f"check at {', '.join(dict.fromkeys(r.size.name for r in checks))} (planned once the lr law is "
+                    "known)")
+    notes.append(f"tuning: {'; '.join(said)}; budget {sweep.tune.budget:g} of a size's tokens")
     return notes
 
 
