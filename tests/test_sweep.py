@@ -341,8 +341,9 @@ def test_a_sweep_whose_data_differ_from_the_prepared_folder_is_refused(tmp_path,
 
 def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_names_its_file(tmp_path, data_dir):
     """sweeps/other.py copied from sweeps/fit.py, its lr changed, its name not: its runs' folder is fit's, whose
-    runs it would plan as its own ('the sweep file changed since it trained'). Refused, naming both files; a sweep
-    file renamed (the first one gone) or a project folder copied elsewhere takes its folder over."""
+    runs it would plan as its own ('the sweep file changed since it trained'). Refused, naming both files, by
+    submit, and by status, cancel and collect given the file (status showed fit's runs as other.py plans them); a
+    sweep file renamed (the first one gone) or a project folder copied elsewhere takes its folder over."""
     from zbpscale.jobs.settings import SweepSettings
 
     def dry(path: Path) -> subprocess.CompletedProcess:
@@ -360,6 +361,11 @@ def test_a_copied_sweep_file_that_keeps_the_name_is_refused_the_runs_folder_name
     said = unwrapped(out.stdout + out.stderr)
     assert out.returncode == 2 and f"{project / 'fit'} holds the runs of" in said and "fit.py; " in said, said
     assert "also calls itself 'fit'" in said and "Traceback" not in said
+    for command in ("status", "cancel", "collect"):  # status showed fit's runs as other.py planned them
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", command, str(other)], capture_output=True,
+                             text=True, timeout=120)
+        said = unwrapped(out.stderr)
+        assert out.returncode == 2 and "also calls itself 'fit'" in said and "Traceback" not in said, said
     assert dry(first).returncode == 0
     copied = tmp_path / "copy"
     shutil.copytree(project, copied)

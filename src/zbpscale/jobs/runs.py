@@ -21,7 +21,7 @@ from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.jobs.executors.base import JobView, View
 from zbpscale.jobs.reasons import refined
 from zbpscale.jobs.state import RunState, decide, heard
-from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_found
+from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_found, refuse_other_owner
 from zbpscale.run.config import SIZES, TrainConfig
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
@@ -115,6 +115,7 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
         from zbpscale.jobs.tuning import planned
 
         sweep = load_sweep(path)
+        refuse_other_owner(sweep, path, "give")  # its folder's runs are another file's: give that one
         runs = {r.name: Run.of(r) for r in planned(sweep)[0]}
         runs.update({r.name: r for r in ([] if planned_only else unplanned(sweep, set(runs)))})
         found = [(sweep.name, list(runs.values()))]

@@ -41,7 +41,7 @@ from zbpscale.jobs.executors import Executor, View
 from zbpscale.jobs.poller import Poller
 from zbpscale.jobs.settings import SweepSettings
 from zbpscale.jobs.state import SUBMITS, Action, RunState, decide, record_unheard
-from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text, prep_source
+from zbpscale.jobs.sweep import PlannedRun, Sweep, data_path, load_sweep, lr_text, prep_source, refuse_other_owner
 from zbpscale.jobs.sweep_checks import in_sweep_file
 from zbpscale.jobs.sweep_edits import config_notes, settings_notes, trained, unplanned_notes
 from zbpscale.lease import wait_lock
@@ -215,22 +215,6 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
             notes.append(f"{run.name}: the validation split holds {windows} windows of {cfg.seq_len + 1} tokens, "
                          f"fewer than global_batch={cfg.global_batch}: it will evaluate on one batch of {batch}")
     return notes
-
-
-def other_owner(sweep: Sweep, path: Path) -> Path | None:
-    """The other sweep file of this project whose runs the sweep's folder holds (a sweep file copied and not renamed:
-    its runs would mix with the first's, planned by either file in turn), as the folder's sweep.json names it; None
-    when it names this file, or one that is gone (renamed), or one of another project folder (a study copied)."""
-    from zbpscale.jobs.sweep import project_folder
-
-    kept = SweepSettings.read(sweep.jobs_dir)
-    other = Path(kept.sweep_file) if kept and kept.sweep_file else None
-    if other is None or not other.is_file() or project_folder(other) != project_folder(path):
-        return None
-    try:
-        return None if other.samefile(path) else other
-    except OSError:
-        return None
 
 
 def data_differs(sweep: Sweep, kept: dict) -> str:
@@ -410,10 +394,7 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
     if problem:  # the same line for a dry run as for a submit: neither has anything to plan
         raise ConfigError(f"cannot make the sweep's folder of runs {sweep.jobs_dir}: {problem}",
                           hint="set Sweep.root in the sweep file to a folder you can write")
-    if other := other_owner(sweep, Path(path)):
-        raise ConfigError(f"{sweep.jobs_dir} holds the runs of {shown_path(other)}; {shown_path(Path(path))} also "
-                          f"calls itself {sweep.name!r}", hint=f"give {shown_path(Path(path))} a name of its own "
-                          f"(Sweep(name=...)), or submit {shown_path(other)}")
+    refuse_other_owner(sweep, Path(path), "submit")
     planned, tuned = tuning.planned(sweep)
     runs = select(planned, only)
     dropped = [r for r in found.unplanned(sweep, {r.name for r in planned})  # their jobs go on: say so

@@ -749,6 +749,26 @@ def project_folder(sweep_file: Path) -> Path:
     return folder.parent if folder.name == "sweeps" else folder
 
 
+def refuse_other_owner(sweep: Sweep, path: Path, command: str) -> None:
+    """A ConfigError where the sweep's folder holds the runs of another sweep file of this project (a sweep file
+    copied and not renamed: its runs would mix with the first's, planned by either file in turn), as the folder's
+    sweep.json names it; nothing when it names this file, or one that is gone (renamed), or one of another project
+    folder (a study copied). `command`: what the hint says to do with the other file (submit; give, to a command
+    that reads)."""
+    kept = SweepSettings.read(sweep.jobs_dir)
+    other = Path(kept.sweep_file) if kept and kept.sweep_file else None
+    if other is None or not other.is_file() or project_folder(other) != project_folder(path):
+        return
+    try:
+        if other.samefile(path):
+            return
+    except OSError:
+        return
+    raise ConfigError(f"{sweep.jobs_dir} holds the runs of {shown_path(other)}; {shown_path(path)} also calls itself "
+                      f"{sweep.name!r}", hint=f"give {shown_path(path)} a name of its own (Sweep(name=...)), or "
+                      f"{command} {shown_path(other)}")
+
+
 def model_path(given: str | Path) -> Path:
     """Where a size's YAML model file is: a relative path starts at the project folder of the sweep file being
     loaded (where its jobs/ and data/ go, and `zbpscale init --configs` writes configs/model/), or, where only that
