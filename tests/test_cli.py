@@ -424,6 +424,21 @@ def test_ctrl_c_while_a_command_imports_is_one_line_not_a_traceback(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_ctrl_c_while_the_zbpscale_script_imports_is_one_line_too(tmp_path):
+    """The one line was `python -m`'s alone: the `zbpscale` script (pip's, which imports zbpscale.cli before it
+    runs the command) gave an import traceback. A script of that name, interrupted right after zbpscale's own
+    import (where the Ctrl-C lands while the rest imports), says the line."""
+    script = tmp_path / "bin" / "zbpscale"
+    script.parent.mkdir()
+    script.write_text("import zbpscale\nraise KeyboardInterrupt\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.stderr.strip() == "interrupted while starting; nothing was done", out.stderr
+    other = tmp_path / "bin" / "mytool"  # any other program that imports zbpscale keeps Python's own report
+    other.write_text(script.read_text())
+    assert "Traceback" in subprocess.run([sys.executable, str(other)], capture_output=True, text=True,
+                                         timeout=60).stderr
+
+
 def test_every_command_runs_the_same_way_under_python_m_and_zbpscale_alone_lists_them(tmp_path):
     """`python -m zbpscale.<module>` is the command (collect, plot, upload, doctor and prepare-data did nothing and
     exited 0); `zbpscale` with no command prints the command list, not only argparse's complaint, and exits 0:

@@ -910,3 +910,19 @@ def test_a_run_dir_that_is_a_file_says_so(tmp_path):
         assert out.returncode == 2 and out.stderr.strip() == (
             f"error: {tmp_path / 'sweep.py'} is a file, not a folder (hint: a run is a folder (made if it does not "
             "exist): give another path)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without a GPU")
+def test_cuda_asked_of_a_machine_without_one_hints_a_flag_the_trainer_takes(tmp_path, data_dir):
+    """The hint said `--device cpu`, which the trainer refuses (unrecognized arguments); its own is --set device=cpu,
+    and the command with it trains."""
+    def run(device: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "zbpscale.train", "--run-dir", str(tmp_path / device), "--size",
+                               "nano", "--steps", "1", "--data", str(data_dir), "--set", "global_batch=2", "--set",
+                               "eval_every=0", "--set", "eval_batches=1", "--set", f"device={device}"],
+                              capture_output=True, text=True, timeout=300)
+
+    refused = run("cuda")
+    assert refused.returncode == 2 and "(hint: check CUDA_VISIBLE_DEVICES, or train on the CPU (a run by hand: " \
+        "--set device=cpu))" in refused.stderr, refused.stderr
+    assert run("cpu").returncode == 0

@@ -78,7 +78,7 @@ def init(device: str = "auto") -> DistEnv:
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' was asked for but no CUDA device is visible",
-                              hint="check CUDA_VISIBLE_DEVICES, or train with --device cpu")
+                              hint="check CUDA_VISIBLE_DEVICES, or train on the CPU (a run by hand: --set device=cpu)")
         dev = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)
     elif device == "cpu":
