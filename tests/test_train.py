@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import load_tool, losses, step_floor_env, trainer_env, wait_until
+from conftest import load_tool, losses, step_floor_env, trainer_env, unwrapped, wait_until
 from zbpscale.errors import ConfigError
 from zbpscale.run.config import ModelConfig, TrainConfig, batch_plan
 from zbpscale.run.folder import RunFolder
@@ -926,3 +926,30 @@ def test_cuda_asked_of_a_machine_without_one_hints_a_flag_the_trainer_takes(tmp_
     assert refused.returncode == 2 and "(hint: check CUDA_VISIBLE_DEVICES, or train on the CPU (a run by hand: " \
         "--set device=cpu))" in refused.stderr, refused.stderr
     assert run("cpu").returncode == 0
+
+
+def test_a_run_into_a_folder_of_runs_or_of_data_and_a_prep_into_runs_are_refused(tmp_path, data_dir):
+    """A typo of the sweep's folder for a run's in it (`--run-dir jobs/try`) trained a run beside the runs there:
+    status then showed it and not them, collect them and not it. A run into a prepared data folder, or '' (the
+    current folder), and a prep into a run folder or a folder of runs, mixed one's files with the other's. Each is
+    refused in one line before anything is written."""
+    run = tmp_path / "jobs" / "try" / "a"
+    (run).mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(small_cfg(data_dir, steps=1).to_dict()))
+    before = sorted(tmp_path.rglob("*"))
+
+    def zbpscale(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    new = ["--size", "nano", "--steps", "1", "--data", str(data_dir)]
+    for run_dir, words in ((run.parent, f"{run.parent} holds runs (a), not a run of its own (hint: give the new run "
+                            f"a folder of its own: --run-dir {run.parent / 'NAME'})"),
+                           (data_dir, f"{data_dir} is a prepared data folder, not a run's"),
+                           ("", "argument --run-dir: a folder's path, got ''")):
+        out = zbpscale("-m", "zbpscale.train", "--run-dir", str(run_dir), *new)
+        assert out.returncode == 2 and words in unwrapped(out.stderr), out.stderr
+    for data, words in ((run, f"{run} is a run's folder, not a data folder"),
+                        (run.parent, f"{run.parent} is a folder of runs, not a data folder")):
+        out = zbpscale("-m", "zbpscale.cli", "prepare-data", "--data", str(data))
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert sorted(tmp_path.rglob("*")) == before

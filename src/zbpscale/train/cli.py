@@ -17,9 +17,12 @@ import json
 import os
 import sys
 
+from zbpscale.argtypes import folder_path
+from zbpscale.data import manifest_path
 from zbpscale.errors import ConfigError, LeaseLost, ZbpError, report
 from zbpscale.run.config import TrainConfig
 from zbpscale.run.folder import RunFolder
+from zbpscale.tables import named
 from zbpscale.text import HelpFormatter, did_you_mean
 from zbpscale.train.exits import EXIT_DIVERGED, EXIT_LEASE_LOST, EXIT_REQUEUE, EXIT_USAGE, leave
 from zbpscale.train.loop import TrainingDiverged, train
@@ -48,7 +51,8 @@ A run's config.json fixes every setting: the command that made it, or --run-dir 
 SIGUSR2, SIGTERM) checkpoints at the next step and exits 75; run the same command to continue.
 exit status: 0 complete, 75 checkpointed (run again to continue), 2 a mistake, 3 diverged, 5 another trainer
 took the run over while this one was paused""")
-    p.add_argument("--run-dir", required=True, help="the run folder (created; resumed when it has a config)")
+    p.add_argument("--run-dir", required=True, type=folder_path,
+                   help="the run folder (created; resumed when it has a config)")
     p.add_argument("--size", help="model size preset (see `zbpscale sizes`)")
     p.add_argument("--model", metavar="YAML", help="a model shape's file instead of --size (its keys: ModelConfig's "
                                                    "fields, e.g. n_layer: 12)")
@@ -94,6 +98,12 @@ def config_from_args(args) -> TrainConfig:
     if not given:
         raise ConfigError(f"{folder.config} does not exist",
                           hint="give --size (or --model), --arm, --data and --steps (or --train) for a new run")
+    if runs := [p.name for p in RunFolder.all_in(folder.path)]:  # a typo of the sweep's folder for a run's in it
+        raise ConfigError(f"{args.run_dir} holds runs ({named(runs)}), not a run of its own",
+                          hint=f"give the new run a folder of its own: --run-dir {os.path.join(args.run_dir, 'NAME')}")
+    if manifest_path(folder.path).exists():
+        raise ConfigError(f"{args.run_dir} is a prepared data folder, not a run's",
+                          hint=f"give the run a folder of its own, and --data {args.run_dir}")
     if args.size and args.model:
         raise ConfigError("--size and --model both give the model's shape", hint="give one of them")
     trained = _train_file(args)
