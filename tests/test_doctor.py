@@ -4,7 +4,9 @@ what that machine should get (a literal table), the exit code with the blocking 
 """
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,7 +69,7 @@ SWEEP = Sweep(name="doc", sizes=(Size(name="nano", global_batch=2, resources=Res
 '''
 
 
-def test_whole_report_and_exit_code(tmp_path, monkeypatch):
+def test_whole_report_and_exit_code(tmp_path, monkeypatch, data_dir):
     monkeypatch.chdir(tmp_path)
     fake_slurm(tmp_path, monkeypatch, SINFO_FAIL)
     monkeypatch.delenv("SLURM_CONF", raising=False)
@@ -88,11 +90,9 @@ def test_whole_report_and_exit_code(tmp_path, monkeypatch):
     assert executor.level == "fail" and "needs 8 GPUs; this node has 0" in executor.detail, executor
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
 
-    (tmp_path / "data" / "doc").mkdir(parents=True)
-    (tmp_path / "data" / "doc" / "manifest.json").write_text('{"format": "zbpscale-shards", "format_version": 1, '
-                                                              '"train": {"tokens": 1000}, "val": {"tokens": 10}}')
+    shutil.copytree(data_dir, tmp_path / "data" / "doc")
     checks = {c.name: c for c in doctor.run_checks(sweep="doc.py")}
-    assert checks["data"].level == "ok" and "1,000 train + 10 val tokens" in checks["data"].detail
+    assert checks["data"].level == "ok" and "129,274 train + 8,192 val tokens" in checks["data"].detail
 
     (tmp_path / "bad.py").write_text("SWEEP = 1\n")
     checks = {c.name: c for c in doctor.run_checks(sweep="bad.py")}
@@ -239,7 +239,9 @@ def test_the_disk_row_fails_where_submit_could_not_write(tmp_path):
     assert "GiB free at" in doctor.check_disk(tmp_path / "new" / "jobs").detail  # made when the runs start
 
 
-@pytest.mark.parametrize("text", ["", "garb{", '{"format": "zbpscale-shards", "format_version": 1}'])
+@pytest.mark.parametrize("text", ["", "garb{", '{"format": "zbpscale-shards", "format_version": 1}',
+                                  '{"format": "zbpscale-shards", "format_version": 1, "train": {"tokens": 1000}, '
+                                  '"val": {"tokens": 10}}'])  # no shards, no tokenizer: the trainer's KeyError
 def test_a_data_manifest_the_trainer_would_refuse_fails_its_row(tmp_path, text):
     """An empty, garbled or fieldless manifest.json: a failed data row with the loader's hint (doctor was a
     JSONDecodeError or KeyError traceback on the file it is there to diagnose); a prepared folder is ok."""
@@ -253,3 +255,44 @@ def test_a_data_manifest_the_trainer_would_refuse_fails_its_row(tmp_path, text):
     assert ok.level == "ok" and ok.detail == f"{good}: {made['train']['tokens']:,} train + 8,192 val tokens"
     assert failed.level == "fail" and str(bad / "manifest.json") in failed.detail
     assert failed.hint == f"delete {bad} and re-run `zbpscale prepare-data`"
+
+
+def test_doctor_fails_the_data_submit_refuses_and_its_hint_is_the_prep_job_s_command(tmp_path, data_dir):
+    """A helper's hunt: doctor said 'data ok' of a folder with a shard deleted (the trainer refused it at once) and
+    of data prepared with other options than the sweep's Data (submit refused it), and its hint to prepare a
+    missing folder left out the sweep's --tokens (following it made data submit refused). Now the data row fails as
+    the trainer and submit would, in their words, and the hint is the prep job's own command."""
+    from zbpscale.data.prepare_cli import to_argv
+    from zbpscale.jobs.submit import other_data
+    from zbpscale.jobs.sweep import load_sweep, prep_config
+    from zbpscale.text import shown_path
+
+    copy = tmp_path / "data" / "embedded"
+    shutil.copytree(data_dir, copy)
+    (ok,) = doctor.check_data([copy])
+    assert ok.level == "ok"
+    shard = next(copy.glob("train_*.bin"))
+    shard.write_bytes(shard.read_bytes()[:-2])  # cut: the trainer refuses it before a step
+    (row,) = doctor.check_data([copy])
+    assert row.level == "fail" and f"shard {shard} is truncated or padded" in row.detail, row
+    shard.unlink()
+    (row,) = doctor.check_data([copy])
+    assert row.level == "fail" and row.detail == f"shard {shard} is missing", row
+
+    sweep_file = tmp_path / "s.py"
+    sweep_file.write_text("from zbpscale.sweep import *\nSWEEP = Sweep(name='s', sizes=(Size(name='nano', "
+                          "global_batch=4, tokens=4096, resources=Resources(gpus_per_node=0, time_min=30)),), "
+                          f"arms=(arm('bp'),), data=Data(dir={str(tmp_path / 'e100k')!r}, source='embedded', "
+                          "tokens=100_000), root='jobs')\n")
+    sweep = load_sweep(sweep_file)
+    rows = [c for c in doctor.run_checks(sweep=str(sweep_file)) if c.name == "data"]
+    argv = to_argv(prep_config(sweep))  # its folder as typed (from here: the absolute path)
+    assert [r.level for r in rows] == ["warn"] and rows[0].hint.endswith("zbpscale prepare-data " + " ".join(
+        shown_path(a) if a == str(tmp_path / "e100k") else a for a in argv)) and "--tokens 100000" in rows[0].hint
+    shutil.copytree(data_dir, tmp_path / "e100k")  # prepared without the sweep's token budget
+    rows = [c for c in doctor.run_checks(sweep=str(sweep_file)) if c.name == "data"]
+    refused = other_data(sweep, json.loads((tmp_path / "e100k" / "manifest.json").read_text()))
+    assert [(r.level, r.detail, r.hint) for r in rows] == [("fail", refused.args[0], refused.hint)], rows
+    out = subprocess.run([sys.executable, "-m", "zbpscale.submit", str(sweep_file), "--dry-run"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "holds data prepared with other options than the sweep's Data" in out.stderr

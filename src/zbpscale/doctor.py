@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from zbpscale.data import manifest_path
 from zbpscale.errors import DataError, ZbpError
 from zbpscale.files import unwritable
 from zbpscale.tables import plural, terminal_width
+from zbpscale.text import shown_path
 
 TIMEOUT_S = 5.0  # for sinfo / sacct
 MIN_FREE_GB, LOW_FREE_GB = 1.0, 20.0
@@ -186,10 +188,14 @@ def check_disk(folder: Path) -> Check:
     return Check(name="disk", level="ok", detail=detail)
 
 
-def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]:
+def check_data(data_dirs: list[Path], *, hint: str | None = None, sweep=None) -> list[Check]:
     """Each folder prepared (manifest.json) or not; `hint` says how to prepare a missing one. A manifest the
-    trainer would refuse (cut, garbled, another format) fails, with the loader's words."""
+    trainer would refuse (cut, garbled, another format), or a shard of it missing or cut (its header against the
+    manifest: no hashing), fails with the loader's words; so does, for a `sweep`'s folder, data prepared with
+    other options than its Data (submit's refusal, in its words)."""
+    from zbpscale.data import shards
     from zbpscale.data.loader import read_manifest
+    from zbpscale.jobs.submit import other_data
 
     if not data_dirs:
         return [Check(name="data", level="warn", detail="no prepared data under data/",
@@ -200,10 +206,18 @@ def check_data(data_dirs: list[Path], *, hint: str | None = None) -> list[Check]
         if manifest.is_file():
             try:
                 m = read_manifest(d)
-                checks.append(Check(name="data", level="ok", detail=f"{d}: {m['train']['tokens']:,} train + "
-                                    f"{m['val']['tokens']:,} val tokens"))
+                tok = m["tokenizer"]
+                for shard in (s for split in ("train", "val") for s in m[split]["shards"]):
+                    shards.check_shard(d / shard["file"], tokens=shard["tokens"], tokenizer=tok["name"],
+                                       vocab_size=tok["n_vocab"])
             except DataError as err:
                 checks.append(Check(name="data", level="fail", detail=err.args[0], hint=err.hint))
+                continue
+            if sweep is not None and (refused := other_data(sweep, m)):
+                checks.append(Check(name="data", level="fail", detail=refused.args[0], hint=refused.hint))
+                continue
+            checks.append(Check(name="data", level="ok", detail=f"{d}: {m['train']['tokens']:,} train + "
+                                f"{m['val']['tokens']:,} val tokens"))
         else:
             checks.append(Check(name="data", level="warn", detail=f"{d}: not prepared",
                                 hint=hint or f"zbpscale prepare-data --data {d}"))
@@ -313,9 +327,10 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
                     detail=sys.version.split()[0], hint=None if sys.version_info >= (3, 10) else "use Python >= 3.10")]
     checks += check_torch()
     data_dirs, root = sorted(p.parent for p in Path("data").glob("*/manifest.json")), Path(folder or "jobs")
-    data_hint = None
+    data_hint, swept = None, None
     if sweep:
-        from zbpscale.jobs.sweep import data_path, load_sweep
+        from zbpscale.data.prepare_cli import to_argv
+        from zbpscale.jobs.sweep import data_path, load_sweep, prep_config
 
         try:
             s = load_sweep(sweep)
@@ -325,12 +340,15 @@ def run_checks(*, sweep: str | None = None, folder: str | None = None, timeout: 
             checks.append(Check(name="sweep", level="ok", detail=f"{s.name}: {plural(len(s.sizes), 'size')} x "
                                 f"{plural(len(s.arms), 'arm')} x {plural(len(s.seeds), 'seed')}, runs in {s.jobs_dir}"))
             data_dirs, root = [data_path(s)], Path(folder) if folder else s.jobs_root
-            data_hint = (f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data --source "
-                         f"{s.data.source} --data {s.data.dir}")
+            argv = to_argv(prep_config(s))  # the prep job's own command, its folder as the user types it
+            prep = " ".join(shown_path(a) if argv[i - 1:i] == ["--data"] else shlex.quote(a)
+                            for i, a in enumerate(argv))
+            data_hint = f"python -m zbpscale.submit runs a prep job first; or zbpscale prepare-data {prep}"
+            swept = s
             checks += check_trackers(s.trackers)
             checks.append(check_executor(s))
     checks.append(check_disk(root))
-    checks += check_data(data_dirs, hint=data_hint)
+    checks += check_data(data_dirs, hint=data_hint, sweep=swept)
     checks += check_slurm(timeout)
     checks.append(check_tokenizer())
     checks += check_packages()

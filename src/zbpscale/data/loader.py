@@ -42,7 +42,9 @@ def read_manifest(data_dir: Path) -> dict:
                         hint="give --data (or the sweep's Data.dir) a folder of its own for the prepared data")
     if not isinstance(manifest, dict) or manifest.get("format_version") != shards.VERSION or not all(
             isinstance(manifest.get(split), dict) and isinstance(manifest[split].get("tokens"), int)
-            for split in ("train", "val")):  # its format's name and version alone, without the splits: cut by hand
+            and isinstance(manifest[split].get("shards"), list) for split in ("train", "val")) or not (
+            isinstance(manifest.get("tokenizer"), dict) and {"name", "n_vocab"} <= set(manifest["tokenizer"])):
+        # its format's name and version alone, without the splits' shards or the tokenizer: cut by hand
         raise DataError(f"{path} is not a version-{shards.VERSION} zbpscale shard manifest",
                         hint=f"delete {data_dir} and re-run `zbpscale prepare-data`")
     return manifest

@@ -193,10 +193,8 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
     if not manifest_path(data_path(sweep)).exists() or not runs:
         return []
     manifest = read_manifest(data_path(sweep))
-    if differ := data_differs(sweep, manifest.get("settings", {})):
-        raise ConfigError(f"{data_path(sweep)} holds data prepared with other options than the sweep's Data "
-                          f"({differ}): its runs would train on them", hint="give the sweep's Data a dir of its own "
-                          "(a prep job fills it), or set Data to what the folder holds")
+    if refused := other_data(sweep, manifest):
+        raise refused
     notes = []
     for run in runs:
         cfg, world = run.train_config(), run.size.resources.world_size
@@ -215,6 +213,16 @@ def data_notes(sweep: Sweep, runs: list[PlannedRun]) -> list[str]:
             notes.append(f"{run.name}: the validation split holds {windows} windows of {cfg.seq_len + 1} tokens, "
                          f"fewer than global_batch={cfg.global_batch}: it will evaluate on one batch of {batch}")
     return notes
+
+
+def other_data(sweep: Sweep, manifest: dict) -> ConfigError | None:
+    """The refusal of a sweep whose prepared folder (its `manifest`) holds data prepared with other options than
+    its Data (`data_differs`); None where they agree. Submit raises it; doctor shows it."""
+    if differ := data_differs(sweep, manifest.get("settings", {})):
+        return ConfigError(f"{data_path(sweep)} holds data prepared with other options than the sweep's Data "
+                           f"({differ}): its runs would train on them", hint="give the sweep's Data a dir of its own "
+                           "(a prep job fills it), or set Data to what the folder holds")
+    return None
 
 
 def data_differs(sweep: Sweep, kept: dict) -> str:
