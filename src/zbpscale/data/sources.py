@@ -221,7 +221,8 @@ def open_documents(source: Source, *, offline: bool) -> tuple[Iterator[str], str
     if offline or source.kind == "local":
         apply_offline()
     dataset = _load(source, offline=offline)
-    columns = next(_read(source, iter([dataset]), _columns))
+    columns = _parquet_columns(source) if source.kind == "local" and source.fmt == "parquet" else \
+        next(_read(source, iter([dataset]), _columns))
     if not columns:  # blank lines alone
         raise DataError(f"{source.spec} holds no rows", hint="point local: at the files of a corpus")
     if "text" not in columns:
@@ -285,6 +286,8 @@ def _load(source: Source, *, offline: bool):
         # a file it cannot read is said once, by `_read`, not also by datasets' own log line before it
         logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)
         extra = {"keep_linebreaks": True} if source.fmt == "text" else {}
+        if source.fmt == "parquet":  # its text alone: files of one corpus whose other columns differ (FineWeb's
+            extra = {"columns": ["text"]}  # and FineWeb-Edu's) failed to cast to the first file's schema
         files = _with_rows(source) if source.fmt == "parquet" else _not_empty(source)
         return datasets.load_dataset(source.fmt, data_files=files, split="train", streaming=True, **extra)
     where = f"{source.hub_id} (config {source.config})"
@@ -356,6 +359,21 @@ def _texts(source: Source, rows: Iterator) -> Iterator[str | None]:
             raise DataError(f"{source.spec}: its 'text' column holds {type(text).__name__} values, not text",
                             hint="FineWeb-Edu's layout: a string column named text")
         yield text
+
+
+def _parquet_columns(source: Source) -> list[str]:
+    """The columns of a local parquet source, read from its files' footers (its first file's; a DataError naming a
+    file without a 'text' column), so that files whose other columns differ are read alike."""
+    import pyarrow.parquet as pq
+
+    first = None
+    for name in source.files:
+        columns = pq.read_schema(name).names
+        if "text" not in columns:
+            raise DataError(f"{name} of {source.spec} has no 'text' column (columns: {', '.join(columns)})",
+                            hint="use files in FineWeb-Edu's layout (text, id, ...) or WikiText's (a text column)")
+        first = first or columns
+    return first or []
 
 
 def _columns(dataset) -> list[str]:
