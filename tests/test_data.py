@@ -39,10 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 EOT = tokenizer.EOT
 
 
-def run_cli(*args, env=None, timeout=120):
-    """`zbpscale prepare-data ARGS` in a fresh process; returns the CompletedProcess."""
+def run_cli(*args, env=None, timeout=120, cwd=REPO):
+    """`zbpscale prepare-data ARGS` in a fresh process (in `cwd`); returns the CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, args)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "zbpscale.cli", "prepare-data", *map(str, args)], cwd=cwd,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -588,6 +588,33 @@ def test_files_changed_under_a_prep_are_refused_not_mixed(tmp_path, docs):
     del kept["settings"]["files"]
     manifest.write_text(json.dumps(kept))
     assert "already prepared" in run_cli(*args).stdout
+
+
+def test_a_rerun_of_a_finished_prep_finds_it_prepared_however_its_files_are_named_or_gone(tmp_path, docs):
+    """A helper's hunt: a rerun of the same command, or of the same files spelled another way, on a finished prep
+    was refused: its source spelled with a trailing slash or as an absolute path ("2 added, 2 gone" of the same
+    files), its data folder inside the folder of its files (the prep's manifest.json read as a second format), its
+    files deleted since ("nothing found"). Each finds the folder prepared; other files are still refused."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_fineweb_layout(tmp_path / "src", docs[:40])
+    out = tmp_path / "src" / "prepared"  # inside the folder of its own files
+    first = run_cli("--source", "local:src", "--out", out, "--val-tokens", 1000, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    for spelled in ("local:src", "local:src/", f"local:{tmp_path / 'src'}", "local:./src/*.parquet"):
+        again = run_cli("--source", spelled, "--out", out, "--val-tokens", 1000, cwd=tmp_path)
+        assert again.returncode == 0 and "already prepared" in again.stdout, (spelled, again.stderr)
+    pq.write_table(pa.table({"text": docs[40:50]}), tmp_path / "src" / "part_2.parquet")
+    assert_one_line_error(run_cli("--source", "local:src/", "--out", out, "--val-tokens", 1000, cwd=tmp_path),
+                          "other options", "local files 1 added (part_2.parquet)")
+    for part in (tmp_path / "src").glob("*.parquet"):  # deleted once prepared, as a disk's space asks
+        part.unlink()
+    gone = run_cli("--source", "local:src", "--out", out, "--val-tokens", 1000, cwd=tmp_path)
+    assert gone.returncode == 0 and "local:src finds no files now: the finished prep in" in gone.stdout and \
+        "already prepared" in gone.stdout, gone.stdout + gone.stderr
+    assert_one_line_error(run_cli("--source", "local:src", "--out", out, "--val-tokens", 2000, cwd=tmp_path),
+                          "other options", "val_tokens: 1000 there, 2000 now")
 
 
 def test_files_changed_under_an_unfinished_prep_are_refused_on_its_resume(tmp_path, resume_source):

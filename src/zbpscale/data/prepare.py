@@ -212,15 +212,15 @@ def _tokenized(batches, pool, workers: int):
 
 
 # --------------------------------------------------------------------------------------- state on disk
-def _settings(cfg: PrepConfig, source: sources.Source) -> dict:
+def _settings(cfg: PrepConfig, source: sources.Source | None) -> dict:
     """What decides the shards: a prep resumed or found finished with other settings is refused. A local source's
     files are recorded by size and time (`files`; a prep of a release before 2026-12-05 has none, and is not checked
-    for them)."""
-    return {"format_version": shards.VERSION, "source": cfg.source, "config": source.config,
+    for them); `source` None: a local one whose files are gone (not recorded, not compared)."""
+    return {"format_version": shards.VERSION, "source": cfg.source, "config": source and source.config,
             "layout": cfg.layout, "tokens": cfg.tokens, "shard_tokens": cfg.shard_tokens,
             "val_tokens": cfg.resolved_val_tokens(), "seed": cfg.seed, "tokenizer": tokenizer.NAME,
             "val_doc_fraction": packing.VAL_DOC_FRACTION,
-            **({"files": sources.identity(source)} if source.kind == "local" else {})}
+            **({"files": sources.identity(source)} if source is not None and source.kind == "local" else {})}
 
 
 def _save_progress(out: Path, settings: dict, packer: packing.Packer, resumes: list[int]) -> None:
@@ -258,10 +258,14 @@ def _load_progress(out: Path, settings: dict, packer: packing.Packer) -> list[in
 
 
 def _diff(old: dict, new: dict) -> str:
-    """The settings a prep kept (`old`) and those asked now differ in, in words ("" for none)."""
-    files = sources.changed_files(old["files"], new.get("files", {})) if "files" in old else ""
+    """The settings a prep kept (`old`) and those asked now differ in, in words ("" for none). Two local sources
+    are compared by their files, not by how the source is spelled; files not looked at now (`new` without them:
+    gone since a finished prep) are not compared."""
+    both = "files" in old and "files" in new
+    files = sources.changed_files(old["files"], new["files"]) if both else ""
+    same = {"files"} | ({"source"} if both or "files" in old and str(new.get("source")).startswith("local:") else set())
     return ", ".join([f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in sorted(set(old) | set(new))
-                      if k != "files" and old.get(k) != new.get(k)] + ([f"local files {files}"] if files else []))
+                      if k not in same and old.get(k) != new.get(k)] + ([f"local files {files}"] if files else []))
 
 
 def _versions() -> dict:
@@ -303,11 +307,17 @@ def _finished(out: Path, settings: dict, cfg: PrepConfig, log) -> dict:
 def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     """Run (or resume, or confirm) a prep; return its manifest."""
     t0 = time.monotonic()
-    source = sources.resolve_source(cfg.source, config=cfg.config, layout=cfg.layout)
+    out = Path(cfg.out)
+    try:
+        source = sources.resolve_source(cfg.source, config=cfg.config, layout=cfg.layout, but=out)
+    except DataError:
+        if not (cfg.source.startswith("local:") and (out / MANIFEST).exists()):
+            raise
+        log(f"{cfg.source} finds no files now: the finished prep in {out} is checked without them")
+        return _finished(out, _settings(cfg, None), cfg, log)  # its files deleted since, as a prep leaves them
     offline = sources.decide_offline(cfg.offline)
     if offline:
         sources.apply_offline()
-    out = Path(cfg.out)
     settings = _settings(cfg, source)
     if (out / MANIFEST).exists():
         return _finished(out, settings, cfg, log)

@@ -98,8 +98,10 @@ def apply_offline() -> None:
         sys.modules["datasets"].config.HF_HUB_OFFLINE = True
 
 
-def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto") -> Source:
-    """Check `--source` (and `--config`, `--layout`) without touching the network or importing `datasets`."""
+def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto", but: Path | None = None
+                   ) -> Source:
+    """Check `--source` (and `--config`, `--layout`) without touching the network or importing `datasets`; `but`:
+    a folder whose files a local source leaves out (the prep's own, inside the folder of the files it is made of)."""
     if layout not in LAYOUTS:
         raise ConfigError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     if spec in EMBEDDED:
@@ -113,7 +115,7 @@ def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto"
     if spec.startswith("local:"):
         if config is not None:
             raise ConfigError("--config applies to hub sources only, not to local files")
-        files = _expand_local(spec[len("local:"):])
+        files = _expand_local(spec[len("local:"):], but)
         fmts = sorted({_FORMATS[Path(f).suffix.lower()] for f in files})
         if len(fmts) > 1:
             raise DataError(f"{spec} mixes file formats ({', '.join(fmts)})", hint="point local: at one format")
@@ -122,7 +124,7 @@ def resolve_source(spec: str, *, config: str | None = None, layout: str = "auto"
     raise ConfigError(f"unknown source {spec!r}", hint=_SOURCES_HELP)
 
 
-def _expand_local(pattern: str) -> list[str]:
+def _expand_local(pattern: str, but: Path | None = None) -> list[str]:
     if not pattern:
         raise ConfigError("local: needs a path or glob, e.g. local:'data/fineweb/*.parquet'", hint=_SOURCES_HELP)
     path = Path(pattern).expanduser()
@@ -131,6 +133,9 @@ def _expand_local(pattern: str) -> list[str]:
     else:
         found = sorted(glob.glob(str(path), recursive=True))
     files = [f for f in found if Path(f).suffix.lower() in _FORMATS]
+    if but is not None:  # a prepared folder's manifest.json is no document (a second format, on every rerun)
+        inside = os.path.realpath(but) + os.sep
+        files = [f for f in files if not os.path.realpath(f).startswith(inside)]
     if odd := next((f for f in files if not Path(f).is_file()), None):  # it would fail mid-prep, or wait for ever
         raise DataError(f"{odd} is not a file (a link to nothing, a pipe, a folder)",
                         hint="point local: at the downloaded files themselves")
@@ -153,7 +158,9 @@ def identity(source: Source) -> dict[str, list[int]]:
 
 
 def changed_files(kept: dict, now: dict) -> str:
-    """The files of two `identity`s that differ, in a few words ("" for none)."""
+    """The files of two `identity`s that differ, in a few words ("" for none); a file is its real path (the same
+    files through `local:src/fw`, `local:src/fw/` or an absolute path are the same)."""
+    kept, now = ({os.path.realpath(name): v for name, v in files.items()} for files in (kept, now))
     words = [f"{len(names)} {what} ({Path(sorted(names)[0]).name}{', ...' if len(names) > 1 else ''})"
              for what, names in (("added", set(now) - set(kept)), ("gone", set(kept) - set(now)),
                                  ("changed", {f for f in set(kept) & set(now) if kept[f] != now[f]})) if names]
