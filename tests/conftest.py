@@ -310,14 +310,14 @@ def two_node_cluster():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def counter_plain(f, x, g, *, n, probe, scheme, eps, seed, mask=None):
-    """The plain formula on the counter probes, materialised, queried in x's dtype: what the fused and
-    closed-form kernels must compute (tests/test_fused.py, tests/test_closed_form.py)."""
+def counter_plain(f, x, g, *, n, probe, scheme, eps, seed, mask=None, version=2):
+    """The plain formula on the counter probes (of hash `version`), materialised, queried in x's dtype: what the
+    fused and closed-form kernels must compute (tests/test_fused.py, tests/test_closed_form.py)."""
     from zbpscale.zbp import counter
 
     d = x.shape[-1]
     rows = torch.arange(x.numel() // d, device=x.device).view(*x.shape[:-1], 1)
-    u = counter.probes(probe, seed, n, rows, torch.arange(d, device=x.device), x.dtype)  # (n, ..., d)
+    u = counter.probes(probe, seed, n, rows, torch.arange(d, device=x.device), x.dtype, version)  # (n, ..., d)
     if mask is not None:
         u = u * mask
     if scheme == "central":

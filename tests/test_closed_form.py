@@ -191,6 +191,10 @@ def triton_equals_the_references():
     cpu = closed_form.swiglu_vjp(x[4:], g[4:], n=8, central=False, eps=1e-3, seed=2, row0=4)
     assert rel(closed_triton.estimate("swiglu", x[4:].contiguous(), g[4:].contiguous(), n=8, central=False,
                                       eps=1e-3, seed=2, causal=False, row0=4), cpu) < 1e-5  # the same probes
+    # hash 1 (runs made before hash 2): the CPU path's probes of it, not hash 2's
+    old = closed_form.swiglu_vjp(x, g, n=40, central=True, eps=1e-3, seed=2, version=1)
+    est = closed_triton.estimate("swiglu", x, g, n=40, central=True, eps=1e-3, seed=2, causal=False, version=1)
+    assert rel(est, old) < 1e-5 and rel(est, closed_form.swiglu_vjp(x, g, n=40, central=True, eps=1e-3, seed=2)) > 0.1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

@@ -111,6 +111,52 @@ def test_every_rademacher_probe_bit_is_independent():
     assert float(off.abs().max()) < 0.025  # the max of 6 * 128 * 127 / 2 entries: ~5.4 sd
 
 
+def test_two_calls_whose_seed_words_are_close_share_no_probes():
+    """A helper's hunt: hash 1 began with s ^ r, so row r of a call with seed word s drew the probes of row
+    r ^ s ^ s' of a call with seed word s': two attention calls of s1b (2^24 rows each) whose seed words differed
+    below 2^24 shared every probe, permuted over their rows (86 pairs of attention layers of one step in 200 steps
+    of s1b's call seeds). Hash 2, the default (ZBPConfig.probe_hash), parts such rows: their words agree in half
+    their bits, as any two words do; hash 1 is kept, unchanged, for the runs made before it."""
+    s, close = torch.tensor(0x2F6C91A3), torch.tensor(0x2F6C91A3 ^ 0x5A5)
+    rows, cols = torch.arange(8192).view(-1, 1), torch.arange(64)
+    assert torch.equal(counter.word(s, rows, cols, 1), counter.word(close, rows ^ 0x5A5, cols, 1))
+    a, b = counter.word(s, rows, cols), counter.word(close, rows ^ 0x5A5, cols)
+    same = (a ^ b).bitwise_not() & counter.M32  # the bits in which they agree
+    agree = float(sum(((same >> k) & 1).sum() for k in range(32))) / (32 * a.numel())
+    assert abs(agree - 0.5) < 0.001 and not torch.any(a == b), agree  # 16.8M bits: sd 1.2e-4
+    a1 = counter.word(s, rows, cols, 1)  # and hash 2 is not hash 1 of other seeds: its words are its own
+    assert abs(float(((a ^ a1).bitwise_not() & 1).double().mean()) - 0.5) < 0.01
+    # Rows whose state before the column meets by chance: a 32-bit state (one word a row) lets R^2 / 2^32 pairs of
+    # the R = 2^20 rows of two calls meet (about 256), each then sharing every probe; hash 2's state is two words.
+    rows = torch.arange(1 << 20)
+    h1 = {seed: counter.mix(torch.tensor(seed) ^ rows) for seed in (0x2F6C91A3, 0x7B0E44D1)}
+    one_word = {seed: counter.mix(h ^ counter.mix(torch.tensor(seed))) for seed, h in h1.items()}  # h2 alone
+    (ha, hb), (sa, sb) = one_word.values(), one_word
+    order = torch.argsort(hb)
+    at = torch.searchsorted(hb[order], ha).clamp(max=len(rows) - 1)
+    met = hb[order][at] == ha
+    ra, rb = rows[met], order[at[met]]
+    assert len(ra) > 100  # the chance meetings a one-word state has
+    cols = torch.arange(64)
+    wa, wb = counter.word(torch.tensor(sa), ra.view(-1, 1), cols), counter.word(torch.tensor(sb), rb.view(-1, 1), cols)
+    assert not torch.any(torch.all(wa == wb, dim=1))  # no such row pair shares its probes
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_each_hash_s_kernels_draw_that_hash_s_probes(closed):
+    """A run resumes with the hash it was made with: each CPU path (fused, closed) draws the probes counter.probes
+    gives for the config's probe_hash, and not the other hash's."""
+    for box in ("causal16", "swiglu"):
+        f, x, g, mask = case(box)
+        kw = dict(n=40, probe="rademacher", scheme="central", eps=1e-3, seed=5, mask=mask)
+        for version in (1, 2):
+            cfg = ZBPConfig(n=40, impl="closed" if closed else "fused", probe_hash=version)
+            est = fused.fused_vjp("swiglu" if box == "swiglu" else "softmax", x, g, cfg, 5, closed=closed,
+                                  causal=mask is not None)
+            assert rel(est, counter_plain(f, x, g, version=version, **kw)) < 1e-3, (box, version)
+            assert rel(est, counter_plain(f, x, g, version=3 - version, **kw)) > 0.1, (box, version)
+
+
 @pytest.mark.parametrize("probe", fused.FUSED_PROBES)
 def test_probe_i_depends_on_seed_and_i_only(probe):
     rows, cols = torch.arange(6).view(-1, 1), torch.arange(10)
@@ -238,6 +284,11 @@ def triton_equals_the_plain_formula():
                                             central=scheme == "central", causal=mask is not None, **kw)
                 err = rel(est, counter_plain(f, x, g, scheme=scheme, mask=mask, **kw))
                 assert err < 1e-3, (probe, box, n, scheme, err)
+        f, x, g, mask = case("causal12")  # hash 1, as runs made before hash 2 resume with it
+        x, g = x[:1].contiguous(), g[:1].contiguous()
+        kw = dict(n=40, probe=probe, eps=1e-3, seed=5)
+        est = fused_triton.estimate("softmax", x, g, central=True, causal=True, version=1, **kw)
+        assert rel(est, counter_plain(f, x, g, scheme="central", mask=mask, version=1, **kw)) < 1e-3, probe
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

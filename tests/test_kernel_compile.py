@@ -94,7 +94,7 @@ def test_a_planted_kernel_error_or_spill_fails_the_check(monkeypatch, capsys):
 
     @triton.jit
     def planted(x_ptr, g_ptr, out_ptr, w_ptr, h, row0, ce, se, one_minus_ce, n, eps, CENTRAL: tl.constexpr,
-                N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                N_PAD: tl.constexpr, BLOCK: tl.constexpr, HASH: tl.constexpr):
         lane = tl.arange(0, BLOCK + 1)  # Triton needs a power of 2
         tl.store(out_ptr + lane, lane)
 

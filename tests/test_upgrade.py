@@ -129,30 +129,33 @@ ZBP_1 = {"n": 4, "probe": "rademacher", "scheme": "central", "eps": 1e-3, "chunk
 
 @pytest.mark.parametrize("saved, expected", [
     # format 1 (no impl, no step_timeout_s): the reference estimator, no watchdog, no trackers, probes keyed by the
-    # micro-batch, as that release ran
+    # micro-batch and hashed by hash 1, as that release ran
     ({"steps": 5, "model": {"zbp": ZBP_1}},
-     {"format": 4, "steps": 5, "step_timeout_s": 0.0, "trackers": [],
-      "model": {"zbp": {**ZBP_1, "impl": "plain", "seeding": "micro"}}}),
+     {"format": 5, "steps": 5, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "plain", "seeding": "micro", "probe_hash": 1}}}),
     # format 1 or 2 of the bp arm: the watchdog and the trackers are new
     ({"steps": 5, "model": {"zbp": None}},
-     {"format": 4, "steps": 5, "step_timeout_s": 0.0, "trackers": [], "model": {"zbp": None}}),
+     {"format": 5, "steps": 5, "step_timeout_s": 0.0, "trackers": [], "model": {"zbp": None}}),
     # format 2: impl kept as written
     ({"model": {"zbp": {**ZBP_1, "impl": "auto"}}},
-     {"format": 4, "step_timeout_s": 0.0, "trackers": [],
-      "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "micro"}}}),
+     {"format": 5, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "micro", "probe_hash": 1}}}),
     # format 3 of a zbp arm: the micro-batch's probes
     ({"format": 3, "step_timeout_s": 0.0, "model": {"zbp": {**ZBP_1, "impl": "closed"}}},
-     {"format": 4, "step_timeout_s": 0.0, "trackers": [],
-      "model": {"zbp": {**ZBP_1, "impl": "closed", "seeding": "micro"}}}),
+     {"format": 5, "step_timeout_s": 0.0, "trackers": [],
+      "model": {"zbp": {**ZBP_1, "impl": "closed", "seeding": "micro", "probe_hash": 1}}}),
     # format 3 without the key (12e27ef .. a175505): step_timeout_s kept, no trackers
     ({"step_timeout_s": 60.0, "model": {"zbp": None}},
-     {"format": 4, "step_timeout_s": 60.0, "trackers": [], "model": {"zbp": None}}),
+     {"format": 5, "step_timeout_s": 60.0, "trackers": [], "model": {"zbp": None}}),
     # format 3 with the key
-    ({"format": 3, "step_timeout_s": 60.0}, {"format": 4, "step_timeout_s": 60.0, "trackers": []}),
-    # format 4: unchanged
-    ({"format": 4, "trackers": ["wandb"]}, {"format": 4, "trackers": ["wandb"]}),
+    ({"format": 3, "step_timeout_s": 60.0}, {"format": 5, "step_timeout_s": 60.0, "trackers": []}),
+    # format 4: the probes of hash 1 (two calls could share them)
+    ({"format": 4, "trackers": ["wandb"]}, {"format": 5, "trackers": ["wandb"]}),
     ({"format": 4, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global"}}},
-     {"format": 4, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global"}}}),
+     {"format": 5, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global", "probe_hash": 1}}}),
+    # format 5: unchanged
+    ({"format": 5, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global", "probe_hash": 2}}},
+     {"format": 5, "model": {"zbp": {**ZBP_1, "impl": "auto", "seeding": "global", "probe_hash": 2}}}),
 ])
 def test_migrations(saved, expected):
     assert migrate(saved) == expected

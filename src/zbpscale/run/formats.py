@@ -11,6 +11,7 @@ time, each step giving the fields that format added the value that reproduces wh
     3       12e27ef (2026-12-01)        TrainConfig.step_timeout_s (the hang watchdog; before it, none)
     4       (2026-12-02)                TrainConfig.trackers (experiment trackers; before them, none);
                                         ZBPConfig.seeding (probes by global-batch position; before it `micro`)
+    5       (2026-12-06)                ZBPConfig.probe_hash (no two core calls share probes; before it 1)
 
 A change to TrainConfig, ModelConfig or ZBPConfig is a new format: add its field names to FIELDS, a function to
 MIGRATIONS that turns the previous format into it, and a row above (tests/test_upgrade.py fails until then).
@@ -40,6 +41,8 @@ FIELDS: dict[int, dict[str, frozenset[str]]] = {
         "zbp": frozenset(_ZBP_1 + ("impl",))},
     4: {"train": frozenset(_TRAIN_1 + ("step_timeout_s", "trackers")), "model": frozenset(_MODEL_1),
         "zbp": frozenset(_ZBP_1 + ("impl", "seeding"))},
+    5: {"train": frozenset(_TRAIN_1 + ("step_timeout_s", "trackers")), "model": frozenset(_MODEL_1),
+        "zbp": frozenset(_ZBP_1 + ("impl", "seeding", "probe_hash"))},
 }
 """The fields of TrainConfig ('train'), ModelConfig ('model') and ZBPConfig ('zbp') in each format."""
 
@@ -70,7 +73,15 @@ def _to_4(config: dict) -> None:
         zbp.setdefault("seeding", "micro")
 
 
-MIGRATIONS = {1: _add_zbp_impl, 2: _add_step_timeout, 3: _to_4}
+def _to_5(config: dict) -> None:
+    """4 -> 5: ZBPConfig.probe_hash. Before it the fused and closed paths drew their probes by hash 1."""
+    model = config.get("model")
+    zbp = model.get("zbp") if isinstance(model, dict) else None
+    if isinstance(zbp, dict):
+        zbp.setdefault("probe_hash", 1)
+
+
+MIGRATIONS = {1: _add_zbp_impl, 2: _add_step_timeout, 3: _to_4, 4: _to_5}
 """format N -> the function that turns a format-N config (in place) into a format-N+1 one."""
 
 

@@ -7,7 +7,8 @@ stored. With `ZBPConfig.seeding` 'global' the seed of a call derives from (base 
 sequence draws its probes by its index in the global batch, so a sequence's probes do not depend on which rank,
 micro-batch or micro batch size computed it; with 'micro' (runs before 2026-12-02) the seed derives from (base
 seed, step, global micro-batch index, layer, core, rank) and the probes are drawn by the micro-batch's shape.
-Either way calls differ from each other and a rerun of the same step draws the same probes.
+Either way calls differ from each other and a rerun of the same step draws the same probes; on the fused and
+closed paths two calls share no probes since the counter hash's version 2 (`ZBPConfig.probe_hash`, zbp/counter.py).
 """
 
 from __future__ import annotations

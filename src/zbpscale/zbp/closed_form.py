@@ -16,13 +16,15 @@ with C = cosh eps, s = sinh eps:
               forward  c_i = K / eps + <s_i, g delta b / eps> + <t_i, g m> + <s_i * t_i, g delta>,
                        K = sum g (m - silu(a)) b  (K / eps: forward differences' O(eps) per-call term)
             m, delta and m - silu(a) come from sigma(a + eps) +- sigma(a - eps) in closed form
-            (sinh eps / (cosh a + C), tanh(a/2) (1 - C) / (cosh a + C), ...), never from a difference of
-            nearby values.
+            (sinh eps / (cosh a + C), tanh(a/2) (1 - C) / (cosh a + C), ...), not from a difference of two
+            queries.
 So each probe costs two (softmax) or two to three (swiglu) signed sums of precomputed vectors, and the
-transcendental work is O(d) per unit whatever n. The closed forms are differences taken analytically: they
-carry no cancellation, so this estimate is *more* accurate than the direct queries (fp32 finite differences
-with eps = 1e-3 carry ~1e-4 relative rounding noise); tests compare it with fp64 direct queries on the same
-materialised probes, to ~1e-6.
+transcendental work is O(d) per unit whatever n. The closed forms are the queries' differences taken
+analytically: they carry no 1/eps cancellation, so this estimate is *more* accurate than the direct queries
+(fp32 finite differences with eps = 1e-3 carry ~1e-4 relative rounding noise); tests compare it with fp64 direct
+queries on the same materialised probes, to ~1e-6. What cancellation is left is backprop's own: g - <g, p> of a
+saturated score row (as fp32 autograd's softmax VJP), and 1 + tanh(a) / (1 + C / cosh a) where a is far below 0
+(entries of size e^a: exact to fp32 rounding per token).
 
 Back ends: CPU, torch.compile graphs (`fused_cpu`'s words and accumulate, plus the signed sums here); CUDA,
 Triton (`closed_triton`). The physical box would still take 2n (or n + 1) queries: metrics and docs count
@@ -116,9 +118,9 @@ def _coef(W, P, k: float, q: float, r: float, central: bool, n: int):
 
 
 def softmax(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: float, seed: int,
-            causal: bool, row0: int = 0) -> torch.Tensor:
+            causal: bool, row0: int = 0, version: int = 2) -> torch.Tensor:
     """The closed-form estimate for softmax rows on CPU: causal (..., T, T) scores, or (..., d) rows without a
-    mask. x, g in the measurement dtype; row0 as `fused_cpu.softmax`."""
+    mask. x, g in the measurement dtype; row0 and `version` (the probe hash's) as `fused_cpu.softmax`."""
     t = x.shape[-1]
     k, q, r = softmax_factors(eps, central)
     mask = causal_mask(t, x.device) if causal else None
@@ -126,7 +128,7 @@ def softmax(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: flo
     w = p * (g - (g * p).sum(-1, keepdim=True))  # J^T g, (..., T)
     if not causal:
         lf, _, rows, cols = fused_cpu._row_layout(x.numel() // t, t, x.device, x.dtype)
-        pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols)
+        pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols, version)
         W, P = _run("closed_sums2", w.reshape(-1, t), p.reshape(-1, t).clone(), pin, n)  # (U, n) each
         c = _coef(W, P, k, q, r, central, n)
         return _run("accumulate", c, torch.zeros_like(c), lf, pin, n).view(x.shape)
@@ -135,7 +137,7 @@ def softmax(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: flo
     gather, unfold, _, lf, rf, rows, cols = fused_cpu._softmax_layout(bh, t, x.device, x.dtype)
     wf = w.reshape(bh, t * t).index_select(1, gather).view(lf.shape)  # (BH*R, W) folded
     pf = p.reshape(bh, t * t).index_select(1, gather).view(lf.shape)
-    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols)
+    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols, version)
     WL, PL, WR, PR = _run("closed_sums4", wf * lf, pf * lf, wf * rf, pf * rf, pin, n)
     est = _run("accumulate", _coef(WL, PL, k, q, r, central, n), _coef(WR, PR, k, q, r, central, n), lf, pin, n)
     est = est.view(bh, -1).index_select(1, unfold).view(*lead, t, t)
@@ -143,13 +145,13 @@ def softmax(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: flo
 
 
 def swiglu_vjp(x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: float, seed: int,
-               row0: int = 0) -> torch.Tensor:
+               row0: int = 0, version: int = 2) -> torch.Tensor:
     """The closed-form estimate for SwiGLU inputs x (..., 2h) and gradients g (..., h) on CPU (measurement
-    dtype); row0 as `fused_cpu.swiglu_vjp`."""
+    dtype); row0 and `version` as `fused_cpu.swiglu_vjp`."""
     width = x.shape[-1]
     A, E, K = _run("closed_terms", x.reshape(-1, width), g.reshape(-1, width // 2), eps, central)
     ones, _, rows, cols = fused_cpu._row_layout(A.shape[0], width, x.device, x.dtype)
-    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols)
+    pin = fused_cpu._probe_inputs("rademacher", seed, n, rows + row0 if row0 else rows, cols, version)
     if central:
         c = _run("closed_swiglu_central", A, pin, n)  # (U, n)
     else:

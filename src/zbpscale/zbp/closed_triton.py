@@ -29,9 +29,9 @@ if HAVE_TRITON:
 
 
 def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, central: bool, eps: float, seed: int,
-             causal: bool, row0: int = 0) -> torch.Tensor:
+             causal: bool, row0: int = 0, version: int = 2) -> torch.Tensor:
     """The closed-form estimate on CUDA (or under TRITON_INTERPRET=1). x, g: fp32, bf16 or fp16 (read as
-    they are, computed in fp32); layout as `fused.fused_vjp`. Returns fp32."""
+    they are, computed in fp32); layout as `fused.fused_vjp`; `version`: the probe hash's. Returns fp32."""
     x, g = x.contiguous(), g.contiguous()
     d = x.shape[-1]
     n_pad = max(2, triton.next_power_of_2(n))
@@ -42,7 +42,7 @@ def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, central: bo
     est = torch.empty_like(x, dtype=torch.float32) if kind == "swiglu" or not causal else torch.zeros_like(
         x, dtype=torch.float32)  # causal: the masked entries are never written
     units = x.numel() // d
-    common = dict(n=n, eps=eps, CENTRAL=central, N_PAD=n_pad, BLOCK=block,
+    common = dict(n=n, eps=eps, CENTRAL=central, N_PAD=n_pad, BLOCK=block, HASH=version,
                   num_warps=4 if n_pad * block <= 2048 else 8)
     if kind == "swiglu":
         ce = math.cosh(eps)
@@ -58,7 +58,7 @@ if HAVE_TRITON:
 
     @triton.jit
     def _softmax_kernel(x_ptr, g_ptr, out_ptr, w_ptr, d, row0, k, q, r, n, eps, CAUSAL: tl.constexpr,
-                        CENTRAL: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                        CENTRAL: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr, HASH: tl.constexpr):
         unit = tl.program_id(0)
         if CAUSAL:
             length = (unit % d) + 1  # row t of a causal (T, T) block has t + 1 live entries
@@ -89,7 +89,7 @@ if HAVE_TRITON:
             g = tl.load(g_ptr + off + cols, mask=live, other=0.0).to(tl.float32)
             p = tl.exp(x - m) / z  # dead: 0
             w = p * (g - s_g)
-            u = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
+            u = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False, HASH)
             w_sum += tl.sum(u * w[None, :], 1)
             p_sum += tl.sum(u * p[None, :], 1)
         if CENTRAL:
@@ -99,12 +99,12 @@ if HAVE_TRITON:
         c = tl.where(tl.arange(0, N_PAD) < n, c, 0.0)
         for c0 in range(0, length, BLOCK):  # 3. sum_i c_i u_i
             cols = c0 + lane
-            u = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
+            u = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False, HASH)
             tl.store(out_ptr + off + cols, tl.sum(c[:, None] * u, 0), mask=cols < length)
 
     @triton.jit
     def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, h, row0, ce, se, one_minus_ce, n, eps, CENTRAL: tl.constexpr,
-                       N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                       N_PAD: tl.constexpr, BLOCK: tl.constexpr, HASH: tl.constexpr):
         unit = tl.program_id(0)
         x_off = unit.to(tl.int64) * 2 * h
         g_off = unit.to(tl.int64) * h
@@ -127,8 +127,8 @@ if HAVE_TRITON:
             sig_diff = se * inv_den  # sigma(a + eps) - sigma(a - eps)
             mid = (a * sig_sum + eps * sig_diff) / 2
             delta = (a * sig_diff + eps * sig_sum) / 2
-            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
-            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False)
+            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False, HASH)
+            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False, HASH)
             acc += tl.sum(us * (g * delta * b / eps)[None, :] + ut * (g * mid)[None, :], 1)
             if not CENTRAL:
                 acc += tl.sum(us * ut * (g * delta)[None, :], 1)
@@ -140,7 +140,7 @@ if HAVE_TRITON:
         for c0 in range(0, h, BLOCK):
             cols = c0 + lane
             live = cols < h
-            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False)
+            us = _probes(w_ptr, w_ptr, unit + row0, cols, N_PAD, BLOCK, False, HASH)
             tl.store(out_ptr + x_off + cols, tl.sum(c[:, None] * us, 0), mask=live)
-            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False)
+            ut = _probes(w_ptr, w_ptr, unit + row0, cols + h, N_PAD, BLOCK, False, HASH)
             tl.store(out_ptr + x_off + h + cols, tl.sum(c[:, None] * ut, 0), mask=live)

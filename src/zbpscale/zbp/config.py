@@ -45,6 +45,11 @@ class ZBPConfig:
     micro: (seed, step, global micro-batch index, layer, core) and the row's place in its micro-batch, so the
     probes follow the micro batch size, which by default (micro_batch 0) follows the world size; what runs made
     before 2026-12-02 (config format < 4) did, kept so that they resume as they were trained."""
+    probe_hash: int = 2
+    """The counter hash the fused and closed paths draw their probes from (`zbp.counter.word`). 2: no two core
+    calls share probes. 1: what runs made before 2026-12-06 (config format < 5) drew, kept so that they resume as
+    they were trained: two calls whose seed words were close shared every probe, permuted over their rows. The plain
+    path's probes do not depend on it."""
     impl: str = "auto"
     """How estimates are computed. plain: the reference (`estimate_vjp`), chunked, probes from ProbeStream.
     fused: kernels that query the box directly and never materialise probes (`zbp.fused`: Triton on CUDA,
@@ -68,6 +73,8 @@ class ZBPConfig:
             raise ConfigError(f"ZBPConfig.cores must be one of {', '.join(CORES)}; got {self.cores!r}")
         if self.impl not in IMPLS:
             raise ConfigError(f"ZBPConfig.impl must be one of {', '.join(IMPLS)}; got {self.impl!r}")
+        if self.probe_hash not in (1, 2) or isinstance(self.probe_hash, bool):
+            raise ConfigError(f"ZBPConfig.probe_hash must be 1 or 2, got {self.probe_hash!r}")
         if self.seeding not in SEEDINGS:
             raise ConfigError(f"ZBPConfig.seeding must be one of {', '.join(SEEDINGS)}; got {self.seeding!r}")
         if self.impl == "fused" and self.probe not in FUSED_PROBES:

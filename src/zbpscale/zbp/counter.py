@@ -6,7 +6,9 @@ run eagerly, are the reference the fused kernels are tested against; the Triton 
 arithmetic on uint32 (`fused_triton._word`), so CPU and GPU draw identical probes for the same seed.
 
   mix(h)         = h ^= h >> 16; h *= 0x45D9F3B; h ^= h >> 16; h *= 0x45D9F3B; h ^= h >> 16   (mod 2^32)
-  word(s, r, c)  = mix(mix(mix(s ^ r) ^ c))       r: unit (row) index mod 2^32, c: column index
+  word(s, r, c)  = mix(mix(h1 ^ c) ^ h2),  h1 = mix(s ^ r), h2 = mix(h1 ^ mix(s))
+                   r: unit (row) index mod 2^32, c: column index (ZBPConfig.probe_hash 2; hash 1, what runs made
+                   before 2026-12-06 drew: mix(mix(mix(s ^ r) ^ c)))
   rademacher     entry of probe i = +1 if bit (i mod 32) of word(s_{i // 32}, r, c) is set, else -1,
                  with s_w = mix_seed(seed, w) mod 2^32: one hash serves 32 probes
   gaussian       Box-Muller from the two 16-bit halves of mix(word(s_base, r, c) ^ s_i), s_base = mix_seed(seed, -1):
@@ -18,6 +20,15 @@ two columns of one unit. With two rounds after the column, mix(mix(s ^ r) ^ c), 
 Var(sum_i u_ia u_ib) / n came out 0.91-1.05 instead of 1 (E[u u^T] = I held; the NSR law bent, a two-entry
 causal row measured 0.90x theory at n = 64). The third round makes every bit of the word independent to the
 precision tests/test_fused.py measures (100 000 rows, n up to 128); it costs one mix per 32 probe entries.
+
+Two calls must not share probes either. Hash 1 began with s ^ r: row r of a call with seed word s had the probes of
+row r ^ s ^ s' of a call with seed word s', so two calls whose seed words differ by less than their row count drew
+the same probes, permuted over their rows (two attention calls of s1b, 2^24 rows each: one pair in 2^8; some pair
+of attention layers of a step shared every probe in about a third of s1b's steps). And a row's state before its
+column was one 32-bit word: among 2^24 rows of two calls, 2^16 pairs of rows meet by chance there. Hash 2 carries
+two words per row into the column, (h1, h2), which no two (seed word, row) pairs share (h1 equal means s ^ r equal,
+so s differs, and so does h2): no row of any call draws another row's probes, at the cost of hash 1 per entry (two
+mixes) and one mix more per row.
 
 Units and columns are those of the box's input as the caller lays it out (the score core: unit = flat row
 index over (B, H, T), column = key position), not of any internal re-layout, so the probe of an entry does
@@ -45,9 +56,17 @@ def mix(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def word(s: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """32 independent random bits per (seed word, row, column), broadcasting over all three (int64 in and out)."""
-    return mix(mix(mix(s ^ (row & M32)) ^ (col & M32)))
+HASHES = (1, 2)
+"""ZBPConfig.probe_hash: the versions of `word` (see the module docstring)."""
+
+
+def word(s: torch.Tensor, row: torch.Tensor, col: torch.Tensor, version: int = 2) -> torch.Tensor:
+    """32 independent random bits per (seed word, row, column), broadcasting over all three (int64 in and out);
+    `version`: ZBPConfig.probe_hash."""
+    if version == 1:
+        return mix(mix(mix(s ^ (row & M32)) ^ (col & M32)))
+    h1 = mix(s ^ (row & M32))
+    return mix(mix(h1 ^ (col & M32)) ^ mix(h1 ^ mix(s)))
 
 
 def seed_words(seed: int, count: int, device: torch.device | str = "cpu", *, first: int = 0) -> torch.Tensor:
@@ -78,15 +97,16 @@ def gaussian(base: torch.Tensor, s: torch.Tensor, dtype: torch.dtype) -> torch.T
 
 
 def probes(probe: str, seed: int, n: int, rows: torch.Tensor, cols: torch.Tensor,
-           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+           dtype: torch.dtype = torch.float32, version: int = 2) -> torch.Tensor:
     """The n probes of a call, materialised: (n, *broadcast(rows, cols).shape). Reference only.
 
-    rows, cols: int64 index tensors of each entry's unit and column (broadcast against each other).
+    rows, cols: int64 index tensors of each entry's unit and column (broadcast against each other); `version`:
+    the hash's (ZBPConfig.probe_hash).
     """
     words, seeds = call_seeds(probe, seed, n, rows.device)
     i = torch.arange(n, device=rows.device)
     extra = (1,) * len(torch.broadcast_shapes(rows.shape, cols.shape))
     if probe == "rademacher":
-        w = word(words[i // WORD_BITS].view(n, *extra), rows, cols)
+        w = word(words[i // WORD_BITS].view(n, *extra), rows, cols, version)
         return rademacher_sign(w, (i % WORD_BITS).view(n, *extra), dtype)
-    return gaussian(word(words[0], rows, cols), seeds.view(n, *extra), dtype)
+    return gaussian(word(words[0], rows, cols, version), seeds.view(n, *extra), dtype)

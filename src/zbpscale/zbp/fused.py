@@ -228,7 +228,7 @@ def fused_vjp(kind: str, x: torch.Tensor, g: torch.Tensor, cfg: ZBPConfig, seed:
     (rademacher), else the direct queries.
     """
     central = cfg.scheme == "central"
-    kw = dict(n=cfg.n, central=central, eps=cfg.eps, seed=seed)
+    kw = dict(n=cfg.n, central=central, eps=cfg.eps, seed=seed, version=cfg.probe_hash)
     if x.is_cuda:
         if closed:
             from zbpscale.zbp import closed_triton as back

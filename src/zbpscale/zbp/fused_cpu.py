@@ -72,13 +72,14 @@ def _row_layout(units: int, width: int, device: torch.device, dtype: torch.dtype
     return ones, torch.zeros_like(ones), rows, cols
 
 
-def _probe_inputs(probe: str, seed: int, n: int, rows: torch.Tensor, cols: torch.Tensor):
+def _probe_inputs(probe: str, seed: int, n: int, rows: torch.Tensor, cols: torch.Tensor, version: int = 2):
     """What the compiled kernels regenerate probes from: the words of every entry (and, gaussian, the
-    per-probe seeds). Graph inputs never have a dimension of size 1, so one graph serves every n."""
+    per-probe seeds), by hash `version` (ZBPConfig.probe_hash). Graph inputs never have a dimension of size 1, so
+    one graph serves every n."""
     words, seeds = counter.call_seeds(probe, seed, n, rows.device)
     if len(words) == 1:
         words = torch.cat([words, words])  # a second, unused word
-    words = _run("words", words, rows, cols)  # (W * units, width) int32
+    words = _run("words" if version == 2 else "words1", words, rows, cols)  # (W * units, width) int32
     return (words,) if seeds is None else (words, seeds)
 
 
@@ -100,6 +101,11 @@ def _probes(pin: tuple[torch.Tensor, ...], n: int, units: int, width: int, dtype
 def _words(seeds: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """(W * units, width) int32: word w of every entry, stacked over w."""
     return counter.word(seeds.view(-1, 1, 1), rows, cols).to(torch.int32).flatten(0, 1)
+
+
+def _words1(seeds: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`_words` by hash 1 (runs made before 2026-12-06 resume with it)."""
+    return counter.word(seeds.view(-1, 1, 1), rows, cols, 1).to(torch.int32).flatten(0, 1)
 
 
 def _softmax_sums(gl, gr, lf, rf, z):
@@ -151,8 +157,8 @@ def _accumulate(c_left, c_right, lf, pin, n: int):
     return (c * _probes(pin, n, units, width, lf.dtype)).sum(1)  # (units, width)
 
 
-_GRAPHS = {"words": _words, "softmax": _softmax_queries, "softmax2": _softmax_queries2, "swiglu": _swiglu_queries,
-           "swiglu2": _swiglu_queries2, "accumulate": _accumulate}
+_GRAPHS = {"words": _words, "words1": _words1, "softmax": _softmax_queries, "softmax2": _softmax_queries2,
+           "swiglu": _swiglu_queries, "swiglu2": _swiglu_queries2, "accumulate": _accumulate}
 
 
 @functools.cache
@@ -177,7 +183,7 @@ def _ratio(a, z):
     return torch.where(z > 0, a / z.clamp(min=torch.finfo(z.dtype).tiny), 0.0)
 
 
-def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0):
+def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0, version=2):
     """The fused estimate for softmax rows: causal (..., T, T) scores, or (..., d) rows without a mask.
     row0: the flat row index of x's first row in the caller's whole score tensor (probes are drawn by it)."""
     t = x.shape[-1]
@@ -194,7 +200,7 @@ def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0):
         lf, rf, rows, cols = _row_layout(x.numel() // t, t, x.device, x.dtype)
         xs = x.reshape(-1, t) - x.reshape(-1, t).amax(-1, keepdim=True)  # (U, d)
         gl, gr = g.reshape(-1, t) * lf, torch.zeros_like(xs)  # distinct tensors: aliasing means recompiling
-    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols)
+    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols, version)
     step = torch.tensor(eps, dtype=x.dtype)
     if central:
         aL, zL, aR, zR, bL, yL, bR, yR = _run("softmax2", xs, gl, gr, lf, rf, pin, n, step)  # (units, n) each
@@ -212,13 +218,13 @@ def softmax(x, g, *, n, probe, central, eps, seed, causal, row0=0):
     return est.view(*lead, t)
 
 
-def swiglu_vjp(x, g, *, n, probe, central, eps, seed, row0=0):
+def swiglu_vjp(x, g, *, n, probe, central, eps, seed, row0=0, version=2):
     """The fused estimate for SwiGLU inputs x (..., 2h) and upstream gradients g (..., h). row0: the flat token
     index of x's first token in the caller's whole batch (probes are drawn by it)."""
     width = x.shape[-1]
     xf, gf = x.reshape(-1, width).clone(), g.reshape(-1, width // 2).clone()  # (U, 2h), (U, h); no views
     ones, _, rows, cols = _row_layout(xf.shape[0], width, x.device, x.dtype)
-    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols)
+    pin = _probe_inputs(probe, seed, n, rows + row0 if row0 else rows, cols, version)
     step = torch.tensor(eps, dtype=x.dtype)
     if central:
         diff = _run("swiglu2", xf, gf, pin, n, step)  # (U, n)

@@ -34,9 +34,10 @@ TILE = 4096  # probe-tile entries per program (N_PAD * BLOCK)
 
 
 def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str, central: bool, eps: float,
-             seed: int, causal: bool, row0: int = 0) -> torch.Tensor:
+             seed: int, causal: bool, row0: int = 0, version: int = 2) -> torch.Tensor:
     """The fused estimate on CUDA (or, under TRITON_INTERPRET=1, on CPU). x, g: fp32, bf16 or fp16, read
-    as they are and measured in fp32 in registers; layout rules as `fused.fused_vjp`. Returns fp32."""
+    as they are and measured in fp32 in registers; layout rules as `fused.fused_vjp`; `version`: the probe hash's
+    (counter.word). Returns fp32."""
     x, g = x.contiguous(), g.contiguous()
     d = x.shape[-1]
     n_pad = max(2, triton.next_power_of_2(n))
@@ -50,7 +51,7 @@ def estimate(kind: str, x: torch.Tensor, g: torch.Tensor, *, n: int, probe: str,
     units = x.numel() // d
     scale = 1.0 / ((2 if central else 1) * eps * n)
     common = dict(n=n, eps=eps, scale=scale, CENTRAL=central, GAUSS=probe == "gaussian", N_PAD=n_pad,
-                  BLOCK=block, num_warps=4 if n_pad * block <= 2048 else 8)
+                  BLOCK=block, HASH=version, num_warps=4 if n_pad * block <= 2048 else 8)
     if kind == "swiglu":
         _swiglu_kernel[(units,)](x, g, est, words, seeds, d // 2, row0, **common)
     else:
@@ -68,36 +69,43 @@ if HAVE_TRITON:
         return h ^ (h >> 16)
 
     @triton.jit
-    def _word(s, row, col):
-        """counter.word: three rounds, so that the word's 32 bits (32 probes) are independent."""
-        return _mix(_mix(_mix(s ^ row) ^ col))
+    def _word(s, row, col, HASH: tl.constexpr):
+        """counter.word of hash HASH: two rounds after the column, so that the word's 32 bits (32 probes) are
+        independent; hash 2 carries two words of the row into the column, so that no two rows of any calls share
+        probes."""
+        if HASH == 1:
+            return _mix(_mix(_mix(s ^ row) ^ col))
+        h1 = _mix(s ^ row)
+        return _mix(_mix(h1 ^ col) ^ _mix(h1 ^ _mix(s)))
 
     @triton.jit
-    def _probes(w_ptr, s_ptr, row, cols, N_PAD: tl.constexpr, BLOCK: tl.constexpr, GAUSS: tl.constexpr):
+    def _probes(w_ptr, s_ptr, row, cols, N_PAD: tl.constexpr, BLOCK: tl.constexpr, GAUSS: tl.constexpr,
+                HASH: tl.constexpr):
         """(N_PAD, BLOCK) probe tile of one unit: entries (probe k, column cols[j])."""
         row = row.to(tl.uint32)
         cols = cols.to(tl.uint32)
         if GAUSS:
-            base = _word(tl.load(w_ptr).to(tl.uint32), row, cols)  # (BLOCK,)
+            base = _word(tl.load(w_ptr).to(tl.uint32), row, cols, HASH)  # (BLOCK,)
             s = tl.load(s_ptr + tl.arange(0, N_PAD)).to(tl.uint32)  # (N_PAD,) probe seeds (padded)
             h = _mix(base[None, :] ^ s[:, None])
             u1 = ((h >> 16).to(tl.float32) + 0.5) * (1.0 / 65536.0)
             u2 = ((h & 0xFFFF).to(tl.float32) + 0.5) * (1.0 / 65536.0)
             return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
         if N_PAD <= 32:
-            w = _word(tl.load(w_ptr).to(tl.uint32), row, cols)  # (BLOCK,)
+            w = _word(tl.load(w_ptr).to(tl.uint32), row, cols, HASH)  # (BLOCK,)
             bit = (w[None, :] >> tl.arange(0, N_PAD).to(tl.uint32)[:, None]) & 1
         else:
             NW: tl.constexpr = N_PAD // 32
             s = tl.load(w_ptr + tl.arange(0, NW)).to(tl.uint32)  # (NW,) word seeds
-            w = _word(s[:, None], row, cols[None, :])  # (NW, BLOCK)
+            w = _word(s[:, None], row, cols[None, :], HASH)  # (NW, BLOCK)
             bit = (w[:, None, :] >> tl.arange(0, 32).to(tl.uint32)[None, :, None]) & 1  # (NW, 32, BLOCK)
             bit = tl.reshape(bit, (N_PAD, BLOCK))
         return tl.where(bit != 0, 1.0, -1.0)
 
     @triton.jit
     def _softmax_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, d, row0, n, eps, scale, CAUSAL: tl.constexpr,
-                        CENTRAL: tl.constexpr, GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                        CENTRAL: tl.constexpr, GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                        HASH: tl.constexpr):
         unit = tl.program_id(0)
         if CAUSAL:
             length = (unit % d) + 1  # live entries: row t of a causal (T, T) block has t + 1
@@ -121,7 +129,7 @@ if HAVE_TRITON:
             live = cols < length
             xs = tl.load(x_ptr + off + cols, mask=live, other=float("-inf")).to(tl.float32) - m_row  # dead: e=0
             g = tl.load(g_ptr + off + cols, mask=live, other=0.0).to(tl.float32)
-            u = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
+            u = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS, HASH)
             e = tl.exp(xs[None, :] + u)
             a_p += tl.sum(g[None, :] * e, 1)
             z_p += tl.sum(e, 1)
@@ -140,7 +148,7 @@ if HAVE_TRITON:
         c = tl.where(tl.arange(0, N_PAD) < n, c * scale, 0.0)
         for c0 in range(0, length, BLOCK):
             cols = c0 + lane
-            u = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
+            u = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS, HASH)
             tl.store(out_ptr + off + cols, tl.sum(c[:, None] * u, 0), mask=cols < length)
 
     @triton.jit
@@ -149,7 +157,7 @@ if HAVE_TRITON:
 
     @triton.jit
     def _swiglu_kernel(x_ptr, g_ptr, out_ptr, w_ptr, s_ptr, h, row0, n, eps, scale, CENTRAL: tl.constexpr,
-                       GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                       GAUSS: tl.constexpr, N_PAD: tl.constexpr, BLOCK: tl.constexpr, HASH: tl.constexpr):
         unit = tl.program_id(0)
         x_off = unit.to(tl.int64) * 2 * h
         g_off = unit.to(tl.int64) * h
@@ -163,8 +171,8 @@ if HAVE_TRITON:
             a = tl.load(x_ptr + x_off + cols, mask=live, other=0.0).to(tl.float32)
             b = tl.load(x_ptr + x_off + h + cols, mask=live, other=0.0).to(tl.float32)
             g = tl.load(g_ptr + g_off + cols, mask=live, other=0.0).to(tl.float32)  # dead: contributes 0
-            ua = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
-            ub = eps * _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS)
+            ua = eps * _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS, HASH)
+            ub = eps * _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS, HASH)
             acc_p += tl.sum(g[None, :] * _silu(a[None, :] + ua) * (b[None, :] + ub), 1)
             if CENTRAL:
                 acc_m += tl.sum(g[None, :] * _silu(a[None, :] - ua) * (b[None, :] - ub), 1)
@@ -178,7 +186,7 @@ if HAVE_TRITON:
         for c0 in range(0, h, BLOCK):
             cols = c0 + lane
             live = cols < h
-            ua = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS)
+            ua = _probes(w_ptr, s_ptr, unit + row0, cols, N_PAD, BLOCK, GAUSS, HASH)
             tl.store(out_ptr + x_off + cols, tl.sum(c[:, None] * ua, 0), mask=live)
-            ub = _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS)
+            ub = _probes(w_ptr, s_ptr, unit + row0, cols + h, N_PAD, BLOCK, GAUSS, HASH)
             tl.store(out_ptr + x_off + h + cols, tl.sum(c[:, None] * ub, 0), mask=live)
