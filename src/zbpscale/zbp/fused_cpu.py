@@ -163,7 +163,15 @@ _GRAPHS = {"words": _words, "words1": _words1, "softmax": _softmax_queries, "sof
 
 @functools.cache
 def _compiled(name: str):
+    # A graph is compiled again for each dtype, eps and scheme it meets (Dynamo specialises on floats): a training
+    # process meets one or two, a process that runs many (the test suite's workers, a sweep over eps in a notebook)
+    # went past Dynamo's default of 8 and its closed path failed (CompileFailed, 'recompile limit exceeded').
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILES)
     return torch.compile(_GRAPHS[name], dynamic=True, fullgraph=True)
+
+
+RECOMPILES = 64
+"""Compilations of one graph per process (one per dtype x eps x scheme it meets) before Dynamo gives up."""
 
 
 class CompileFailed(RuntimeError):
