@@ -761,6 +761,24 @@ def test_a_sweep_of_several_seeds_counts_them_and_shows_each_run_s_seed(tmp_path
     assert title == "sweep seeds: 2 runs, one seed" and head.split()[:3] == ["size", "arm", "state"]
 
 
+def test_runs_whose_size_and_arm_do_not_name_them_are_shown_by_their_folder_s_name(tmp_path):
+    """A helper's hunt: runs trained by hand into folders of their own names ('kc', 'ref_copy'), or one moved
+    aside beside the run it copies ('tiny-bp.old'), were rows the table showed alike (the same size and arm): which
+    folder is which could not be read. The table then has a run column; a sweep's own runs keep the table without
+    it."""
+    from zbpscale.jobs.status import plain_table
+
+    for sweep, names in (("hand", ("kc", "ref_copy")), ("aside", ("tiny-bp", "tiny-bp.old"))):
+        for name in names:
+            make_run(tmp_path / sweep, name, done=10, complete=True)
+        rows = collect_rows(tmp_path / sweep)
+        _, head, *lines = plain_table(sweep, rows)
+        assert head.split()[:3] == ["run", "size", "arm"] and sorted(line.split()[0] for line in lines) == \
+            sorted(names), (head, lines)
+        if sweep == "hand":  # the columns beside it do not tell them apart
+            assert len({tuple(line.split()[1:3]) for line in lines}) == 1
+
+
 # ---------------------------------------------------------------------------------------- reads that never write
 def test_the_state_decision_reads_each_history_once_and_writes_nothing(tmp_path, fake_sacct, monkeypatch):
     """#36: deciding every run of a sweep (what status's rows, collect's states and submit's plan are made of)

@@ -231,7 +231,15 @@ def _beat(r: dict) -> str:
         else ""
 
 
+def _named_apart(rows: list[dict]) -> bool:
+    """Whether a run's folder name says what its size and arm do not: a run trained by hand into a folder of its
+    own name ('kc'), or two runs the other columns cannot tell apart ('tiny-bp' and 'tiny-bp.old')."""
+    keys = [(r["size"], r["arm"], r["seed"], r["lr"], r["role"]) for r in rows]
+    return len(set(keys)) < len(keys) or any(not r["run"].startswith(f"{r['size']}-{r['arm']}") for r in rows)
+
+
 COLUMNS = (
+    Column("run", lambda r: r["run"], keep=0, left=True, shown=_named_apart),
     Column("size", lambda r: r["size"], keep=0, left=True),
     Column("arm", lambda r: r["arm"], keep=1, left=True),
     Column("lr", lambda r: "" if r["lr"] is None else lr_text(r["lr"]) + (" grid" if r["role"] == "tuning" else ""),
@@ -248,8 +256,9 @@ COLUMNS = (
     Column("job", lambda r: r["job"], keep=10, left=True),
     Column("beat", _beat, keep=12),
 )
-"""The table's columns, in the order shown; the lr column only for a sweep that tunes its lr (a grid's runs say
-`grid`), the seed column only for a sweep of several seeds."""
+"""The table's columns, in the order shown; the run's folder name only where the size and arm do not name it
+(`_named_apart`), the lr column only for a sweep that tunes its lr (a grid's runs say `grid`), the seed column only
+for a sweep of several seeds."""
 
 
 def shown_columns(rows: list[dict]) -> tuple[Column, ...]:
