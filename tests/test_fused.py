@@ -142,6 +142,12 @@ def test_two_calls_whose_seed_words_are_close_share_no_probes():
     assert not torch.any(torch.all(wa == wb, dim=1))  # no such row pair shares its probes
 
 
+@pytest.mark.parametrize("bad", [0, 3, True, "2"])
+def test_a_probe_hash_no_release_drew_is_refused(bad):
+    with pytest.raises(ConfigError, match=f"ZBPConfig.probe_hash must be one of 1, 2; got {bad!r}"):
+        ZBPConfig(probe_hash=bad)
+
+
 @pytest.mark.parametrize("closed", [False, True])
 def test_each_hash_s_kernels_draw_that_hash_s_probes(closed):
     """A run resumes with the hash it was made with: each CPU path (fused, closed) draws the probes counter.probes

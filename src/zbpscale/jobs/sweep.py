@@ -77,8 +77,7 @@ class Resources:
                               f"equal gpus_per_node={self.gpus_per_node} (one rank per GPU), or be 0")
         for name in ("partition", "account", "qos", "constraint"):  # each an #SBATCH line of the job's script
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or any(c.isspace() for c in value.strip())
-                                      or value != value.strip()):
+            if value is not None and (not isinstance(value, str) or any(c.isspace() for c in value)):
                 raise field_error("Resources", name, f"Resources.{name} must be a name without spaces, or None, got "
                                   f"{value!r}", value=value)
         pairs = tuple(self.extra_sbatch.items()) if isinstance(self.extra_sbatch, Mapping) else self.extra_sbatch

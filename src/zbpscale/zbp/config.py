@@ -13,6 +13,7 @@ SCHEMES = ("central", "forward")
 CORES = ("both", "attn", "ffn", "none")
 IMPLS = ("auto", "plain", "fused", "closed")
 SEEDINGS = ("global", "micro")
+PROBE_HASHES = (1, 2)
 FUSED_PROBES = ("rademacher", "gaussian")
 CLOSED_PROBES = ("rademacher",)
 
@@ -73,8 +74,9 @@ class ZBPConfig:
             raise ConfigError(f"ZBPConfig.cores must be one of {', '.join(CORES)}; got {self.cores!r}")
         if self.impl not in IMPLS:
             raise ConfigError(f"ZBPConfig.impl must be one of {', '.join(IMPLS)}; got {self.impl!r}")
-        if self.probe_hash not in (1, 2) or isinstance(self.probe_hash, bool):
-            raise ConfigError(f"ZBPConfig.probe_hash must be 1 or 2, got {self.probe_hash!r}")
+        if self.probe_hash not in PROBE_HASHES or isinstance(self.probe_hash, bool):
+            raise ConfigError(f"ZBPConfig.probe_hash must be one of {', '.join(map(str, PROBE_HASHES))}; got "
+                              f"{self.probe_hash!r}")
         if self.seeding not in SEEDINGS:
             raise ConfigError(f"ZBPConfig.seeding must be one of {', '.join(SEEDINGS)}; got {self.seeding!r}")
         if self.impl == "fused" and self.probe not in FUSED_PROBES:

@@ -56,10 +56,6 @@ def mix(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-HASHES = (1, 2)
-"""ZBPConfig.probe_hash: the versions of `word` (see the module docstring)."""
-
-
 def word(s: torch.Tensor, row: torch.Tensor, col: torch.Tensor, version: int = 2) -> torch.Tensor:
     """32 independent random bits per (seed word, row, column), broadcasting over all three (int64 in and out);
     `version`: ZBPConfig.probe_hash."""
