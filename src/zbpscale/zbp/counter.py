@@ -27,8 +27,9 @@ the same probes, permuted over their rows (two attention calls of s1b, 2^24 rows
 of attention layers of a step shared every probe in about a third of s1b's steps). And a row's state before its
 column was one 32-bit word: among 2^24 rows of two calls, 2^16 pairs of rows meet by chance there. Hash 2 carries
 two words per row into the column, (h1, h2), which no two (seed word, row) pairs share (h1 equal means s ^ r equal,
-so s differs, and so does h2): no row of any call draws another row's probes, at the cost of hash 1 per entry (two
-mixes) and one mix more per row.
+so s differs, and so does h2): no row of any call draws another row's probes, at the cost of one mix more per row
+(the Triton kernels, whose row is one number a program) or per word (the CPU graphs, where each entry carries its
+row: 4 for 3).
 
 Units and columns are those of the box's input as the caller lays it out (the score core: unit = flat row
 index over (B, H, T), column = key position), not of any internal re-layout, so the probe of an entry does
