@@ -11,6 +11,7 @@ same run. Fused and closed arms compile their kernels during the warm-up step (C
   python tools/bench_step.py --impl fused,closed  # the fast arms only (plus bp)
   python tools/bench_step.py --json               # the same figures as JSON records
   python tools/bench_step.py --threads 1 --clock process   # CPU time: when the other core is busy
+  python tools/bench_step.py --impl closed --probe-hash 1  # the probes of runs made before 2026-12-06
   python tools/bench_step.py --device cuda --d 512 --layers 8 --heads 8 --seq 1024 --batch 8   # GPU reference
 
 CPU peak memory is read in a fresh subprocess per arm (VmHWM reset through /proc/self/clear_refs, with
@@ -53,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="bf16 autocast (default: on for cuda, off for cpu)")
     p.add_argument("--probe", default="rademacher")
     p.add_argument("--chunk", type=int, default=16, help="probes per batched query")
+    p.add_argument("--probe-hash", type=int, default=2, choices=(1, 2),
+                   help="the counter hash of the fused and closed paths (ZBPConfig.probe_hash; 1: runs made before "
+                        "2026-12-06)")
     p.add_argument("--steps", type=int, default=2, help="timed steps per arm and round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median round counts")
     p.add_argument("--arms", default=",".join(["bp"] + [a for a, _, _ in ZBP_ARMS]), help="comma-separated subset")
@@ -71,7 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(args, n: int | None, scheme: str | None, impl: str | None):
-    zbp = None if n is None else ZBPConfig(n=n, scheme=scheme, probe=args.probe, chunk=args.chunk, impl=impl)
+    zbp = None if n is None else ZBPConfig(n=n, scheme=scheme, probe=args.probe, chunk=args.chunk, impl=impl,
+                                           probe_hash=args.probe_hash)
     cfg = ModelConfig(n_layer=args.layers, n_head=args.heads, d_model=args.d, max_seq_len=args.seq, zbp=zbp)
     torch.manual_seed(0)
     model = Transformer(cfg).to(args.device)
