@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from zbpscale.run.folder import RunFolder
 
     cfg = config_from_args(args)
-    if RunFolder.is_run(cfg.out) or RunFolder.all_in(cfg.out):  # its shards beside a run's files, or among runs
-        what = "a run's folder" if RunFolder.is_run(cfg.out) else "a folder of runs"
+    if (run := RunFolder.is_run(cfg.out)) or RunFolder.all_in(cfg.out):  # its shards beside a run's, or among runs
+        what = "a run's folder" if run else "a folder of runs"
         raise ConfigError(f"{args.data} is {what}, not a data folder", hint="give the prep a folder of its own, e.g. "
                           "--data data/fineweb-edu")
     try:

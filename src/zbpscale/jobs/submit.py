@@ -156,17 +156,17 @@ def tuning_notes(sweep: Sweep, runs: list[PlannedRun], tuned: tuning.Tuned) -> l
               for _ in sweep.tune.check_grid for seed in sweep.tune.seeds]  # not planned before the law is known
     if not checks and not planned:  # --only chose none of the tuning: its runs are not this plan's
         return notes
-    timed = not any(math.isnan(h) for _, h in hours) and not any(math.isnan(r.estimated_hours()) for r in checks)
+    later = [r.estimated_hours() * r.size.resources.gpus for r in checks]
+    timed = not any(math.isnan(h) for h in [h for _, h in hours] + later)  # CPU runs: counted, not timed
     said = []
     if planned:
         said.append(plural(sum(role == "tuning" for role, _ in hours), "run") + (
             f", {sum(h for role, h in hours if role == 'tuning'):,.1f} GPU-hours of the plan's "
             f"{sum(h for _, h in hours):,.1f}" if timed else ""))
     if checks:
-        later = sum(r.estimated_hours() * r.size.resources.gpus for r in checks)
-        said.append(plural(len(checks), "run") + (f", {later:,.1f} GPU-hours" if timed else "") + " to come for the "
-                    f"check at {', '.join(dict.fromkeys(r.size.name for r in checks))} (planned once the lr law is "
-                    "known)")
+        said.append(plural(len(checks), "run") + (f", {sum(later):,.1f} GPU-hours" if timed else "") + " to come "
+                    f"for the check at {', '.join(dict.fromkeys(r.size.name for r in checks))} (planned once the lr "
+                    "law is known)")
     notes.append(f"tuning: {'; '.join(said)}; budget {sweep.tune.budget:g} of a size's tokens")
     return notes
 

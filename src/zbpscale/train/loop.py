@@ -174,12 +174,12 @@ def _one_writer(run_dir: Path, env: dist.DistEnv, stale_after_s: float | None, g
         yield lock or Follower(RunFolder(run_dir).trainer_lock, nonce)
     finally:
         if lock:
-            folder, left = RunFolder(run_dir), {"?"}
+            folder, bare = RunFolder(run_dir), False
             if made:
                 with contextlib.suppress(OSError):
-                    left = {p.name for p in run_dir.iterdir()} - {folder.trainer_lock.name, folder.trainer_lease.name}
+                    bare = {p.name for p in run_dir.iterdir()} <= {folder.trainer_lock.name, folder.trainer_lease.name}
             lock.release()  # its lease removed
-            if not left:
+            if bare:
                 with contextlib.suppress(OSError):
                     folder.trainer_lock.unlink()
                     run_dir.rmdir()
