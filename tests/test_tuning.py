@@ -462,6 +462,23 @@ def test_the_bundle_s_lrs_and_what_tuning_changed_in_the_gap():
     assert "zbp_n4 at a: +0.2000 at its own best lr, +0.3000 at BP's" in text
 
 
+def test_a_size_whose_bp_grid_diverged_at_every_lr_has_no_gap_from_tuning():
+    """BP's grid at a size all diverged (each answers inf): what tuning changed in the gap there is said to be
+    none (it was -inf: ZBP's loss minus BP's infinite one)."""
+    from zbpscale.results.lr import lr_markdown, tuning_of
+
+    rows = [dataclasses.replace(row(f"a-bp-lr{lr:g}", "a", "bp", lr, None, state="failed", params=10**5),
+                                stopped_nonfinite=True) for lr in (1e-3, 2e-3, 4e-3)]
+    rows += [row(f"a-zbp_n4-lr{lr:g}", "a", "zbp_n4", lr, loss, params=10**5)
+             for lr, loss in ((1e-3, 3.4), (2e-3, 3.3), (4e-3, 3.5))]
+    t = tuning_of(rows)
+    assert t.choices["a", "bp"].loss == math.inf
+    (size, arm, own, shared), = t.gaps
+    assert (size, arm) == ("a", "zbp_n4") and math.isnan(own) and math.isnan(shared)
+    text = lr_markdown(t, [])
+    assert "zbp_n4 at a: none, BP diverged at every lr of its grid." in text and "inf" not in text.split("changed")[1]
+
+
 def test_a_loss_not_finite_answers_lr_too_high_and_a_grid_not_all_answered_chooses_nothing(tmp_path):
     """One rule for the planner and the bundle (tuning.answer): a grid run that completed with a nan val loss, or
     that its trainer stopped at a non-finite loss, answers inf (the planner raised on nan, every command of the

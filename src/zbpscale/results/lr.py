@@ -101,6 +101,9 @@ def tuning_of(rows: list[RunSummary], field: str = "params_non_embedding", tune:
         bp = choices.get((size, "bp"))
         if arm == "bp" or bp is None or bp.lr not in losses[size, arm]:
             continue
+        if not math.isfinite(bp.loss):  # BP diverged at every lr of its grid: no loss to measure a gap from
+            gaps.append((size, arm, math.nan, math.nan))
+            continue
         at_bp = sum(losses[size, arm][bp.lr]) / len(losses[size, arm][bp.lr])
         gaps.append((size, arm, choice.loss - bp.loss, at_bp - bp.loss))
     return Tuning(choices, laws, params, gaps, law_sizes=sizes, named=tune is not None, checks=checks,
@@ -146,6 +149,8 @@ def lr_markdown(t: Tuning, finals: list[RunSummary]) -> str:
                               for size, arm, law_lr, best in t.checks) + "."]
     if t.gaps:
         lines += ["", "What tuning changed in the gap (ZBP's loss minus BP's at BP's best lr): "
-                  + "; ".join(f"{arm} at {size}: {own:+.4f} at its own best lr, {shared:+.4f} at BP's"
+                  + "; ".join(f"{arm} at {size}: " + (f"{own:+.4f} at its own best lr, {shared:+.4f} at BP's"
+                                                       if not math.isnan(own) else
+                                                       "none, BP diverged at every lr of its grid")
                               for size, arm, own, shared in t.gaps) + "."]
     return "\n".join(lines) + "\n"
