@@ -194,6 +194,36 @@ def test_a_size_removed_while_its_job_is_queued_is_named_with_how_to_cancel_it(t
     assert ends["nano-bp"] == {}
 
 
+def test_status_of_a_sweep_file_judges_the_runs_it_plans_not_one_removed_and_stopped(tmp_path, data_dir):
+    """micro-bp cancelled, then micro removed from the sweep file; nano-bp complete: `status SWEEP_FILE` shows
+    micro-bp's folder and exits 0 with its sweep done, as submit --wait and collect judge it (it exited 3 for
+    ever: a script's `status && collect` never went on; a removed run that had failed, 1)."""
+    from zbpscale.jobs.sweep import expand, load_sweep
+    from zbpscale.run.history import record
+
+    (tmp_path / "sweeps").mkdir()
+    sweep = tmp_path / "sweeps" / "shrunk.py"
+    sweep.write_text(TWO_SIZES.format(sizes=("nano", "micro"), data=str(data_dir)))
+    for n, run in enumerate(expand(load_sweep(sweep))):
+        run_dir = run.write_folder()
+        record(run_dir, "submitted", job_id=f"local-{n}", executor="local")
+        record(run_dir, "start", job_id=f"local-{n}")
+        why = "completed" if run.size.name == "nano" else "cancelled"
+        record(run_dir, "end", job_id=f"local-{n}", executor="local", why=why, reason=why)
+        if why == "completed":
+            RunFolder(run_dir).complete.write_text("{}\n")
+    sweep.write_text(TWO_SIZES.format(sizes=("nano",), data=str(data_dir)))  # micro removed
+
+    def status() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "zbpscale.status", "sweeps/shrunk.py"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, env=trainer_env(1))
+
+    shown = status()
+    assert shown.returncode == 0 and "micro" in shown.stdout and "cancelled" in shown.stdout, shown.stdout
+    sweep.write_text(TWO_SIZES.format(sizes=("nano", "micro"), data=str(data_dir)))  # planned again: to finish
+    assert status().returncode == 3
+
+
 def test_the_cancel_a_settings_note_gives_selects_exactly_the_runs_it_names():
     """Past three runs, the note's cancel read `--only <their names>`, which cannot be pasted. It names each size
     whose live runs all changed (`tiny-*`), else every run; whatever it gives selects those runs and no other live

@@ -196,7 +196,10 @@ def order(row: dict) -> tuple:
 
 
 def exit_code(rows: list[dict]) -> int:
-    states = {r["state"] for r in rows}
+    """0 all complete, 1 any failed or broken, 3 some still to finish; of the runs a sweep file (the target) plans,
+    and those it no longer plans whose job is queued or running (a run removed from the file and stopped is left
+    out, as submit --wait and collect leave it out)."""
+    states = {r["state"] for r in rows if not r["unplanned"] or r["job_live"]}
     if states & {"failed", "broken"}:
         return 1
     return 0 if states <= {"complete"} else 3
