@@ -535,6 +535,8 @@ SWEEP = Sweep(name="prepfail", sizes=(Size(name="nano", global_batch=4, seq_len=
     logs = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(run.parent), "--logs", "nano-bp"],
                           capture_output=True, text=True, timeout=60)
     assert logs.returncode == 0 and end["log"] in logs.stdout, logs.stdout + logs.stderr
+    again = submit(sweep, check=False, timeout=120)  # its hint names the sweep: a jobs root holds more than one
+    assert f"fix the cause (zbpscale status {sweep} --logs RUN)" in again.stdout, again.stdout + again.stderr
     wait_driver_gone(LocalQueue(tmp_path / "jobs"))
     assert "queue empty: driver exits" in (tmp_path / "jobs" / ".localq" / "driver.log").read_text()  # not a crash
     (prep,) = [e for e in LocalQueue(tmp_path / "jobs").entries() if e.kind == "command"]

@@ -181,6 +181,18 @@ def test_json_logs_and_bad_targets(tmp_path, fake_sacct):
         out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", *args], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+    # a run of the same name in another sweep of the jobs root: --logs without a sweep showed the first sweep's log
+    shutil.copytree(sweep, tmp_path / "jobs" / "t")
+    attempts = tmp_path / "jobs" / "t" / "tiny-bp" / "attempts.jsonl"
+    attempts.write_text(attempts.read_text().replace(str(sweep), str(tmp_path / "jobs" / "t")))  # its own paths
+    (tmp_path / "jobs" / "t" / "tiny-bp" / "logs" / "7_0_log.out").write_text("t's line\n")
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(tmp_path / "jobs"), "--logs", "tiny-bp"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "'tiny-bp' is a run of 2 sweeps (s, t)" in out.stderr, out.stderr
+    assert f"zbpscale status {tmp_path / 'jobs' / 't'} --logs tiny-bp" in " ".join(out.stderr.split())
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(tmp_path / "jobs" / "t"), "--logs",
+                          "tiny-bp"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.splitlines()[1:] == ["t's line"], out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("recorded, now", [

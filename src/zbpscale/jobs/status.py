@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -563,7 +564,13 @@ def _run(args) -> int:
 
 
 def print_logs(found: list[tuple[str, list[Run]]], name: str, lines: int) -> int:
-    for run in (r for _, runs in found for r in runs if r.name == name and r.folder.config.exists()):
+    matches = [r for _, runs in found for r in runs if r.name == name and r.folder.config.exists()]
+    if len(matches) > 1:  # runs of the same name in several sweeps (every sweep under ./jobs): which one is meant
+        sweeps = [r.run_dir.parent for r in matches]
+        raise ConfigError(f"{name!r} is a run of {len(matches)} sweeps ({named([s.name for s in sweeps])})",
+                          hint="name its sweep: " + "; ".join(f"zbpscale status {shlex.quote(str(s))} --logs {name}"
+                                                               for s in sweeps[:3]))
+    for run in matches:
         history = History.read(run.run_dir)
         end = history.last_end()
         log = run.folder.here(end["log"]) if end.get("log") else run.folder.log_path(history.submitted, history.job_id)

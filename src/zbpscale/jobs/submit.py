@@ -466,7 +466,8 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
                 said.append(f"{r.name if len(names) <= ALIKE else named(names)} ({words[r.name]})")
         print("left alone: " + ", ".join(said))
     if any(states[r.name].state == "failed" for r in left):
-        print("failed runs are left alone: fix the cause (zbpscale status --logs RUN), then submit again with --retry")
+        print(f"failed runs are left alone: fix the cause (zbpscale status {shlex.quote(str(path))} --logs RUN), then "
+              "submit again with --retry")
     return sweep, runs, back, actions, held
 
 
