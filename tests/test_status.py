@@ -789,6 +789,15 @@ def test_runs_whose_size_and_arm_do_not_name_them_are_shown_by_their_folder_s_na
             sorted(names), (head, lines)
         if sweep == "hand":  # the columns beside it do not tell them apart
             assert len({tuple(line.split()[1:3]) for line in lines}) == 1
+    # moved aside after its lr changed, as the plan's note suggests: the lrs differ, but a sweep that does not tune
+    # shows no lr column, and the rows were alike again
+    make_run(tmp_path / "lr", "tiny-bp", done=10, complete=True)
+    old = make_run(tmp_path / "lr", "tiny-bp.old", done=10, complete=True)
+    (old / "config.json").write_text(config_json("tiny", steps=100, global_batch=8, lr=1e-2))  # tiny, as named
+    rows = collect_rows(tmp_path / "lr")
+    assert len({r["lr"] for r in rows}) == 2 and not any(r["role"] for r in rows)
+    _, head, *lines = plain_table("lr", rows)
+    assert head.split()[:3] == ["run", "size", "arm"] and "lr" not in head.split(), head
 
 
 # ---------------------------------------------------------------------------------------- reads that never write

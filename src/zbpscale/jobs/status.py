@@ -235,10 +235,16 @@ def _beat(r: dict) -> str:
         else ""
 
 
+def _tunes(rows: list[dict]) -> bool:
+    """Whether the rows are a sweep's that tunes its lr (a grid's runs and final runs): the table has an lr column."""
+    return any(r["role"] for r in rows)
+
+
 def _named_apart(rows: list[dict]) -> bool:
     """Whether a run's folder name says what its size and arm do not: a run trained by hand into a folder of its
     own name ('kc'), or two runs the other columns cannot tell apart ('tiny-bp' and 'tiny-bp.old')."""
-    keys = [(r["size"], r["arm"], r["seed"], r["lr"], r["role"]) for r in rows]
+    shown = _tunes(rows)  # the lr column, where the sweep tunes its lr: else the lrs tell no row apart
+    keys = [(r["size"], r["arm"], r["seed"]) + ((r["lr"], r["role"]) if shown else ()) for r in rows]
     return len(set(keys)) < len(keys) or any(not r["run"].startswith(f"{r['size']}-{r['arm']}") for r in rows)
 
 
@@ -247,7 +253,7 @@ COLUMNS = (
     Column("size", lambda r: r["size"], keep=0, left=True),
     Column("arm", lambda r: r["arm"], keep=1, left=True),
     Column("lr", lambda r: "" if r["lr"] is None else lr_text(r["lr"]) + (" grid" if r["role"] == "tuning" else ""),
-           keep=2, left=True, shown=lambda rows: any(r["role"] for r in rows)),
+           keep=2, left=True, shown=_tunes),
     Column("seed", lambda r: str(r["seed"]), keep=2, shown=lambda rows: len({r["seed"] for r in rows}) > 1),
     Column("state", lambda r: r["state"], keep=3, left=True),
     Column("progress", lambda r: f"{r['step']}/{r['steps']} {r['pct']:.0f}%", keep=4),
