@@ -129,11 +129,16 @@ def gap_points(rows: list[RunSummary], curves: Curves, field: str = "params_non_
 
 
 def unpaired(rows: list[RunSummary], curves: Curves) -> list[str]:
-    """The ZBP runs with a val loss whose size has a bp run with one, but not of their seed: not in the gap
-    figure ('zbp_n16 at mini, seed 2')."""
+    """The ZBP runs with a val loss without a bp run of their size and seed with one: not in the gap figure
+    ('zbp_n16 at mini, seed 2'; 'zbp_n16 at s1b (no bp run at that size)' where no bp run of the size has one)."""
     groups = _by_seed(rows, curves)
-    return [f"{arm} at {size}, seed {s}" for (size, arm), runs in groups.items() if arm != "bp"
-            and (size, "bp") in groups for s in sorted(set(runs) - set(groups[(size, "bp")]))]
+    lone = []
+    for (size, arm), runs in groups.items():
+        if arm != "bp":
+            bp = groups.get((size, "bp"))
+            lone += [f"{arm} at {size} (no bp run at that size)"] if bp is None else \
+                [f"{arm} at {size}, seed {s}" for s in sorted(set(runs) - set(bp))]
+    return lone
 
 
 @dataclass(frozen=True, kw_only=True)
