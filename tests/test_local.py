@@ -29,6 +29,7 @@ from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_driver_pre
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts, record
 from zbpscale.run.records import read_records
+from zbpscale.run.snapshot import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -339,6 +340,7 @@ def test_smoke_sweep_runs_through_the_local_queue_with_wait(tmp_path, wheel_pyth
         assert [s for s, _ in losses(run)] == list(range(20))
         assert ends(run) == ["completed"]
         assert {a["executor"] for a in read_attempts(run)} == {"local"}
+        assert Snapshot(run, kept=True).from_digest  # the driver's record of its end kept the folder's digest
     status = subprocess.run([str(wheel_python), "-m", "zbpscale.cli", "status", "sweeps/smoke.py", "--json"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=wheel_env())
     assert status.returncode == 0, status.stdout + status.stderr

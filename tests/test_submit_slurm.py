@@ -24,6 +24,7 @@ from conftest import FAKE_WANDB_KEY, check_trackers, load_slurm_local, losses, w
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import read_attempts
 from zbpscale.run.records import read_records
+from zbpscale.run.snapshot import Snapshot
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -83,6 +84,7 @@ def test_smoke_sweep_prepares_its_data_completes_and_resubmit_submits_nothing(tm
         assert RunFolder(run).complete.exists()
         assert [s for s, _ in losses(run)] == list(range(20))
         assert [a["why"] for a in read_attempts(run) if a["event"] == "end"] == ["completed"]
+        assert Snapshot(run, kept=True).from_digest  # the job's record of its end kept the folder's digest
     assert (tmp_path / "data" / "embedded" / "manifest.json").exists()
     again = submit(sweep, slurm_env)
     assert "data not prepared" not in again.stdout and "left alone: tiny-bp (complete)" in again.stdout

@@ -5,16 +5,18 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 1 MB per run at the default), some runs complete, some failed with a log. The records and the heartbeat are those a
 trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
 SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
-a cluster. Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
+a cluster; and each folder's digest, as the job layer's record of the run's latest end leaves it (run/snapshot.py).
+Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
 status DIR`, table and --json, the table on a pseudo-terminal as people see it, boxed and in color, and `zbpscale
 status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what --watch
-repeats), beside the files status reads alone, read without decoding in as many processes (`reads_alone`: the file
-system's part of its time). No SLURM here: the runs say executor local.
+repeats), beside what status reads through the digests, read alone without decoding in as many processes
+(`reads_alone`: the file system's part of its time). No SLURM here: the runs say executor local.
 
-The run folders' heartbeats carry the index a trainer writes: the glance and goodput's fold of all but the last
-`--tail` records (20 by default: trainers killed mid-run, long after their latest heartbeat; 0: none, as a trainer
-leaves it when it ends, its last heartbeat after its last record). After the timed rounds the index is removed and
-the rows gathered, and `status --goodput` run, again: both must give the same as with it (the index is a cache).
+The digests and the heartbeats' index are caches. After the timed rounds the digests are removed and the command
+and the rows timed again (the files read as a folder without digests is: a live trainer's, or one of an older
+release); then the heartbeats' index is removed too (a trainer killed mid-run keeps the glance and goodput's fold of
+all but the last `--tail` records in it: 20 by default, long after its latest heartbeat; 0: none, as a trainer leaves
+it when it ends), the rows gathered and `status --goodput` run again: each must give the same as with the caches.
 
   python tools/bench_status.py
   python tools/bench_status.py --runs 100 --records 20000
@@ -35,9 +37,11 @@ from pathlib import Path
 
 from zbpscale.jobs.status import collect_rows
 from zbpscale.run.config import TrainConfig, derived_numbers, model_config
+from zbpscale.run.fold import Fold
+from zbpscale.run.folder import RunFolder
 from zbpscale.run.glance import glance_index, glance_of
-from zbpscale.run.goodput import Fold
 from zbpscale.run.records import records_of
+from zbpscale.run.snapshot import keep
 
 SIZES = ("nano", "micro", "tiny", "mini", "s60", "s124", "s350", "s1b")
 ARMS = ("bp", "zbp_n16", "zbp_n64")
@@ -57,9 +61,10 @@ def loss(step: int) -> float:
     return 3.0 + 7.8 / (1 + step / 50)
 
 
-def build(folder: Path, runs: int, records: int, *, index: bool = True, tail: int = 20) -> None:
+def build(folder: Path, runs: int, records: int, *, index: bool = True, tail: int = 20, digest: bool = True) -> None:
     """`runs` run folders (`run_name`); `index`: their heartbeats carry the glance index a trainer of this release
-    writes, covering all but the last `tail` records (0 to 20: those written after the latest heartbeat)."""
+    writes, covering all but the last `tail` records (0 to 20: those written after the latest heartbeat); `digest`:
+    each folder's digest kept, as the job layer's record of its latest end leaves it (run/snapshot.py's `keep`)."""
     now = time.time()
     train = TrainConfig(model=model_config("s60"), data_dir="data", steps=2 * records, global_batch=256)
     config = json.dumps(train.to_dict())
@@ -120,6 +125,8 @@ def build(folder: Path, runs: int, records: int, *, index: bool = True, tail: in
         elif i % 10 == 1:
             (run / "COMPLETE").write_text("{}\n")
         (run / "attempts.jsonl").write_text("".join(json.dumps(a) + "\n" for a in attempts))
+        if digest:
+            keep(run)
 
 
 def sweep_file(folder: Path, runs: int) -> Path:
@@ -140,26 +147,15 @@ SWEEP = Sweep(name={folder.name!r}, root={str(folder.parent)!r},
 
 
 def reads_alone(folder: Path) -> float:
-    """Seconds to read, without decoding, what status reads of each run folder (attempts, config, plan, heartbeat,
-    the last 4 KB of metrics.jsonl, the COMPLETE marker tested), over as many forked processes as status uses
-    (`bulk.spread`): the part of status's time that is the file system's, beside the rows' (`rows in process`)."""
+    """Seconds to read, without decoding, what status reads of each run folder through its digest (the digest, and
+    a stat of each file it names), over as many forked processes as status uses (`bulk.spread`): the part of
+    status's time that is the file system's, beside the rows' (`rows in process`)."""
     from zbpscale.bulk import spread
-    from zbpscale.run.folder import RunFolder
-
-    def read(path: Path, last: int | None = None) -> int:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return 0
-        try:
-            size = os.fstat(fd).st_size
-            return len(os.pread(fd, size if last is None else min(size, last), size - min(size, last or size)))
-        finally:
-            os.close(fd)
+    from zbpscale.run.snapshot import stamps
 
     def one(run: RunFolder) -> int:
-        return sum(read(f) for f in (run.attempts, run.config, run.plan, run.heartbeat)) + \
-            read(run.metrics, 4096) + run.complete.exists()
+        with open(run.digest, "rb") as fh:
+            return len(fh.read()) + len(stamps(run))
 
     t = time.perf_counter()
     spread(lambda part: [one(RunFolder(p)) for p in part], RunFolder.all_in(folder))
@@ -230,12 +226,13 @@ def main(argv=None) -> int:
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
                   "zbpscale status DIR, on a terminal",
                   "zbpscale status SWEEP_FILE", "rows in process", "the files alone, read, not decoded",
-                  "rows in process, no index",
+                  "zbpscale status DIR, no digests", "rows in process, no digests", "rows in process, no index",
                   "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
         if args.cold:
             times["zbpscale status DIR, caches dropped"] = []
             times["the files alone, caches dropped"] = []
+            times["zbpscale status DIR, no digests, caches dropped"] = []
         for _ in range(args.rounds):
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
                 times[label].append(timed_status(folder, *extra)[0])
@@ -256,6 +253,15 @@ def main(argv=None) -> int:
         assert len(rows) == args.runs
         planned = json.loads(timed_status(sweep, "--json")[1])[folder.name]
         assert sum(r["state"] != "new" for r in planned) == args.runs, "the sweep file does not find the runs"
+        for run in RunFolder.all_in(folder):  # the digests are a cache: the same rows without them
+            RunFolder(run).digest.unlink()
+        for _ in range(args.rounds):
+            times["zbpscale status DIR, no digests"].append(timed_status(folder)[0])
+            if args.cold and drop_caches():
+                times["zbpscale status DIR, no digests, caches dropped"].append(timed_status(folder)[0])
+            t = time.perf_counter()
+            undigested = collect_rows(folder)
+            times["rows in process, no digests"].append(time.perf_counter() - t)
         for beat in folder.glob("*/heartbeat.json"):  # the index is a cache: the same rows without it
             beat.write_text(json.dumps({k: v for k, v in json.loads(beat.read_text()).items() if k != "glance"}))
         for _ in range(args.rounds):
@@ -269,6 +275,7 @@ def main(argv=None) -> int:
         def aged(rs: list[dict]) -> list[dict]:
             return [{k: v for k, v in r.items() if k != "heartbeat_age_s"} for r in rs]
 
+        assert aged(undigested) == aged(rows), "the rows differ without the digests"
         assert aged(without) == aged(rows), "the rows differ without the heartbeats' index"
     print(f"{args.runs} runs, {size_mb:.0f} MB of run folders, {args.tail} records after each heartbeat; median of "
           f"{args.rounds} rounds")

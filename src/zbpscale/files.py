@@ -2,8 +2,9 @@
 
 The one recipe for every file zbpscale rewrites (config.json, heartbeat.json, a checkpoint, a local-queue entry,
 a shard, a results bundle's files): write a temp file in the same folder, fsync it, rename it over the final
-name, fsync the folder. Temp files are named by `temp_path` alone (`.<name>.tmp-<pid>`), so
-`remove_stale_temps` finds every one a killed writer left. Torch-free, and imports nothing of zbpscale.
+name, fsync the folder (a cache its reader checks skips the fsyncs). Temp files are named by `temp_path` alone
+(`.<name>.tmp-<pid>`), so `remove_stale_temps` finds every one a killed writer left. Torch-free, and imports nothing
+of zbpscale.
 
 Read back with `loads`, the one JSON decoder of the files status reads for every run (json's values, at a third of
 its cost).
@@ -32,12 +33,14 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def atomic_write(path: Path, data: Content, *, before_rename: Callable[[], None] | None = None) -> None:
+def atomic_write(path: Path, data: Content, *, before_rename: Callable[[], None] | None = None,
+                 durable: bool = True) -> None:
     """Write `data` so that `path` is either absent, its old content, or the complete new file (temp file, fsync,
     rename, fsync of the folder). On any error the temp file is removed and the error raised: a full disk leaves
     no half-written file behind, and the old file intact. `before_rename()` is called once the data are on disk,
     just before they become `path`: raising there leaves `path` as it was (a writer that may no longer write,
-    found out after a long write)."""
+    found out after a long write). `durable=False`: no fsync (a cache its reader checks, which a crash may leave
+    empty: a run folder's digest, kept at every event of 10,000 runs' submit)."""
     path = Path(path)
     tmp = temp_path(path)
     try:
@@ -50,14 +53,16 @@ def atomic_write(path: Path, data: Content, *, before_rename: Callable[[], None]
                 for chunk in data:
                     fh.write(chunk)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if before_rename is not None:
             before_rename()
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(folder: Path) -> None:

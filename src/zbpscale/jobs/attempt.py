@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from zbpscale.jobs import ends
-from zbpscale.run.history import History, Why, record
+from zbpscale.run.history import History, Why
+from zbpscale.run.snapshot import record
 
 
 @dataclass(frozen=True)

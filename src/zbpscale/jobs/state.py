@@ -39,9 +39,9 @@ from typing import Literal
 from zbpscale.jobs.executors.base import DRIVER_DOWN, NEVER_REASON, UNKNOWN, JobView
 from zbpscale.proc import pid_alive, process_start_time, process_started_at
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import End, History, record
+from zbpscale.run.history import End, History
 from zbpscale.run.records import TRAINER_BEAT_S
-from zbpscale.run.snapshot import Snapshot
+from zbpscale.run.snapshot import Snapshot, record
 from zbpscale.tables import age
 
 State = Literal["running", "stalled", "queued", "unknown", "stopped", "new", "cancelled", "failed", "broken",

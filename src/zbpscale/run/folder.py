@@ -14,6 +14,8 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
               .trainer.lease   with the lease that holds across nodes (lease.py: who holds it, renewed as it steps)
               .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, train/watchdog.py)
               COMPLETE         the trainer finished every step
+              .snapshot.json   the folder's digest: a look at these files kept by the writers of attempts.jsonl,
+                               named by their inodes, sizes and times (run/snapshot.py; a cache status reads)
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
 
 Run names are `{size}-{arm}` plus `-s{seed}` for seeds other than 0 (`run_name`, read back by
@@ -97,6 +99,7 @@ class RunFolder:
     checkpoints = cached_property(lambda self: self.path / "checkpoints")
     logs = cached_property(lambda self: self.path / "logs")
     complete = cached_property(lambda self: self.path / "COMPLETE")
+    digest = cached_property(lambda self: self.path / ".snapshot.json")  # a look kept (run/snapshot.py's `keep`)
     cancel = cached_property(lambda self: self.path / "CANCEL")
     trainer_lock = cached_property(lambda self: self.path / ".trainer.lock")
     trainer_lease = cached_property(lambda self: lease_path(self.trainer_lock))

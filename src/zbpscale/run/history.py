@@ -153,13 +153,14 @@ class History:
     def _of(self, event: str, job: str | None = None) -> list[dict]:
         return [a for a in self._by_event.get(event, ()) if job is None or a.get("job_id") == job]
 
-    @property
+    @cached_property
     def submitted(self) -> Submitted:
-        """The latest `submitted` event (job id, executor, logs), {} if the run was never submitted."""
+        """The latest `submitted` event (job id, executor, logs), {} if the run was never submitted (asked some 10
+        times a run by status's decision and row)."""
         subs = self._of("submitted")
         return subs[-1] if subs else {}
 
-    @property
+    @cached_property
     def job_id(self) -> str:
         """The latest submitted job's id, "" if none."""
         return self.submitted.get("job_id", "")

@@ -12,15 +12,34 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
     metrics      metrics.jsonl's bytes, from which `records` (every record), `glance` (what status shows) and
                  `fold` (what goodput reads) are parsed; `own` is the trainer's latest start and end records
     complete     whether COMPLETE is there
+    attempts     the account of its attempts (run/account.py: goodput's and status's GPU-hours)
+
+The folder's digest (`keep`, RunFolder.digest) is a look kept beside the files: what a look makes of them (every
+value above but the metrics' bytes, records and fold, which the glance and the attempts stand for), with the inode,
+size and modification time of each file it was made from. The writers of attempts.jsonl keep it after each event
+(`record`): the last write to the folder of a run that has stopped, is queued or has ended. A look asked to use it
+(`Snapshot(run_dir, kept=True)`: status, for 10,000 runs) takes those values while every file is as it names them
+and the code that made them is this code (`look_code`), and reads the files otherwise (a live trainer's, a folder
+changed by hand, a digest of another format or release, or none): the same values either way
+(tests/test_snapshot.py). It is a cache: nothing reads it but a look, nothing migrates it, and a folder without one
+is read as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import importlib
+import json
+import os
 from functools import cached_property
 from pathlib import Path
 
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.files import read_bytes, read_json
+from zbpscale.files import atomic_write, loads, read_bytes, read_json
+from zbpscale.run import history
+from zbpscale.run.account import Attempt, account
 from zbpscale.run.config import TrainConfig
 from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
@@ -28,12 +47,59 @@ from zbpscale.run.glance import Glance, glance_after, glance_of, indexed_tail
 from zbpscale.run.history import History
 from zbpscale.run.records import Record, records_of
 
+DIGEST_FORMAT = 1
+"""The digest's format: one of another format is not read (and the next event's writer replaces it)."""
+
+LOOK_CODE = ("zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc", "zbpscale.run.account",
+             "zbpscale.run.config", "zbpscale.run.fold", "zbpscale.run.folder", "zbpscale.run.formats",
+             "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.records", "zbpscale.run.snapshot",
+             "zbpscale.tables", "zbpscale.text", "zbpscale.zbp.config")
+"""The modules a look's values come from (this one's imports, at any depth: tests/test_snapshot.py checks): a
+digest names their source (`look_code`), and one made by other code (another release, an edited clone: a config
+it validated otherwise, an account it split otherwise) is not read."""
+
+
+@functools.cache
+def look_code() -> str:
+    """A hash of LOOK_CODE's source files; "" where one cannot be read (then no digest is written or read)."""
+    digest = hashlib.sha256()
+    try:
+        for name in LOOK_CODE:
+            digest.update(Path(importlib.import_module(name).__file__).read_bytes())
+    except (OSError, ImportError, TypeError):  # TypeError: a module without a file
+        return ""
+    return digest.hexdigest()[:16]
+
+
+STAMPED = ("config", "plan", "attempts", "heartbeat", "metrics", "complete")
+"""The files a look reads, by RunFolder attribute: the digest names each as it was when made."""
+
+
+def stamps(folder: RunFolder) -> list[list[int] | None]:
+    """(inode, size, modification time in ns) of each STAMPED file, None for one that is not there. A file zbpscale
+    rewrites is replaced (a new inode) and one it appends to grows, so the three say whether it changed."""
+    base = os.path.join(folder.path, "")  # joined as text: status stats six files of each of 10,000 runs
+    found: list[list[int] | None] = []
+    for name in _STAMPED_NAMES:
+        try:
+            st = os.stat(base + name)
+        except (FileNotFoundError, NotADirectoryError):
+            found.append(None)
+        else:
+            found.append([st.st_ino, st.st_size, st.st_mtime_ns])
+    return found
+
+
+_STAMPED_NAMES = tuple(getattr(RunFolder(Path(".")), f).name for f in STAMPED)
+_DIGEST_NAME = RunFolder(Path(".")).digest.name
+
 
 class Snapshot:
-    """A run folder, read once (see the module docstring)."""
+    """A run folder, read once (see the module docstring); `kept`: through its digest where it holds."""
 
-    def __init__(self, run_dir: Path | str):
+    def __init__(self, run_dir: Path | str, *, kept: bool = False):
         self.folder = RunFolder(run_dir)
+        self._use_digest = kept
 
     def __repr__(self) -> str:
         return f"Snapshot({str(self.folder.path)!r})"
@@ -43,7 +109,45 @@ class Snapshot:
         return self.folder.path
 
     @cached_property
+    def _kept(self) -> dict | None:
+        """The folder's digest, made into the values it keeps, where it was asked for and names every file as it is
+        now; None otherwise (not asked for, none, another format, a file changed since, or bytes that are no
+        digest)."""
+        if not self._use_digest:
+            return None
+        try:
+            kept = loads(read_bytes(os.path.join(self.folder.path, _DIGEST_NAME)))
+            if not look_code() or not isinstance(kept, dict) or kept.get("format") != DIGEST_FORMAT \
+                    or kept.get("code") != look_code():
+                return None
+            now = stamps(self.folder)
+            if kept["stamps"] != now:
+                return None
+            return {"history": History(tuple(kept["events"])), "config": kept["config"],
+                    "step_timeout": float(kept["step_timeout"]), "heartbeat": dict(kept["heartbeat"]),
+                    "plan": dict(kept["plan"]), "complete": now[STAMPED.index("complete")] is not None,
+                    "glance": Glance(**kept["glance"]), "attempts": [Attempt(**a) for a in kept["attempts"]],
+                    "unread_metrics": int(kept["unread_metrics"])}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    @property
+    def from_digest(self) -> bool:
+        """Whether this look's values come from the folder's digest (asked for, and it holds)."""
+        return self._kept is not None
+
+    def digest(self) -> dict:
+        """What the folder's digest keeps of this look (see the module docstring; `keep` writes it)."""
+        beat = {k: v for k, v in self.heartbeat.items() if k != "glance"}
+        return {"format": DIGEST_FORMAT, "code": look_code(), "events": list(self.history.events),
+                "config": self.config, "step_timeout": self.step_timeout, "heartbeat": beat, "plan": self.plan,
+                "glance": dataclasses.asdict(self.glance), "attempts": [dataclasses.asdict(a) for a in self.attempts],
+                "unread_metrics": self.unread_metrics}
+
+    @cached_property
     def _history(self) -> tuple[History, str]:
+        if self._kept is not None:
+            return self._kept["history"], ""
         try:
             return History.read(self.run_dir), ""
         except BrokenRunFolder as err:
@@ -56,6 +160,8 @@ class Snapshot:
 
     @cached_property
     def _config(self) -> tuple[dict | None, str]:
+        if self._kept is not None:
+            return self._kept["config"], ""
         try:
             return self.folder.read_config(), ""
         except BrokenRunFolder as err:
@@ -86,16 +192,25 @@ class Snapshot:
         """Why the trainer would refuse the run's config.json (not JSON, or not a valid config by its own
         validation), or why its attempts.jsonl cannot be read, with a hint; "" when neither (or there is no config:
         a new run)."""
-        return self._train_config[1] or self._history[1]
+        return self._config_error or self._history[1]
 
-    @property
+    @cached_property
+    def _config_error(self) -> str:
+        return "" if self._kept is not None else self._train_config[1]
+
+    @cached_property
     def step_timeout(self) -> float:
         """The run's step_timeout_s (its config, migrated); 0 (no bound) without a config the trainer takes."""
+        if self._kept is not None:
+            return self._kept["step_timeout"]
         return self.train_config.step_timeout_s if self.train_config is not None else 0.0
 
     @cached_property
     def heartbeat(self) -> dict:
-        """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out."""
+        """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out; from a
+        digest, without its index of metrics.jsonl (the glance and the attempts it served are kept)."""
+        if self._kept is not None:
+            return self._kept["heartbeat"]
         beat = read_json(self.folder.heartbeat)
         for key in ("time", "step"):
             if key in beat and (isinstance(beat[key], bool) or not isinstance(beat[key], (int, float))):
@@ -104,11 +219,11 @@ class Snapshot:
 
     @cached_property
     def plan(self) -> dict:
-        return read_json(self.folder.plan)
+        return self._kept["plan"] if self._kept is not None else read_json(self.folder.plan)
 
     @cached_property
     def complete(self) -> bool:
-        return self.folder.complete.exists()
+        return self._kept["complete"] if self._kept is not None else self.folder.complete.exists()
 
     @cached_property
     def metrics(self) -> bytes:
@@ -128,7 +243,7 @@ class Snapshot:
         """metrics.jsonl's bytes after those the heartbeat's index covers (the records the trainer wrote after its
         latest heartbeat), read once for both the glance and the fold; None where the index does not serve (none,
         one the file no longer matches, the file gone) or the whole file was read already."""
-        if "metrics" in self.__dict__:
+        if "metrics" in self.__dict__ or self._kept is not None:
             return None
         try:
             return indexed_tail(self.folder.metrics, self.heartbeat.get("glance"))
@@ -139,6 +254,8 @@ class Snapshot:
     def glance(self) -> Glance:
         """What status shows of metrics.jsonl (run/glance.py's Glance): through the heartbeat's index of it, the
         bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
+        if self._kept is not None:
+            return self._kept["glance"]
         if self._tail is not None:
             try:
                 return glance_after(self.heartbeat["glance"], self._tail)
@@ -162,10 +279,19 @@ class Snapshot:
                 return fold
         return Fold.of(self.records)
 
-    @property
+    @cached_property
+    def attempts(self) -> list[Attempt]:
+        """The account of the run's attempts (run/account.py), oldest first."""
+        if self._kept is not None:
+            return self._kept["attempts"]
+        return account(self.history, self.fold, self.heartbeat)
+
+    @cached_property
     def unread_metrics(self) -> int:
         """The size of metrics.jsonl where it holds bytes but no record this release reads (garbled, or another file
         in its place: its steps, losses and tokens cannot be shown); 0 where it holds one, or is empty or missing."""
+        if self._kept is not None:
+            return self._kept["unread_metrics"]
         return 0 if any(self.glance.__dict__.values()) else len(self.metrics)  # read once already to find none
 
     @property
@@ -174,3 +300,28 @@ class Snapshot:
         record's config holds only its device; {} for each it has not written)."""
         seen = self.glance
         return {k: r for k, r in (("start", seen.start), ("end", seen.end)) if r}
+
+
+def keep(run_dir: Path | str) -> bool:
+    """Write the run folder's digest (see the module docstring) from a look taken now; whether it was written. Not
+    written where the look is broken (its words name the folder's path, which may move) or where a file changed
+    while it was read (a live trainer: its digest would be stale at once)."""
+    folder = RunFolder(run_dir)
+    before = stamps(folder)
+    look = Snapshot(folder.path)
+    digest = look.digest()
+    if look.broken or stamps(folder) != before or not look_code():
+        return False
+    atomic_write(folder.digest, json.dumps({**digest, "stamps": before}), durable=False)  # a cache: no fsync
+    return True
+
+
+def record(run_dir: Path, event: str, **fields) -> None:
+    """history.record (an event appended to attempts.jsonl), then the folder's digest kept: every writer of the
+    attempts record writes through here, the last writer of a folder whose trainer has stopped. A digest that
+    cannot be written (a full disk, a look that raises) is no error of the event's: a look reads the files."""
+    history.record(run_dir, event, **fields)
+    try:
+        keep(run_dir)
+    except Exception:  # noqa: BLE001 - the digest is a cache; the event, the record that matters, is written
+        pass

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from zbpscale.jobs.executors.base import DRIVER_DOWN, Executor, JobView, View
 from zbpscale.jobs.sweep_checks import field_error
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import record
+from zbpscale.run.snapshot import record
 from zbpscale.tables import plural
 from zbpscale.text import shown_path
 

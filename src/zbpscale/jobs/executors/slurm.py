@@ -31,7 +31,7 @@ from zbpscale.errors import ZbpError
 from zbpscale.jobs.executors import slurm_commands as slurm
 from zbpscale.jobs.executors.base import ALIVE, NEVER_REASON, UNKNOWN, UNSEEN_JOB_GRACE_S, Executor, JobView, View
 from zbpscale.run.folder import RunFolder, job_log
-from zbpscale.run.history import record
+from zbpscale.run.snapshot import record
 from zbpscale.tables import plural
 
 if TYPE_CHECKING:

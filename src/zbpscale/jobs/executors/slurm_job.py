@@ -40,7 +40,8 @@ from zbpscale.jobs.executors.base import ALIVE
 from zbpscale.jobs.executors.slurm_sentinel import kill_step, record_hung_end, requeue, start_sentinel, step_restarts
 from zbpscale.lease import job_here
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import History, record
+from zbpscale.run.history import History
+from zbpscale.run.snapshot import record
 from zbpscale.train.exits import EXIT_ERROR, EXIT_HUNG, EXIT_LEASE_LOST, EXIT_OK, EXIT_REQUEUE, EXIT_USAGE, leave
 
 TIMEOUT_MARGIN_S = 120  # the time-limit signal can come up to ~60 s early; allow for one slow step too

@@ -196,7 +196,7 @@ class Driver:
         self.procs[e.job_id] = procs
         self.q.write(e)
         if e.kind == "train":
-            from zbpscale.run.history import record
+            from zbpscale.run.snapshot import record
 
             record(Path(e.run_dir), "start", job_id=e.job_id, executor="local", host=socket.gethostname(),
                    ranks=e.ranks, pid=procs[0].pid, gpus=list(gpus), logs=str(log_dir))
@@ -340,7 +340,7 @@ class Driver:
         log(f"{e.job_id} {e.name}: {state} ({reason})")
 
     def _record_end(self, e: Entry, why: str, reason: str, log_file: Path | None = None) -> None:
-        from zbpscale.run.history import record
+        from zbpscale.run.snapshot import record
 
         record(Path(e.run_dir), "end", job_id=e.job_id, executor="local", why=why, reason=reason,
                log=str(log_file or job_log(Path(e.log_dir), e.job_id)))

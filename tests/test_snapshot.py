@@ -1,0 +1,194 @@
+"""The run folder's digest (run/snapshot.py's `keep`, #54 item 2): a look through it has the values of a look at the
+files, on run folders of every kind at hand (the mini ladder's real runs, runs of older releases, the status bench's
+runs, folders of odd states); it is not taken once a file it names has changed; the writers of attempts.jsonl keep
+it, and an error in keeping it costs no event."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+from conftest import load_tool
+from zbpscale.files import atomic_write
+from zbpscale.jobs import goodput_table
+from zbpscale.jobs.runs import find_runs
+from zbpscale.jobs.status import collect_rows
+from zbpscale.run import history, snapshot
+from zbpscale.run.folder import RunFolder
+from zbpscale.run.snapshot import Snapshot, keep, record
+
+REPO = Path(__file__).resolve().parents[1]
+UPGRADE = REPO / "tests" / "fixtures" / "upgrade"
+
+
+def looked(look: Snapshot) -> str:
+    """Every value a look gives that the digest keeps or stands for, as JSON text (NaN as NaN: a diverged run's)."""
+    config = look.train_config
+    values = {"events": look.history.events, "config": look.config, "step_timeout": look.step_timeout,
+              "heartbeat": {k: v for k, v in look.heartbeat.items() if k != "glance"}, "plan": look.plan,
+              "complete": look.complete, "glance": dataclasses.asdict(look.glance),
+              "attempts": [dataclasses.asdict(a) for a in look.attempts], "unread_metrics": look.unread_metrics,
+              "broken": look.broken, "own": look.own, "train_config": config and config.to_dict(),
+              "fold": look.fold.state, "job_id": look.history.job_id}
+    return json.dumps(values, sort_keys=True)
+
+
+def odd_folders(root: Path) -> list[Path]:
+    """Run folders in states a trainer leaves rarely: queued (config, plan and a submission alone), a diverged
+    run (NaN losses), metrics.jsonl that holds no record, a heartbeat edited by hand (a time that is words)."""
+    made = []
+    queued = root / "queued"
+    queued.mkdir()
+    (queued / "config.json").write_text((REPO / "docs/mini_ladder/runs/micro-bp/config.json").read_text())
+    (queued / "plan.json").write_text(json.dumps({"params": 1e6, "gpus": 1, "gpu_hours": 0.5}))
+    history.record(queued, "submitted", job_id="local-7", executor="local")
+    made.append(queued)
+    diverged = root / "diverged"
+    shutil.copytree(REPO / "docs/mini_ladder/runs/micro-bp", diverged)
+    with open(diverged / "metrics.jsonl", "a") as fh:
+        fh.write(json.dumps({"kind": "eval", "time": 2e9, "step": 99, "tokens": 1, "val_loss": math.nan}) + "\n")
+    made.append(diverged)
+    garbled = root / "garbled"
+    shutil.copytree(REPO / "docs/mini_ladder/runs/micro-bp", garbled)
+    (garbled / "metrics.jsonl").write_text("this is not a record\n")
+    (garbled / "heartbeat.json").write_text(json.dumps({"step": 3, "time": "noon"}))
+    made.append(garbled)
+    return made
+
+
+def corpus(tmp_path: Path) -> list[Path]:
+    """The run folders a look is compared on: copies of the mini ladder's 67 real runs, the upgrade fixtures'
+    runs of five older releases, 24 runs of the status bench (failed, complete, preempted; 20 records after their
+    latest heartbeat) and the odd folders."""
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs", runs)
+    for release in sorted(UPGRADE.glob("f*-*")):
+        for arm in ("bp", "zbp_n4"):
+            shutil.copytree(release / arm, runs / f"{release.name}-{arm}", ignore=shutil.ignore_patterns("*.pt"))
+    load_tool("bench_status").build(tmp_path / "bench", 24, 60)
+    return sorted(runs.iterdir()) + sorted((tmp_path / "bench").iterdir()) + odd_folders(tmp_path)
+
+
+def test_a_look_through_the_digest_has_the_values_of_a_look_at_the_files(tmp_path):
+    folders = corpus(tmp_path)
+    assert len(folders) > 100
+    for run in folders:
+        assert keep(run), run
+        kept, read = Snapshot(run, kept=True), Snapshot(run)
+        assert kept.from_digest and not read.from_digest
+        assert looked(kept) == looked(read), run
+
+
+def test_a_digest_is_not_taken_once_a_file_it_names_has_changed(tmp_path):
+    """Each file a look reads, changed as its writer changes it (appended, replaced even with the same bytes, made,
+    removed), or a digest of another format or made by other code, or bytes that are no digest: the look reads the
+    files."""
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
+    folder = RunFolder(run)
+
+    def append_record():
+        with open(folder.metrics, "a") as fh:
+            fh.write(json.dumps({"kind": "train", "time": 2e9, "step": 40, "tokens": 1, "loss": 1.0,
+                                 "step_time": 0.1}) + "\n")
+
+    changes = {
+        "a record appended": append_record,
+        "the heartbeat rewritten, the same bytes":
+            lambda: atomic_write(folder.heartbeat, folder.heartbeat.read_bytes()),
+        "an event appended": lambda: history.record(run, "submitted", job_id="local-9", executor="local"),
+        "the config rewritten": lambda: atomic_write(folder.config, folder.config.read_bytes()),
+        "a plan made": lambda: atomic_write(folder.plan, json.dumps({"gpus": 2})),
+        "COMPLETE removed": lambda: folder.complete.unlink(),
+        "COMPLETE made again": lambda: folder.complete.write_text(""),
+        "another format": lambda: folder.digest.write_text(json.dumps(
+            {**json.loads(folder.digest.read_text()), "format": snapshot.DIGEST_FORMAT + 1})),
+        "no digest": lambda: folder.digest.write_text("{not json"),
+        "another release's code": lambda: folder.digest.write_text(json.dumps(
+            {**json.loads(folder.digest.read_text()), "code": "0" * 16})),
+        "a digest without its stamps": lambda: folder.digest.write_text(json.dumps(
+            {k: v for k, v in json.loads(folder.digest.read_text()).items() if k != "stamps"})),
+    }
+    for what, change in changes.items():
+        assert keep(run) and Snapshot(run, kept=True).from_digest, what
+        change()
+        kept = Snapshot(run, kept=True)
+        assert not kept.from_digest, what
+        assert looked(kept) == looked(Snapshot(run)), what
+
+
+def test_no_digest_is_kept_of_a_folder_that_changes_while_it_is_read_or_of_a_broken_one(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
+    digest = Snapshot.digest
+
+    def read_by_a_live_trainer(look):  # the trainer appends a record while the look is taken
+        values = digest(look)
+        with open(RunFolder(run).metrics, "a") as fh:
+            fh.write(json.dumps({"kind": "train", "time": 2e9, "step": 41, "tokens": 1, "loss": 1.0}) + "\n")
+        return values
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Snapshot, "digest", read_by_a_live_trainer)
+        assert not keep(run) and not RunFolder(run).digest.exists()
+    (run / "config.json").write_text('{"steps": "many"}')  # a config the trainer would refuse: its words name paths
+    assert Snapshot(run).broken and not keep(run) and not RunFolder(run).digest.exists()
+
+
+def test_every_event_keeps_the_digest_and_one_that_cannot_be_kept_costs_no_event(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
+    record(run, "end", job_id="local-3", executor="local", why="completed", reason="all steps done")
+    assert Snapshot(run, kept=True).from_digest
+    assert Snapshot(run, kept=True).history.events[-1]["job_id"] == "local-3"
+
+    def full_disk(run_dir):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(snapshot, "keep", full_disk)
+    record(run, "submitted", job_id="local-4", executor="local")
+    assert history.read_attempts(run)[-1]["job_id"] == "local-4"
+    look = Snapshot(run, kept=True)
+    assert not look.from_digest and look.history.job_id == "local-4"
+
+
+def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path):
+    """The bench's runs and the mini ladder's, as two sweep folders: the rows status and status --goodput give
+    through their digests are the rows they give once the digests are removed (but each heartbeat's age, which grows
+    between the looks)."""
+    bench, mini = tmp_path / "jobs" / "ladder", tmp_path / "jobs" / "mini"
+    load_tool("bench_status").build(bench, 30, 60)
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs", mini)
+    runs = sorted(bench.iterdir()) + sorted(mini.iterdir())
+    for run in runs:
+        assert keep(run)
+
+    def rows() -> list[dict]:  # status's rows, and status --goodput's
+        return [{k: v for k, v in row.items() if k != "heartbeat_age_s"}
+                for sweep in (bench, mini) for row in collect_rows(sweep)] + \
+            goodput_table.rows([r for _, found in find_runs(str(tmp_path / "jobs"), None) for r in found])
+
+    through = rows()
+    for run in runs:
+        os.unlink(RunFolder(run).digest)
+    assert json.dumps(through) == json.dumps(rows()) and len(through) == 97 + 98  # and goodput's total
+
+
+def test_a_digest_names_the_code_of_every_module_a_look_s_values_come_from():
+    """LOOK_CODE is the closure of run/snapshot.py's imports (tests/test_layout.py's reading of them): a module it
+    comes to import, whose change could change a look's values, is named there, and a digest of other code is not
+    read."""
+    from test_layout import imports, modules
+
+    known, seen, todo = modules(), set(), ["zbpscale.run.snapshot"]
+    while todo:
+        name = todo.pop()
+        if name in known and name not in seen:
+            seen.add(name)
+            todo += [n for n, _ in imports(known[name])]
+    assert sorted(seen) == sorted(snapshot.LOOK_CODE)
+    assert len(snapshot.look_code()) == 16
