@@ -32,6 +32,13 @@ def test_bp_tokens_for_a_loss_is_read_off_the_curve_in_log_tokens(loss, tokens):
     assert bp_tokens_for(loss, CURVE) == pytest.approx(tokens)
 
 
+def test_an_eval_that_is_not_a_number_is_no_point_of_the_curve():
+    """A helper's hunt: a nan eval of BP's before its last made the multiplier 'nan [nan, nan]'."""
+    # three quarters of the way from 8.0 at 1000 tokens to 6.0 at 4000, in log tokens
+    assert bp_tokens_for(6.5, [(1000, 8.0), (2000, math.nan), (4000, 6.0)]) == pytest.approx(1000 * 4 ** 0.75)
+    assert bp_tokens_for(6.5, [(1000, math.nan), (2000, math.nan)]) == math.inf
+
+
 def test_a_curve_that_spikes_counts_its_first_crossing():
     assert bp_tokens_for(6.5, [(1000, 11.0), (2000, 7.0), (4000, 6.0), (8000, 6.8)]) == pytest.approx(2828.4, rel=1e-4)
 

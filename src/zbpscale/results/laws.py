@@ -168,8 +168,10 @@ class Multiplier:
 def bp_tokens_for(loss: float, curve: list[tuple[int, float]]) -> float:
     """The tokens at which a BP curve [(tokens, val loss)] first comes down to `loss`, interpolated linearly in
     log tokens between its evals; 0 when its first eval is already at or below it (and for a loss that is not a
-    number, a diverged run's: as high as can be), inf when it never gets there."""
-    if math.isnan(loss) or curve[0][1] <= loss:
+    number, a diverged run's: as high as can be), inf when it never gets there. An eval that is not a number is no
+    point of the curve (it made the multiplier nan)."""
+    curve = [(t, v) for t, v in curve if not math.isnan(v)]
+    if math.isnan(loss) or (curve and curve[0][1] <= loss):
         return 0.0
     for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
         if l1 <= loss:
