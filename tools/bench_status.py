@@ -13,7 +13,7 @@ repeats), beside what status reads through the digests, read alone without decod
 (`reads_alone`: the file system's part of its time). No SLURM here: the runs say executor local.
 
 The digests and the heartbeats' index are caches. After the timed rounds the digests are removed and the command
-and the rows timed again (the files read as a folder without digests is: a live trainer's, or one of an older
+and the rows timed again (status reads so a folder whose digest does not hold: a live trainer's, or one of an older
 release); then the heartbeats' index is removed too (a trainer killed mid-run keeps the glance and goodput's fold of
 all but the last `--tail` records in it: 20 by default, long after its latest heartbeat; 0: none, as a trainer leaves
 it when it ends), the rows gathered and `status --goodput` run again: each must give the same as with the caches.

@@ -34,9 +34,8 @@ class Attempt:
         return self.end - self.start
 
 
-
 def account(history: History, fold: Fold, beat: dict) -> list[Attempt]:
-    """The attempts of a run, each split into BUCKETS with its queue wait and restart time, from its attempts
+    """The attempts of a run, each split into goodput's BUCKETS with its queue wait and restart time, from its attempts
     (`history`), its trainer's records (their `fold`) and its heartbeat (see the module's docstring)."""
     jobs = history.attempts()
     mine: dict[int, list[Trained]] = {}
