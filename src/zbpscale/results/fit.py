@@ -250,10 +250,10 @@ def fit_loss_law(params, losses_by_seed, *, delta: float = LOSS_DELTA, resamples
         fits: dict[tuple, tuple[float, float, float]] = {}  # a resample drawn again is the same fit: 3 seeds
         draws = []                                              # have 10 distinct resamples, 5 seeds 126
         for c in resample_counts(seeds, resamples):
-            if tuple(c) not in fits:
+            if (key := tuple(c)) not in fits:
                 e, a, alpha = _minimize([theta], x, y.ravel(), np.repeat(c, sizes).astype(float), delta)
-                fits[tuple(c)] = (math.exp(e), math.exp(a), alpha)
-            draws.append(fits[tuple(c)])
+                fits[key] = (math.exp(e), math.exp(a), alpha)
+            draws.append(fits[key])
         se = tuple(float(s) for s in np.sqrt(np.diag(bootstrap_cov(draws, seeds))))
     return LossLaw(E=float(math.exp(theta[0])), A=float(math.exp(theta[1])), alpha=float(theta[2]), se=se, n=sizes,
                    seeds=seeds, dof=seeds - 1)

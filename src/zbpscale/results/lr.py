@@ -54,7 +54,8 @@ class Tuning:
     laws: dict
     params: dict[str, int]
     gaps: list[tuple[str, str, float, float]]
-    """(size, arm, gap at its own best lr, gap at BP's best lr): ZBP's mean final loss minus BP's best."""
+    """(size, arm, gap at its own best lr, gap at BP's best lr): ZBP's mean final loss minus BP's best; nan, nan
+    where BP diverged at every lr of its grid."""
     law_sizes: tuple[str, ...] = ()
     """The sizes the laws are fitted on: the sweep's tuned sizes, or, in a bundle that does not name them
     (`named` False: collected before 2026-12-05), every size with a grid."""

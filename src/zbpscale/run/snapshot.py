@@ -309,8 +309,10 @@ def keep(run_dir: Path | str) -> bool:
     folder = RunFolder(run_dir)
     before = stamps(folder)
     look = Snapshot(folder.path)
+    if not look_code() or look.broken:  # before the rest of the look is taken: none would be kept
+        return False
     digest = look.digest()
-    if look.broken or stamps(folder) != before or not look_code():
+    if stamps(folder) != before:
         return False
     atomic_write(folder.digest, json.dumps({**digest, "stamps": before}), durable=False)  # a cache: no fsync
     return True
