@@ -607,8 +607,9 @@ def test_one_run_s_folder_and_a_results_folder_given_as_data_are_named_for_what_
     bundle = tmp_path / "results" / "s"
     bundle.mkdir(parents=True)
     (bundle / "manifest.json").write_text(json.dumps({"format": "zbpscale-results", "sweep": "s", "runs": {}}))
-    assert main(["prepare-data", "--source", "embedded", "--data", str(bundle)]) == 2
-    err = capsys.readouterr().err
+    proc = run_cli("prepare-data", "--source", "embedded", "--data", str(bundle))  # it leaves bare: a process
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr
     assert "holds a manifest.json that is not a data prep's" in err and "delete" not in err, err
 
 
