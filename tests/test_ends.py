@@ -20,7 +20,7 @@ from zbpscale.jobs.executors import slurm_job, slurm_sentinel
 from zbpscale.jobs.executors.local_queue.driver import Driver
 from zbpscale.jobs.executors.local_queue.queue import Entry, LocalQueue
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.history import History
+from zbpscale.run.history import History, Retry
 
 CHECKPOINTED, KILLED = "checkpointed", "killed at the limit"
 
@@ -251,6 +251,14 @@ LIFECYCLE = [  # (the situation, the ends the run had before, what its end recor
     ("hang", ("timeout",), "hung", " 1/3"),                                                           # is a crash
     ("hang", ("crashed",) * 3, "failed", "crashed 4 times, over max_crashes=3 (last: "),
 ]
+
+
+def test_a_bound_of_zero_is_said_of_its_one_end():
+    """max_timeouts=0 (no requeue after a time limit): the first timeout fails the run, 'timeout 1 time', where
+    the reason said '1 times'."""
+    timeouts = History(({"event": "end", "why": "timeout", "time": 1.0},))
+    assert History().retry("timeout", {"timeout": 0}) == Retry(False, "timeout 1 time, over max_timeouts=0")
+    assert timeouts.retry("timeout", {"timeout": 1}) == Retry(False, "timeout 2 times, over max_timeouts=1")
 
 
 @pytest.mark.parametrize("situation, before, why, said", LIFECYCLE)

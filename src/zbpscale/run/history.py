@@ -248,7 +248,7 @@ class History:
         why = "crashed" if why == "hung" else why
         used, bound = sum(self.count_ends(k) for k in kinds) + 1, bounds[why]
         if used > bound:
-            return Retry(False, f"{why} {used} times, over max_{_plural(why)}={bound}")
+            return Retry(False, f"{why} {used} time{'s' if used != 1 else ''}, over max_{_plural(why)}={bound}")
         return Retry(True, f"{how}; {again} {used}/{bound}")
 
     def with_event(self, event: dict) -> History:
