@@ -145,6 +145,10 @@ def test_every_event_keeps_the_digest_and_one_that_cannot_be_kept_costs_no_event
     record(run, "end", job_id="local-3", executor="local", why="completed", reason="all steps done")
     assert Snapshot(run, kept=True).from_digest
     assert Snapshot(run, kept=True).history.events[-1]["job_id"] == "local-3"
+    kept = RunFolder(run).digest.read_bytes()
+    record(run, "start", job_id="local-3", executor="local", host="node-1")  # its trainer writes next: none kept
+    assert RunFolder(run).digest.read_bytes() == kept and not Snapshot(run, kept=True).from_digest
+    assert Snapshot(run, kept=True).history.events[-1]["event"] == "start"
 
     def full_disk(run_dir):
         raise OSError(28, "No space left on device")

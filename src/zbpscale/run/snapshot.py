@@ -17,10 +17,10 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
 The folder's digest (`keep`, RunFolder.digest) is a look kept beside the files: what a look makes of them (every
 value above but the metrics' bytes, records and fold, which the glance and the attempts stand for), with the inode,
 size and modification time of each file it was made from. The writers of attempts.jsonl keep it after each event
-(`record`): the last write to the folder of a run that has stopped, is queued or has ended. A look asked to use it
-(`Snapshot(run_dir, kept=True)`: status, for 10,000 runs) takes those values while every file is as it names them
-and the code that made them is this code (`look_code`), and reads the files otherwise (a live trainer's, a folder
-changed by hand, a digest of another format or release, or none): the same values either way
+but a job's start (`record`): the last write to the folder of a run that has stopped, is queued or has ended. A look
+asked to use it (`Snapshot(run_dir, kept=True)`: status, for 10,000 runs) takes those values while every file is as
+it names them and the code that made them is this code (`look_code`), and reads the files otherwise (a live
+trainer's, a folder changed by hand, a digest of another format or release, or none): the same values either way
 (tests/test_snapshot.py). It is a cache: nothing reads it but a look, nothing migrates it, and a folder without one
 is read as before.
 """
@@ -320,9 +320,13 @@ def keep(run_dir: Path | str) -> bool:
 
 def record(run_dir: Path, event: str, **fields) -> None:
     """history.record (an event appended to attempts.jsonl), then the folder's digest kept: every writer of the
-    attempts record writes through here, the last writer of a folder whose trainer has stopped. A digest that
-    cannot be written (a full disk, a look that raises) is no error of the event's: a look reads the files."""
+    attempts record writes through here, the last writer of a folder whose trainer has stopped. Not after a `start`:
+    the trainer it announces writes at once (the digest would be stale before it was read, and the look cost the
+    job's start a read of metrics.jsonl). A digest that cannot be written (a full disk, a look that raises) is no
+    error of the event's: a look reads the files."""
     history.record(run_dir, event, **fields)
+    if event == "start":
+        return
     try:
         keep(run_dir)
     except Exception:  # noqa: BLE001 - the digest is a cache; the event, the record that matters, is written
