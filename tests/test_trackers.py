@@ -245,6 +245,60 @@ def test_trackers_that_fail_mid_run_say_one_line_each_and_get_what_they_missed_i
         subprocess.run(["umount", "-l", str(RunFolder(run).wandb)])
 
 
+def test_sync_says_a_run_is_uploaded_only_once_wandb_marked_it(tmp_path):
+    """`wandb sync` exits 0 where the server refuses every upload (wandb 0.31, a key it does not take): `zbpscale
+    sync` said "uploaded the W&B runs of 1 run(s)" and left the folder unmarked, so a dry run listed it again. With
+    a W&B host on loopback that answers 401 to everything: the run is said not uploaded, with W&B's own words
+    shown, and the command fails; the folder still waits."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import wandb
+
+    from zbpscale.results.sync import pending
+
+    run_dir = tmp_path / "jobs" / "study" / "nano-bp"
+    run_dir.mkdir(parents=True)
+    RunFolder(run_dir).config.write_text("{}\n")
+    run = wandb.init(id="refused0", mode="offline", dir=str(run_dir), project="p", settings=wandb.Settings(
+        console="off", silent=True))
+    for step in range(5):
+        run.log({"loss": 1.0 / (step + 1)}, step=step)
+    run.finish()
+    (made,) = RunFolder(run_dir).wandb.glob("offline-run-*/run-refused0.wandb")
+    wait_until(lambda: any(r.WhichOneof("record_type") == "exit" for r in wandb_records(made)), "W&B's exit record",
+               60, every=0.05)
+
+    class Refusing(BaseHTTPRequestHandler):
+        def refuse(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"errors": [{"message": "user is not logged in"}]}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = refuse
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"} | {
+        "WANDB_BASE_URL": f"http://127.0.0.1:{server.server_port}", "WANDB_API_KEY": "a" * 40, "HOME": str(tmp_path)}
+    try:
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "sync", str(run_dir.parent)], env=env,
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)  # W&B's logs go to ./wandb
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 2 and "uploaded the W&B runs" not in out.stdout, out.stdout + out.stderr
+    assert "nano-bp: 1 of 1 folder(s) not uploaded" in out.stderr and "1 of 1 run(s) not uploaded" in out.stderr
+    assert pending(run_dir)[0] == [made.parent]
+
+
 def test_a_wandb_file_written_whole_after_finish_returned_is_waited_for_and_a_torn_one_is_named(tmp_path):
     """W&B's writer flushes its file's last, partial 32 KiB block when it closes it, which on a loaded machine comes
     after `finish()` returned (CI read steps up to 41 of 49): the check waits for the run's `exit` record, then

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import netrc
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -78,18 +79,43 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no W&B key here: WANDB_API_KEY is not set and `wandb login` was not run",
                           hint="run `wandb login` (or export WANDB_API_KEY from a secret), then this again")
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline shell's mode would stop the upload
+    signal.signal(signal.SIGTERM, _interrupted)  # `kill`, a scheduler: W&B's upload stops with this command
     failed = []
     for p, folders in todo:
         print(f"{p.name}: uploading {len(folders)} folder(s)", flush=True)
-        out = subprocess.run([sys.executable, "-m", "wandb", "sync", *map(str, folders)], env=env,
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            last = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
-            failed.append(f"{p.name}: wandb sync exited {out.returncode}: {last[0]}")
+        why = _wandb_sync(folders, env)
+        left, _ = pending(p)
+        if left:  # what W&B marked is what it uploaded
+            failed.append(f"{p.name}: {len(left)} of {len(folders)} folder(s) not uploaded: {why}")
     for line in failed:
         print(line, file=sys.stderr)
     if failed:
-        raise ZbpError(f"{len(failed)} of {len(todo)} run(s) not uploaded", hint="run this again: what was "
-                       "uploaded is marked and not sent twice")
+        raise ZbpError(f"{len(failed)} of {len(todo)} run(s) not uploaded", hint="check the W&B key and host W&B "
+                       "said above, then run this again: what was uploaded is marked and not sent twice")
     print(f"uploaded the W&B runs of {len(todo)} run(s)")
     return 0
+
+
+def _wandb_sync(folders: list[Path], env: dict) -> str:
+    """W&B's `wandb sync` of one run's folders, its lines shown indented as they come (its progress); what it said
+    last of an error ("" for none). It exits 0 where the server refused every upload (wandb 0.31, a key the server
+    does not take: 'Not authenticated'), so what it uploaded is read from its marks, not from its exit status."""
+    proc = subprocess.Popen([sys.executable, "-m", "wandb", "sync", *map(str, folders)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace")
+    errors, last = [], ""
+    try:
+        for line in proc.stdout:
+            print(f"  {line.rstrip()}", flush=True)
+            last = line.strip() or last
+            if "error" in line.lower() or "not authenticated" in line.lower():
+                errors.append(line.strip())
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:  # interrupted: not left uploading on its own
+            proc.terminate()
+            proc.wait()
+    return errors[-1] if errors else f"wandb sync exited {code}: {last or 'no output'}"
+
+
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
