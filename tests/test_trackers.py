@@ -12,6 +12,7 @@ status. A tracker is one class: a stand-in defined here is accepted by TrainConf
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,7 +250,8 @@ def test_sync_says_a_run_is_uploaded_only_once_wandb_marked_it(tmp_path):
     """`wandb sync` exits 0 where the server refuses every upload (wandb 0.31, a key it does not take): `zbpscale
     sync` said "uploaded the W&B runs of 1 run(s)" and left the folder unmarked, so a dry run listed it again. With
     a W&B host on loopback that answers 401 to everything: the run is said not uploaded, with W&B's own words
-    shown, and the command fails; the folder still waits."""
+    shown, and the command fails; the folder still waits. A results folder given is named as one (it said "nothing
+    to upload": its copies of the runs hold no W&B folder)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -297,6 +299,13 @@ def test_sync_says_a_run_is_uploaded_only_once_wandb_marked_it(tmp_path):
     assert out.returncode == 2 and "uploaded the W&B runs" not in out.stdout, out.stdout + out.stderr
     assert "nano-bp: 1 of 1 folder(s) not uploaded" in out.stderr and "1 of 1 run(s) not uploaded" in out.stderr
     assert pending(run_dir)[0] == [made.parent]
+    bundle = tmp_path / "results" / "study"  # collect's copy of the runs: no W&B folder there, and it said so
+    bundle.mkdir(parents=True)
+    (bundle / "summary.json").write_text("{}\n")
+    shutil.copytree(run_dir, bundle / "runs" / "nano-bp", ignore=shutil.ignore_patterns("wandb"))
+    said = subprocess.run([sys.executable, "-m", "zbpscale.cli", "sync", str(bundle)], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert said.returncode == 2 and "is a results folder" in said.stderr and "nothing to upload" not in said.stdout
 
 
 def test_a_wandb_file_written_whole_after_finish_returned_is_waited_for_and_a_torn_one_is_named(tmp_path):

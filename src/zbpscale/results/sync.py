@@ -61,7 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from zbpscale.jobs.sweep import find_sweeps
+    from zbpscale.results.bundle import Bundle
 
+    if Bundle(Path(args.sweep)).summary_json.exists():  # its copies of the runs hold no W&B folders
+        raise ConfigError(f"{args.sweep} is a results folder (collect's): W&B's folders stay in the runs' folders",
+                          hint="give the sweep file, or its folder of runs (jobs/<sweep>)")
     runs = select([p for _, folder in find_sweeps(args.sweep) if folder.is_dir() for p in sorted(folder.iterdir())
                    if RunFolder(p).config.exists()], args.only)  # a sweep not submitted yet has no folder
     plan = [(p, *pending(p)) for p in runs]
