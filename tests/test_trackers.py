@@ -308,6 +308,28 @@ def test_sync_says_a_run_is_uploaded_only_once_wandb_marked_it(tmp_path):
     assert said.returncode == 2 and "is a results folder" in said.stderr and "nothing to upload" not in said.stdout
 
 
+def test_sync_finds_the_key_wandb_login_wrote_for_a_host_of_ones_own(tmp_path, monkeypatch):
+    """`wandb login` to a W&B host with a port writes `machine host:port` to the netrc file; sync looked the host up
+    without its port and said "no W&B key here". The file is written by W&B's own writer."""
+    from wandb.sdk.lib.wbauth.wbnetrc import write_netrc_auth
+
+    from zbpscale.results.sync import has_key
+
+    for name in ("WANDB_API_KEY", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:18401")
+    assert not has_key()
+    write_netrc_auth(host="http://127.0.0.1:18401", api_key="b" * 40)
+    assert has_key()
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:18402")  # another host's key is no key for this one
+    assert not has_key()
+    (tmp_path / ".netrc").rename(tmp_path / "elsewhere")  # where W&B reads it when told so
+    monkeypatch.setenv("NETRC", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:18401")
+    assert has_key()
+
+
 def test_a_wandb_file_written_whole_after_finish_returned_is_waited_for_and_a_torn_one_is_named(tmp_path):
     """W&B's writer flushes its file's last, partial 32 KiB block when it closes it, which on a loaded machine comes
     after `finish()` returned (CI read steps up to 41 of 49): the check waits for the run's `exit` record, then

@@ -43,14 +43,23 @@ def pending(run_dir: Path) -> tuple[list[Path], int]:
 
 
 def has_key() -> bool:
-    """Whether W&B will find a key here: WANDB_API_KEY, or a `wandb login` in ~/.netrc for its host."""
+    """Whether W&B will find a key here: WANDB_API_KEY, or a `wandb login` for its host in the netrc file it reads
+    ($NETRC, else ~/.netrc or ~/_netrc), under the host's name with its port (what `wandb login` writes for a host
+    of its own, http://wandb.lab:8080) or without."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
+    url = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+    hosts = {url.hostname, url.netloc.rpartition("@")[2]} - {None, ""}
+    home = Path.home()
+    files = [Path(os.environ["NETRC"]).expanduser()] if os.environ.get("NETRC") else [home / ".netrc", home / "_netrc"]
+    for name in files:
+        try:
+            logins = netrc.netrc(name)
+        except (OSError, netrc.NetrcParseError):
+            continue
+        if any(logins.authenticators(host) is not None for host in hosts):
+            return True
+    return False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
