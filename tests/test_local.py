@@ -507,6 +507,68 @@ def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path
     assert not RunFolder(waiting).metrics.exists() and last_step(running) < 399
 
 
+def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, data_dir):
+    """The driver and the training rank killed -9 together, then a cancel of the run that waits: the driver the
+    cancel started settled the dead attempt as a crash and started it again (another sweep's stopped runs too),
+    though status said 'submit again to go on'. Now the cancelled run ends cancelled and nothing starts: the other
+    stays stopped, its dead attempt settled, until a submit starts it from its checkpoint."""
+    from zbpscale.jobs.status import collect_rows
+
+    sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
+    queue = LocalQueue(tmp_path / "jobs")
+    running, waiting = (tmp_path / "jobs" / "orphans" / n for n in ("nano-bp", "nano-zbp_n4"))
+    submit(sweep, "--max-parallel", "1")
+    wait_until(lambda: last_step(running) >= 2, "the first run's steps", 120)
+    start = [a for a in read_attempts(running) if a["event"] == "start"][-1]
+    os.kill(queue.driver_info()["pid"], signal.SIGKILL)
+    os.kill(start["pid"], signal.SIGKILL)
+    wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
+    out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--only", "nano-zbp_n4",
+                          "--timeout", "60"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_driver_gone(queue)
+    starts = lambda run: [a["event"] for a in read_attempts(run)].count("start")  # noqa: E731
+    assert ends(waiting) == ["cancelled"] and starts(waiting) == 0
+    assert ends(running) == ["crashed"] and starts(running) == 1, read_attempts(running)
+    stopped = last_step(running)
+    time.sleep(2)
+    assert last_step(running) == stopped and not queue.driver_alive()
+    rows = {r["run"]: r for r in collect_rows(tmp_path / "jobs" / "orphans")}
+    assert rows["nano-bp"]["state"] == "stopped" and "submit again" in rows["nano-bp"]["reason"], rows["nano-bp"]
+    submit(sweep)  # goes on: the run starts again from its checkpoint
+    wait_until(lambda: starts(running) == 2, "the run to start again", 60)
+
+
+def test_a_driver_started_by_a_cancel_starts_jobs_once_a_submitter_asks(tmp_path):
+    """A submit while a cancel's driver holds the queue (it starts nothing) would leave its jobs queued with a
+    driver running: the submitter asks it to start them, and it does from its next tick."""
+    from zbpscale.jobs.executors.local_queue.driver import Driver
+
+    queue = LocalQueue(tmp_path / "jobs")
+    queue.dir.mkdir(parents=True)
+    lock = queue.try_driver_lock()  # a driver holds the queue
+    try:
+        driver = Driver(queue, starts=False)
+        assert queue.ensure_driver(starts=False) is False and not queue.starts_wanted()  # a cancel asks nothing
+        assert queue.ensure_driver() is False and queue.starts_wanted()  # a submitter asks
+        assert driver.busy()  # it does not leave with the ask unread
+        driver.tick()
+        assert driver.starts and not queue.starts_wanted()
+    finally:
+        lock.release()
+
+
+def test_a_driver_that_did_its_work_and_left_is_not_waited_for(tmp_path, monkeypatch):
+    """A cancel's driver applies its requests and leaves within a moment: ensure_driver, which waits for a started
+    driver to hold the queue, waited its whole 20 s for one that had come and gone."""
+    queue = LocalQueue(tmp_path / "jobs")
+    queue.dir.mkdir(parents=True)
+    queue.add([Entry(job_id="", name="s/r", run_dir=str(tmp_path / "r"))])
+    monkeypatch.setattr(queue, "start_driver", lambda **_: queue.write_driver_info({"pid": 1, "exited": time.time()}))
+    began = time.monotonic()
+    assert queue.ensure_driver(starts=False) and time.monotonic() - began < 5
+
+
 def test_local_refuses_runs_this_node_cannot_hold(tmp_path, data_dir):
     sweep = write_sweep(tmp_path, "big", data_dir, steps=5)
     sweep.write_text(sweep.read_text().replace("gpus_per_node=0, tasks_per_node=1", "gpus_per_node=2"))

@@ -457,8 +457,11 @@ def test_each_release_s_rank_command_trains_here(tmp_path, command):
 
 def test_the_entry_command_says_its_usage():
     out = subprocess.run([sys.executable, "-m", "zbpscale.entry", "rank"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT, " \
-        "slurm-step-ended FOLDER CODE BEGAN, slurm-task FOLDER}" in out.stderr
+    assert out.returncode == 2 and "usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT " \
+        "[--cancels-only], slurm-step-ended FOLDER CODE BEGAN, slurm-task FOLDER}" in out.stderr
+    flagged = subprocess.run([sys.executable, "-m", "zbpscale.entry", "local-rank", "r", "--cancels-only"],
+                             capture_output=True, text=True, timeout=60)  # the driver's flag alone
+    assert flagged.returncode == 2 and "usage:" in flagged.stderr
 
 
 def test_the_driver_imports_the_same_package_from_its_own_folder(tmp_path):

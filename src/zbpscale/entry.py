@@ -9,7 +9,8 @@ release to release whatever moves behind them:
     zbpscale.entry.TrainJob                              a run's SLURM job (submitted by jobs/executors/slurm.py)
     zbpscale.entry.PrepJob                               the data-prep SLURM job the runs of a sweep wait for
     python -m zbpscale.entry local-rank RUN_DIR          one rank of a local-queue run
-    python -m zbpscale.entry local-driver JOBS_ROOT      the local queue's driver
+    python -m zbpscale.entry local-driver JOBS_ROOT      the local queue's driver (and with --cancels-only, a
+                                                         cancel's: one that starts nothing)
     python -m zbpscale.entry slurm-step-ended FOLDER CODE BEGAN
                                                          a SLURM job's batch script, after each job step: whether
                                                          to start the step again (exit 0) after a crash or hang
@@ -99,9 +100,12 @@ def _set_known(job, state: dict) -> None:
 def main(argv: list[str]) -> int:
     """`python -m zbpscale.entry COMMAND PATH [CODE BEGAN]`: the local queue's processes, a SLURM job's task and its
     batch script's question (see the module docstring)."""
+    flags = ["--cancels-only"] if argv[:1] == ["local-driver"] and argv[-1:] == ["--cancels-only"] else []
+    argv = argv[:len(argv) - len(flags)]
     if not argv or argv[0] not in COMMANDS or len(argv) != 1 + COMMANDS[argv[0]]:
-        print("usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT, slurm-step-ended FOLDER "
-              "CODE BEGAN, slurm-task FOLDER} (started by the local queue and by SLURM jobs)", file=sys.stderr)
+        print("usage: python -m zbpscale.entry {local-rank RUN_DIR, local-driver JOBS_ROOT [--cancels-only], "
+              "slurm-step-ended FOLDER CODE BEGAN, slurm-task FOLDER} (started by the local queue and by SLURM jobs)",
+              file=sys.stderr)
         return 2
     command, path = argv[:2]
     if command == "slurm-task":
@@ -114,7 +118,7 @@ def main(argv: list[str]) -> int:
         local_rank(path)
     from zbpscale.jobs.executors.local_queue import driver
 
-    return driver.main([path])
+    return driver.main([path, *flags])
 
 
 def submitit_task(folder: str) -> NoReturn:

@@ -116,12 +116,13 @@ class LocalExecutor(Executor):
         return self.cancel_all([(run_dir, job, seen)]).get(job, "")
 
     def cancel_all(self, jobs: list[tuple[Path, str, JobView]]) -> dict[str, str]:
-        """Every request written, then the driver started where it is not running (it applies them, and picks a
-        dead one's jobs up again): started after the first request, a new driver started the jobs still waiting
-        before it read the others."""
+        """Every request written, then, where no driver is running, one started that applies them, settles what the
+        dead one left running and starts nothing (started after the first request, a new driver started the jobs
+        still waiting before it read the others; a full one started the sweep's runs that were not cancelled, and
+        other sweeps' too, again)."""
         for _, job, _ in jobs:
             self.queue.request_cancel(job)
-        self.queue.ensure_driver()
+        self.queue.ensure_driver(starts=False)
         return {}
 
     def keep_going(self, submitted: list[dict]) -> str:

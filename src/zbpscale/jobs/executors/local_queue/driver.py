@@ -41,7 +41,7 @@ from pathlib import Path
 from zbpscale import signals
 from zbpscale.jobs import ends, sentinel
 from zbpscale.jobs.attempt import Bounds, conclude
-from zbpscale.jobs.executors.local_queue.queue import LIVE, Entry, LocalQueue
+from zbpscale.jobs.executors.local_queue.queue import CANCELS_ONLY, LIVE, Entry, LocalQueue
 from zbpscale.jobs.executors.local_queue.slots import Held, Want, gpu_inventory, rank_env, schedule
 from zbpscale.proc import pid_alive, process_start_time
 from zbpscale.run.folder import RunFolder, job_log
@@ -68,8 +68,12 @@ def log(msg: str) -> None:
 
 
 class Driver:
-    def __init__(self, queue: LocalQueue):
+    def __init__(self, queue: LocalQueue, *, starts: bool = True):
         self.q = queue
+        self.starts = starts
+        """False: started by a cancel, it applies cancel requests and settles what a dead driver left running, and
+        starts nothing (a run of the sweep not cancelled stays stopped: submit again to go on), until a submitter
+        asks it to (queue.py's `want_starts`)."""
         self.inventory = gpu_inventory()
         self.procs: dict[str, list[subprocess.Popen]] = {}  # job id -> ranks we started
         self.first_exit: dict[str, float] = {}
@@ -81,7 +85,8 @@ class Driver:
     # ------------------------------------------------------------------------------------------------ loop
     def run(self, lock) -> int:
         """Drive the queue until it is empty; `lock` is the held driver lock (released on the way out)."""
-        log(f"driver {os.getpid()} on {socket.gethostname()}: GPUs {self.inventory or 'none'}")
+        log(f"driver {os.getpid()} on {socket.gethostname()}: GPUs {self.inventory or 'none'}"
+            + ("" if self.starts else " (for a cancel: it starts nothing)"))
         try:
             while True:
                 if not lock.renew():  # judged gone (silent past QUEUE_LEASE_STALE_S) and replaced: it has the queue
@@ -89,7 +94,7 @@ class Driver:
                     return 0
                 try:
                     self.tick()
-                    if not self.live() and self._leave(lock):
+                    if not self.busy() and self._leave(lock):
                         log("queue empty: driver exits")
                         return 0
                 except OSError as err:  # a full disk, say: its jobs stay watched, and what failed is tried again
@@ -112,9 +117,17 @@ class Driver:
     def live(self) -> list[Entry]:
         return [e for e in self.q.entries() if e.state in LIVE]
 
+    def busy(self) -> bool:
+        """Whether it has work left: a live entry; for one that starts nothing, an attempt still running or a cancel
+        request (what is queued waits for a submitter's driver), or a submitter's ask to start jobs."""
+        if self.starts:
+            return bool(self.live())
+        return any(e.state == "running" for e in self.q.entries()) or bool(self.q.cancel_requests()) \
+            or self.q.starts_wanted()
+
     def _leave(self, lock) -> bool:
         with self.q.submit_lock():
-            if self.live():
+            if self.busy():
                 return False
             self.q.write_driver_info({**self.info(), "exited": time.time()})
             lock.release()  # before submit.lock, so a waiting submitter starts a new driver
@@ -122,6 +135,9 @@ class Driver:
 
     def tick(self) -> None:
         now = time.time()
+        if self.q.starts_wanted():  # a submitter's: one that started nothing starts jobs from here on
+            self.starts = True
+            self.q.clear_starts()
         entries = {e.job_id: e for e in self.q.entries()}
         for job_id in self.q.cancel_requests():
             if job_id in entries:
@@ -130,7 +146,8 @@ class Driver:
         for e in entries.values():
             if e.state == "running":
                 self.watch(e, now)
-        self.start_ready(now)
+        if self.starts:
+            self.start_ready(now)
         if now - self.beat >= DRIVER_INFO_S:
             self.q.write_driver_info(self.info())
             self.beat = now
@@ -384,15 +401,20 @@ def _free_port() -> int:
 
 
 def main(argv: list[str]) -> int:
+    starts = CANCELS_ONLY not in argv
+    argv = [a for a in argv if a != CANCELS_ONLY]
     if len(argv) != 1:
-        print(f"usage: python -m {__spec__.name} JOBS_ROOT (started by zbpscale submit)", file=sys.stderr)
+        print(f"usage: python -m {__spec__.name} JOBS_ROOT [{CANCELS_ONLY}] (started by zbpscale submit or cancel)",
+              file=sys.stderr)
         return 2
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     queue = LocalQueue(argv[0])
+    if not starts:  # before it holds the queue: an ask written once it is seen alive is a submitter's, kept
+        queue.clear_starts()
     for _ in range(40):  # first, before the GPU inventory (which may import torch)
         lock = queue.try_driver_lock()
         if lock is not None:
-            return Driver(queue).run(lock)
+            return Driver(queue, starts=starts).run(lock)
         if queue.driver_alive():
             return 0  # another driver has the queue
         time.sleep(0.05)  # the kernel lock was busy for an instant only: driver_alive's probe

@@ -222,25 +222,53 @@ class LocalQueue:
             return kernel_held(path)
         return live_holder(path, stale_after_s=QUEUE_LEASE_STALE_S) is not None
 
-    def start_driver(self) -> None:
-        """Start a detached driver (its own session: the terminal closing or Ctrl-C does not reach it)."""
+    def start_driver(self, *, starts: bool = True) -> None:
+        """Start a detached driver (its own session: the terminal closing or Ctrl-C does not reach it); `starts`
+        False: one that applies cancel requests and settles what a dead driver left, and starts nothing (a cancel's:
+        driver.py) until a submitter asks it to (`ensure_driver`)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         log = open(self.dir / "driver.log", "ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": driver_pythonpath()}
-        subprocess.Popen([sys.executable, "-m", "zbpscale.entry", "local-driver", str(self.dir.parent)],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                         close_fds=True, env=env, cwd=str(self.dir))
+        subprocess.Popen([sys.executable, "-m", "zbpscale.entry", "local-driver", str(self.dir.parent),
+                          *([] if starts else [CANCELS_ONLY])], stdin=subprocess.DEVNULL, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=env, cwd=str(self.dir))
         log.close()
 
-    def ensure_driver(self) -> bool:
-        """Start a driver when entries are live and none holds the queue; True if one was started."""
-        if self.driver_alive() or not any(e.state in LIVE for e in self.entries()):
+    def ensure_driver(self, *, starts: bool = True) -> bool:
+        """Start a driver when entries are live and none holds the queue; True if one was started. `starts` False (a
+        cancel): one that starts nothing; True (a submitter): a driver that holds the queue and starts nothing is
+        asked to start jobs again (`want_starts`)."""
+        if self.driver_alive():
+            if starts:
+                self.want_starts()
             return False
-        self.start_driver()
-        deadline = time.time() + 20  # until it holds the queue: a submit right after this one must see it alive
+        if not any(e.state in LIVE for e in self.entries()):
+            return False
+        began = time.time()
+        self.start_driver(starts=starts)
+        deadline = began + 20  # until it holds the queue: a submit right after this one must see it alive
         while not self.driver_alive() and time.time() < deadline:
+            if self.driver_info().get("exited", 0) >= began:  # it did its work and left already (a cancel's)
+                break
             time.sleep(0.05)
         return True
+
+    def want_starts(self) -> None:
+        """Ask the driver that holds the queue to start jobs (one started by a cancel starts none until asked)."""
+        (self.dir / STARTS).write_text(f"{time.time()}\n")
+
+    def starts_wanted(self) -> bool:
+        return (self.dir / STARTS).exists()
+
+    def clear_starts(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / STARTS).unlink()
+
+
+CANCELS_ONLY = "--cancels-only"
+"""The driver's flag for one that starts nothing (`start_driver`)."""
+STARTS = "starts"
+"""The file in the queue's folder by which a submitter asks a driver that starts nothing to start jobs."""
 
 
 def driver_pythonpath() -> str:
