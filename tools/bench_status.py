@@ -26,6 +26,7 @@ it when it ends), the rows gathered and `status --goodput` run again: each must 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from zbpscale.jobs.status import collect_rows
 from zbpscale.run.config import TrainConfig, derived_numbers, model_config
@@ -146,10 +148,10 @@ SWEEP = Sweep(name={folder.name!r}, root={str(folder.parent)!r},
     return path
 
 
-def reads_alone(folder: Path) -> float:
+def reads_alone(folder: Path, *, alone: bool = False) -> float:
     """Seconds to read, without decoding, what status reads of each run folder through its digest (the digest, and
-    a stat of each file it names), over as many forked processes as status uses (`bulk.spread`): the part of
-    status's time that is the file system's, beside the rows' (`rows in process`)."""
+    a stat of each file it names), over as many forked processes as status uses (`bulk.spread`; `alone`: in this
+    process only): the part of status's time that is the file system's, beside the rows' (`rows in process`)."""
     from zbpscale.bulk import spread
     from zbpscale.run.snapshot import stamps
 
@@ -158,8 +160,33 @@ def reads_alone(folder: Path) -> float:
             return len(fh.read()) + len(stamps(run))
 
     t = time.perf_counter()
-    spread(lambda part: [one(RunFolder(p)) for p in part], RunFolder.all_in(folder))
+    runs = RunFolder.all_in(folder)
+    spread(lambda part: [one(RunFolder(p)) for p in part], runs, least=len(runs) + 1 if alone else None)
     return time.perf_counter() - t
+
+
+def disk_reads(folder: Path) -> int | None:
+    """The reads the block device that holds `folder` has completed (/proc/diskstats); None where that cannot be
+    told (not Linux, a file system on no block device of its own: tmpfs, overlay)."""
+    dev = os.stat(folder).st_dev
+    try:
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            fields = line.split()
+            if (int(fields[0]), int(fields[1])) == (os.major(dev), os.minor(dev)):
+                return int(fields[3])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def counted(reads: dict[str, list[int]], label: str, folder: Path, timed: Callable[[], float]) -> float:
+    """`timed()`, its disk reads (disk_reads) kept under `label` where they can be told."""
+    before = disk_reads(folder)
+    took = timed()
+    after = disk_reads(folder)
+    if before is not None and after is not None:
+        reads[label].append(after - before)
+    return took
 
 
 def drop_caches() -> bool:
@@ -229,9 +256,11 @@ def main(argv=None) -> int:
                   "zbpscale status DIR, no digests", "rows in process, no digests", "rows in process, no index",
                   "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
+        reads: dict[str, list[int]] = collections.defaultdict(list)  # disk reads of the runs with caches dropped
         if args.cold:
             times["zbpscale status DIR, caches dropped"] = []
             times["the files alone, caches dropped"] = []
+            times["the files alone, caches dropped, one process"] = []
             times["zbpscale status DIR, no digests, caches dropped"] = []
         for _ in range(args.rounds):
             for label, extra in zip(labels[:3], ([], ["--json"], ["--goodput"])):
@@ -241,9 +270,12 @@ def main(argv=None) -> int:
             times["zbpscale status DIR, on a terminal"].append(took)
             assert drawn.count("│") > args.runs, "no boxed table on the terminal"
             if args.cold and drop_caches():
-                times["zbpscale status DIR, caches dropped"].append(timed_status(folder)[0])
-                drop_caches()
-                times["the files alone, caches dropped"].append(reads_alone(folder))
+                for label, timed in (("zbpscale status DIR, caches dropped", lambda: timed_status(folder)[0]),
+                                     ("the files alone, caches dropped", lambda: reads_alone(folder)),
+                                     ("the files alone, caches dropped, one process",
+                                      lambda: reads_alone(folder, alone=True))):
+                    drop_caches()
+                    times[label].append(counted(reads, label, folder, timed))
             t = time.perf_counter()
             rows = collect_rows(folder)
             times["rows in process"].append(time.perf_counter() - t)
@@ -258,7 +290,8 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             times["zbpscale status DIR, no digests"].append(timed_status(folder)[0])
             if args.cold and drop_caches():
-                times["zbpscale status DIR, no digests, caches dropped"].append(timed_status(folder)[0])
+                label = "zbpscale status DIR, no digests, caches dropped"
+                times[label].append(counted(reads, label, folder, lambda: timed_status(folder)[0]))
             t = time.perf_counter()
             undigested = collect_rows(folder)
             times["rows in process, no digests"].append(time.perf_counter() - t)
@@ -281,7 +314,12 @@ def main(argv=None) -> int:
           f"{args.rounds} rounds")
     for label, ts in times.items():
         if ts:
-            print(f"  {label:<38} {statistics.median(ts):6.3f} s")
+            print(f"  {label:<48} {statistics.median(ts):6.3f} s")
+    if reads:  # what the cold times are made of: reads of the disk, and how many it serves a second
+        print("disk reads with the caches dropped (/proc/diskstats; the rate: reads / median seconds)")
+        for label, counts in reads.items():
+            n = statistics.median(counts)
+            print(f"  {label:<48} {n / args.runs:6.2f} a run, {n / statistics.median(times[label]):8.0f} a second")
     return 0
 
 
