@@ -539,6 +539,32 @@ def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, dat
     wait_until(lambda: starts(running) == 2, "the run to start again", 60)
 
 
+def test_a_cancelled_sweep_s_data_prep_does_not_run_after_it(tmp_path, data_dir):
+    """A sweep's runs cancelled while its data prep waited in the queue (behind another sweep's run): the prep
+    stayed queued and ran once the other sweep was cancelled too, with nothing left to train on its data (a hub
+    source: hours). It is stopped with the last run that waits for it."""
+    busy = write_sweep(tmp_path, "busy", data_dir, steps=400)
+    fresh = write_sweep(tmp_path, "fresh", tmp_path / "fresh-data", steps=5, arms=("bp", "zbp_n4"))
+    queue = LocalQueue(tmp_path / "jobs")
+    submit(busy, "--max-parallel", "1")
+    wait_until(lambda: last_step(tmp_path / "jobs" / "busy" / "nano-bp") >= 1, "the busy run's steps", 120)
+    submit(fresh)
+    (prep,) = [e for e in queue.entries() if e.kind == "command"]
+    assert prep.state == "queued"
+    cancel = [sys.executable, "-m", "zbpscale.cli", "cancel", "--timeout", "60"]
+    one = subprocess.run([*cancel, str(fresh), "--only", "nano-bp"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert one.returncode == 0 and "prep-data" not in one.stdout, one.stdout + one.stderr  # nano-zbp_n4 waits on
+    out = subprocess.run([*cancel, str(fresh)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and f"fresh/prep-data: job {prep.job_id}" in out.stdout, out.stdout + out.stderr
+    subprocess.run([*cancel, str(busy)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    wait_driver_gone(queue)
+    assert [e.state for e in queue.entries() if e.kind == "command"] == ["cancelled"]
+    assert not (tmp_path / "fresh-data" / "manifest.json").exists()
+    submit(fresh, "--wait", timeout=300)  # submitted again: a prep of its own, then the runs
+    assert all(RunFolder(tmp_path / "jobs" / "fresh" / n).complete.exists() for n in ("nano-bp", "nano-zbp_n4"))
+
+
 def test_a_driver_started_by_a_cancel_starts_jobs_once_a_submitter_asks(tmp_path):
     """A submit while a cancel's driver holds the queue (it starts nothing) would leave its jobs queued with a
     driver running: the submitter asks it to start them, and it does from its next tick."""

@@ -122,8 +122,24 @@ class LocalExecutor(Executor):
         other sweeps' too, again)."""
         for _, job, _ in jobs:
             self.queue.request_cancel(job)
+        for prep in self._idle_preps({job for _, job, _ in jobs}):
+            self.queue.request_cancel(prep.job_id)
+            print(f"{prep.name}: job {prep.job_id} (local, {prep.state}) asked to stop: no run left waits for it",
+                  flush=True)
         self.queue.ensure_driver(starts=False)
         return {}
+
+    def _idle_preps(self, cancelled: set[str]) -> list:
+        """The live data-prep jobs of the cancelled runs' sweeps that no run will wait for once those stop: they
+        are stopped with them (left queued, a prep ran after the whole sweep was cancelled: hours of a hub's
+        download). A prep resumes where it stopped when the sweep is submitted again."""
+        from zbpscale.jobs.executors.local_queue.queue import LIVE
+
+        entries = self.queue.entries()
+        sweeps = {e.name.split("/", 1)[0] for e in entries if e.job_id in cancelled}
+        waited = {e.after for e in entries if e.kind == "train" and e.state in LIVE and e.job_id not in cancelled}
+        return [e for e in entries if e.kind == "command" and e.state in LIVE and e.job_id not in waited
+                and e.name.split("/", 1)[0] in sweeps]
 
     def keep_going(self, submitted: list[dict]) -> str:
         """Two looks in a row without a driver (not one still starting) while jobs wait: start one."""
