@@ -208,6 +208,8 @@ def test_cancel_takes_a_sweep_folder_like_status_and_collect(tmp_path):
         out = zbpscale("cancel", target, cwd=home)
         assert out.returncode == 0 and out.stdout.startswith("nothing to cancel"), out.stdout + out.stderr
     one_line_error(zbpscale("cancel", "jobs/smoke", "--only", "zzz*", cwd=home), "zzz*")
+    unsubmitted = zbpscale("cancel", "sweeps/smoke.py", "--only", "tiny-zbp_n4", cwd=home)  # planned, no folder yet
+    assert unsubmitted.returncode == 0 and unsubmitted.stdout.startswith("nothing to cancel"), unsubmitted.stderr
 
 
 def ctrl_c_reaches_it() -> None:

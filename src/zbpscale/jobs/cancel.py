@@ -32,7 +32,8 @@ DECIDED = ("completed", "failed", "cancelled")
 
 def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
     """(jobs root, the runs chosen that have a folder) of one sweep, a file or a folder, found as `zbpscale status`
-    finds them (runs.find_runs)."""
+    finds them (runs.find_runs); --only chooses among all of them (a planned run not submitted yet, chosen, is
+    nothing to cancel, not a pattern that matches no run)."""
     from zbpscale.jobs.runs import find_runs
     from zbpscale.text import select
 
@@ -41,8 +42,8 @@ def one_sweep(target: str, only: str | None) -> tuple[Path, list[Run]]:
         raise ZbpError(f"{target} holds {len(sweeps)} sweeps ({', '.join(n for n, _ in sweeps)})",
                        hint="name one: zbpscale cancel jobs/<sweep> (or its sweep file)")
     (_, runs), = sweeps
-    runs = [r for r in runs if r.folder.config.exists()]
-    return (runs[0].run_dir.parent.parent if runs else Path("jobs")), select(runs, only)
+    chosen = [r for r in select(runs, only) if r.folder.config.exists()]  # chosen among the sweep file's runs too
+    return (runs[0].run_dir.parent.parent if runs else Path("jobs")), chosen
 
 
 def request(root: Path, runs: list[Run]) -> tuple[list[Run], list[Run]]:
