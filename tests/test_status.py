@@ -1227,5 +1227,7 @@ def test_a_sweep_file_not_named_py_is_found_as_submit_takes_it(tmp_path):
     assert found == [(name, [r.name for r in runs]) for name, runs in find_runs(str(py))] == [
         ("s", ["nano-bp", "nano-zbp_n4"])]
     run = make_run(tmp_path / "jobs" / "s", "tiny-bp", done=3)  # a file of a run folder is no sweep file to run
-    with pytest.raises(ConfigError, match=f"{run / 'config.json'} is a file of the run folder {run}"):
+    with pytest.raises(ConfigError, match=f"{run / 'config.json'} is a file of the run folder {run}") as said:
         find_runs(str(run / "config.json"))
+    # the hint is right for every command that finds runs so (cancel refused the folder it named: one run's)
+    assert f"cancel and sync its sweep's folder, {run.parent}, with --only tiny-bp" in said.value.hint

@@ -110,7 +110,9 @@ def find_runs(target: str | None, only: str | None = None, *, planned_only: bool
     name patterns (a ConfigError naming the runs when they match none)."""
     path = Path(target or "jobs")
     if path.is_file() and path.suffix != ".py" and RunFolder.is_run(path.parent):  # jobs/s/tiny-bp/config.json
-        raise ConfigError(f"{path} is a file of the run folder {path.parent}", hint=f"give the folder: {path.parent}")
+        raise ConfigError(f"{path} is a file of the run folder {path.parent}", hint=f"status takes the folder, "
+                          f"{path.parent}; cancel and sync its sweep's folder, {path.parent.parent}, with --only "
+                          f"{path.parent.name}; collect and report take the sweep whole")  # as find_sweeps says
     if path.is_file():  # a sweep file, whatever its name ends with, as submit takes it (smoke.txt was "no sweep file")
         from zbpscale.jobs.tuning import planned
 
