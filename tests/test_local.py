@@ -533,6 +533,7 @@ def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, dat
     stopped = last_step(running)
     time.sleep(2)
     assert last_step(running) == stopped and not queue.driver_alive()
+    assert "the jobs still queued wait for a submit: driver exits" in (queue.dir / "driver.log").read_text()
     rows = {r["run"]: r for r in collect_rows(tmp_path / "jobs" / "orphans")}
     assert rows["nano-bp"]["state"] == "stopped" and "submit again" in rows["nano-bp"]["reason"], rows["nano-bp"]
     submit(sweep)  # goes on: the run starts again from its checkpoint

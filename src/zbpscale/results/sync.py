@@ -110,9 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _wandb_sync(folders: list[Path], env: dict) -> str:
-    """W&B's `wandb sync` of one run's folders, its lines shown indented as they come (its progress); what it said
-    last of an error ("" for none). It exits 0 where the server refused every upload (wandb 0.31, a key the server
-    does not take: 'Not authenticated'), so what it uploaded is read from its marks, not from its exit status."""
+    """W&B's `wandb sync` of one run's folders, its lines shown indented as they come (its progress); why it may
+    have failed: the last error it said, else its exit status and last line. It exits 0 where the server refused
+    every upload (wandb 0.31, a key the server does not take), so the caller reads what it uploaded from its marks,
+    not from its exit status."""
     proc = subprocess.Popen([sys.executable, "-m", "wandb", "sync", *map(str, folders)], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace")
     errors, last = [], ""

@@ -95,7 +95,8 @@ class Driver:
                 try:
                     self.tick()
                     if not self.busy() and self._leave(lock):
-                        log("queue empty: driver exits")
+                        log("queue empty: driver exits" if not self.live() else
+                            "cancels applied; the jobs still queued wait for a submit: driver exits")
                         return 0
                 except OSError as err:  # a full disk, say: its jobs stay watched, and what failed is tried again
                     self.trouble(err)
