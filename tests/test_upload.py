@@ -12,10 +12,12 @@ import base64
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -71,6 +73,10 @@ class FakeApi:
     def create_commit(self, repo_id, operations, *, commit_message, repo_type):
         for op in operations:
             self.repos[repo_id]["files"][op.path_in_repo] = Path(op.path_or_fileobj).read_bytes()
+
+    def list_repo_tree(self, repo_id, *, path_in_repo, recursive, repo_type):
+        return [SimpleNamespace(path=path, size=len(data)) for path, data in self.repos[repo_id]["files"].items()
+                if path.startswith(path_in_repo + "/")]
 
 
 def test_creates_a_private_repo_when_missing_and_sends_the_bundle(tmp_path):
@@ -160,6 +166,15 @@ class FakeHub(BaseHTTPRequestHandler):
         if self.path == "/api/whoami-v2":
             return self._reply(200, {"name": "alice", "type": "user"})
         repo = self.path.removeprefix("/api/datasets/")
+        if "/tree/main" in repo:  # the files under a folder, as the Hub lists them (one page)
+            repo, folder = repo.split("?")[0].split("/tree/main")
+            folder = urllib.parse.unquote(folder.lstrip("/"))
+            held = [{"type": "file", "path": path, "size": len(data), "oid": "0" * 40}
+                    for path, data in self.repos.get(repo, {"files": {}})["files"].items()
+                    if path.startswith(folder + "/")]
+            if not held:
+                return self._reply(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+            return self._reply(200, held)
         if repo in self.repos:
             return self._reply(200, {"id": repo, "private": self.repos[repo]["private"], "sha": "0" * 40})
         self._reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
@@ -218,6 +233,25 @@ def test_end_to_end_against_a_loopback_hub_never_leaks_the_token(tmp_path, fake_
     hub.repos["alice/zbpscale-results"]["private"] = False  # someone made it public: the next upload refuses
     out, _ = run_cli(bundle, env)
     assert out.returncode == 2 and "is public" in out.stderr and TOKEN not in out.stdout + out.stderr
+
+
+def test_a_second_upload_names_what_the_folder_holds_that_the_bundle_does_not(tmp_path, fake_hub):
+    """A bundle uploaded, then collected again without one of its runs and uploaded to the same folder: the folder
+    kept the dropped run's files beside a summary without it, and nothing said so. The upload names them (it
+    deletes nothing: a run's checkpoints sent once with --with-ckpt stay)."""
+    endpoint, hub = fake_hub
+    bundle = make_bundle(tmp_path / "smoke")
+    env = clean_env(tmp_path, HF_TOKEN=TOKEN, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0")
+    first, _ = run_cli(bundle, env)
+    assert first.returncode == 0 and "note:" not in first.stdout, first.stdout + first.stderr
+    dropped = sorted(p.relative_to(bundle).as_posix() for p in (bundle / "runs").iterdir())[0]
+    shutil.rmtree(bundle / dropped)
+    again, _ = run_cli(bundle, env)
+    assert again.returncode == 0, again.stderr
+    stale = sorted(k.removeprefix("smoke/") for k in hub.repos["alice/zbpscale-results"]["files"]
+                   if k.startswith(f"smoke/{dropped}/"))
+    assert stale and f"note: smoke/ in alice/zbpscale-results also holds {len(stale)} file(s)" in again.stdout
+    assert stale[0] in again.stdout and TOKEN not in again.stdout + again.stderr
 
 
 def test_a_hub_that_cannot_be_reached_and_a_bad_repo_name_are_one_line(tmp_path, fake_hub):

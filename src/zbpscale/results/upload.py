@@ -23,6 +23,7 @@ from pathlib import Path
 from zbpscale.argtypes import value_or_positional
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.results.bundle import Bundle
+from zbpscale.tables import named
 from zbpscale.text import matches, patterns, shown_path
 
 REPO_TYPE = "dataset"
@@ -107,6 +108,7 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
             raise UploadError(f"the {REPO_TYPE} repo {repo_id} is public (or its visibility is unknown): refusing "
                               "to upload to it", hint="make it private on the Hub, or name another --repo")
         paths = tuple(f"{tag}/{p.relative_to(bundle).as_posix()}" for p in files)
+        there = set() if created else _held(api, repo_id, tag)
         operations = [CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(p)) for path, p in zip(paths, files)]
         api.create_commit(repo_id, operations, commit_message=f"zbpscale results: {tag} ({len(files)} files)",
                           repo_type=REPO_TYPE)
@@ -126,7 +128,23 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
     size = sum(p.stat().st_size for p in files)
     log(f"uploaded {len(files)} files ({size / 1e6:.1f} MB) of {bundle} to the private {REPO_TYPE} repo {repo_id}, "
         f"folder {tag}/" + (" (repo created)" if created else ""))
+    stale = sorted(there - set(paths))
+    if stale:  # an earlier upload's: a run collect has dropped since, or another study's bundle of the same name
+        log(f"note: {tag}/ in {repo_id} also holds {len(stale)} file(s) this bundle does not, left as they are: "
+            f"{named([path.removeprefix(tag + '/') for path in stale], 5)} (delete them on the Hub if they are "
+            f"stale, or upload this bundle under another folder name)")
     return Uploaded(repo_id=repo_id, created=created, paths=paths, bytes=size)
+
+
+def _held(api, repo_id: str, tag: str) -> set[str]:
+    """The files the repo holds under `tag`/ (none where the folder is not there)."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return {f.path for f in api.list_repo_tree(repo_id, path_in_repo=tag, recursive=True, repo_type=REPO_TYPE)
+                if hasattr(f, "size")}  # files, not folders
+    except EntryNotFoundError:
+        return set()
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
