@@ -482,11 +482,9 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
     assert losses(run) == losses(straight_run(run))
 
 
-def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path, data_dir):
-    """The driver and the training rank killed -9 together (the OOM killer), then a cancel: the cancel starts a new
-    driver, which found the running attempt dead and started it again as a crash (it trained to its end while cancel
-    waited), and, started after the first request was written, started the waiting run before it read the second.
-    Now: the dead attempt ends cancelled, the waiting run is cancelled before it started, and nothing trains on."""
+def orphaned(tmp_path: Path, data_dir: Path) -> tuple[Path, LocalQueue, Path, Path]:
+    """A sweep of two runs, one training and one waiting behind it, whose driver and training rank were killed -9
+    together (the OOM killer): (its file, the queue, the run that trained, the one that waits)."""
     sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
     queue = LocalQueue(tmp_path / "jobs")
     running, waiting = (tmp_path / "jobs" / "orphans" / n for n in ("nano-bp", "nano-zbp_n4"))
@@ -496,6 +494,15 @@ def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path
     os.kill(queue.driver_info()["pid"], signal.SIGKILL)
     os.kill(start["pid"], signal.SIGKILL)
     wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
+    return sweep, queue, running, waiting
+
+
+def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path, data_dir):
+    """The driver and the training rank killed -9 together (the OOM killer), then a cancel: the cancel starts a new
+    driver, which found the running attempt dead and started it again as a crash (it trained to its end while cancel
+    waited), and, started after the first request was written, started the waiting run before it read the second.
+    Now: the dead attempt ends cancelled, the waiting run is cancelled before it started, and nothing trains on."""
+    sweep, queue, running, waiting = orphaned(tmp_path, data_dir)
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--timeout", "60"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -514,15 +521,7 @@ def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, dat
     stays stopped, its dead attempt settled, until a submit starts it from its checkpoint."""
     from zbpscale.jobs.status import collect_rows
 
-    sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
-    queue = LocalQueue(tmp_path / "jobs")
-    running, waiting = (tmp_path / "jobs" / "orphans" / n for n in ("nano-bp", "nano-zbp_n4"))
-    submit(sweep, "--max-parallel", "1")
-    wait_until(lambda: last_step(running) >= 2, "the first run's steps", 120)
-    start = [a for a in read_attempts(running) if a["event"] == "start"][-1]
-    os.kill(queue.driver_info()["pid"], signal.SIGKILL)
-    os.kill(start["pid"], signal.SIGKILL)
-    wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
+    sweep, queue, running, waiting = orphaned(tmp_path, data_dir)
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--only", "nano-zbp_n4",
                           "--timeout", "60"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
