@@ -257,7 +257,8 @@ def main(argv=None) -> int:
                   "status --goodput --json", "status --goodput --json, no index")
         times: dict[str, list[float]] = {label: [] for label in labels}
         reads: dict[str, list[int]] = collections.defaultdict(list)  # disk reads of the runs with caches dropped
-        if args.cold:
+        cold = args.cold and drop_caches()  # root, and a kernel that allows it
+        if cold:
             times["zbpscale status DIR, caches dropped"] = []
             times["the files alone, caches dropped"] = []
             times["the files alone, caches dropped, one process"] = []
@@ -269,7 +270,7 @@ def main(argv=None) -> int:
             took, drawn = timed_on_terminal(folder)
             times["zbpscale status DIR, on a terminal"].append(took)
             assert drawn.count("│") > args.runs, "no boxed table on the terminal"
-            if args.cold and drop_caches():
+            if cold:
                 for label, timed in (("zbpscale status DIR, caches dropped", lambda: timed_status(folder)[0]),
                                      ("the files alone, caches dropped", lambda: reads_alone(folder)),
                                      ("the files alone, caches dropped, one process",
@@ -289,8 +290,9 @@ def main(argv=None) -> int:
             RunFolder(run).digest.unlink()
         for _ in range(args.rounds):
             times["zbpscale status DIR, no digests"].append(timed_status(folder)[0])
-            if args.cold and drop_caches():
+            if cold:
                 label = "zbpscale status DIR, no digests, caches dropped"
+                drop_caches()
                 times[label].append(counted(reads, label, folder, lambda: timed_status(folder)[0]))
             t = time.perf_counter()
             undigested = collect_rows(folder)

@@ -7,6 +7,7 @@ The trainer reads `received()` at each step boundary, where the ranks agree on i
 collective ever runs in a handler. `install()` is idempotent and keeps a signal that already arrived, so a
 job can install it first thing (a time-limit signal may come while torch is still importing) and the
 trainer's own `install()` sees that signal. `restore()` puts the previous handlers back and clears the flag.
+`unwind` is the other way, for commands that hold children: the signal raised as KeyboardInterrupt.
 
 A signal can also come before any Python code of ours runs: SLURM sends the time-limit warning up to a minute
 early, so with a short limit it can reach a requeued attempt during interpreter start-up, when SIGUSR2 still
@@ -37,6 +38,13 @@ def _handle(signum, frame) -> None:
     if signum == signal.SIGINT and _received == signal.SIGINT:
         raise KeyboardInterrupt  # Ctrl-C twice: do not wait for the checkpoint
     _received = signum
+
+
+def unwind(signum, frame) -> None:
+    """A handler for a command that holds children, not the trainer: the stop signal (SIGTERM: `kill`, scancel)
+    unwinds it as Ctrl-C does, a KeyboardInterrupt in the main thread, so that its `finally` blocks stop what it
+    started (the data prep's tokenizer pool, `zbpscale sync`'s upload)."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def install() -> None:

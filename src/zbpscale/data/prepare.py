@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from zbpscale import signals
 from zbpscale.data import MANIFEST, packing, shards, sources, tokenizer
 from zbpscale.errors import ConfigError, DataError
 from zbpscale.files import atomic_write, remove_stale_temps, unwritable
@@ -333,7 +334,7 @@ def prepare(cfg: PrepConfig, *, report_every: float = 10.0, log=print) -> dict:
     previous = signal.getsignal(signal.SIGTERM)
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:  # SIGTERM (scancel, kill) unwinds like Ctrl-C: the pool is shut down, the resume record stays
-        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGTERM, signals.unwind)
     pool = docs = None
     try:
         pool = _start_pool(cfg.workers, route)  # the workers start up while the source opens
@@ -439,10 +440,6 @@ def _run(prep: _Prep, docs, pool, report_every: float, t0: float) -> dict:
     if first and now > first[0]:
         timing["steady_tokens_per_s"] = round((packer.train.tokens + packer.val.tokens - first[1]) / (now - first[0]))
     return _write_manifest(prep, packer, resumes, timing)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _write_manifest(prep: _Prep, packer: packing.Packer, resumes: list[int], timing: dict) -> dict:

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
+from zbpscale import signals
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.run.folder import RunFolder
 from zbpscale.text import select
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no W&B key here: WANDB_API_KEY is not set and `wandb login` was not run",
                           hint="run `wandb login` (or export WANDB_API_KEY from a secret), then this again")
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline shell's mode would stop the upload
-    signal.signal(signal.SIGTERM, _interrupted)  # `kill`, a scheduler: W&B's upload stops with this command
+    signal.signal(signal.SIGTERM, signals.unwind)  # `kill`, a scheduler: W&B's upload stops with this command
     failed = []
     for p, folders in todo:
         print(f"{p.name}: uploading {len(folders)} folder(s)", flush=True)
@@ -129,7 +130,3 @@ def _wandb_sync(folders: list[Path], env: dict) -> str:
             proc.terminate()
             proc.wait()
     return errors[-1] if errors else f"wandb sync exited {code}: {last or 'no output'}"
-
-
-def _interrupted(signum, frame) -> None:
-    raise KeyboardInterrupt
