@@ -49,8 +49,8 @@ def test_the_code_passes_its_linter():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-SHARED = {"zbpscale", "zbpscale.argtypes", "zbpscale.bulk", "zbpscale.errors", "zbpscale.files", "zbpscale.lease",
-          "zbpscale.proc", "zbpscale.signals", "zbpscale.tables", "zbpscale.text", "zbpscale.version"}
+SHARED = {"zbpscale", "zbpscale.argtypes", "zbpscale.bulk", "zbpscale.cached", "zbpscale.errors", "zbpscale.files",
+          "zbpscale.lease", "zbpscale.proc", "zbpscale.signals", "zbpscale.tables", "zbpscale.text", "zbpscale.version"}
 TORCH_FREE_TRAIN = {"zbpscale.train", "zbpscale.train.metrics", "zbpscale.train.exits", "zbpscale.train.trackers"}
 RULES = {  # package: (may import at module level, may import inside a function too); "x.*": x and its modules
     "zbpscale.zbp": ({"zbpscale.zbp.*", "zbpscale.errors"}, {"zbpscale.signals"}),

@@ -10,7 +10,8 @@ Then times, side by side, in interleaved rounds (median): the whole command in a
 status DIR`, table and --json, the table on a pseudo-terminal as people see it, boxed and in color, and `zbpscale
 status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what --watch
 repeats), beside what status reads through the digests, read alone without decoding in as many processes
-(`reads_alone`: the file system's part of its time). No SLURM here: the runs say executor local.
+(`reads_alone`: the file system's part of its time). No SLURM here: the runs say executor local. Each command runs
+as an installed package's does, its bytecode compiled once before the rounds (`installed`).
 
 The digests and the heartbeats' index are caches. After the timed rounds the digests are removed and the command
 and the rows timed again (status reads so a folder whose digest does not hold: a live trainer's, or one of an older
@@ -199,11 +200,23 @@ def drop_caches() -> bool:
         return False
 
 
+ENV = dict(os.environ)
+"""The timed commands' environment: `installed` makes it an installed package's (its bytecode compiled once)."""
+
+
+def installed(tmp: Path) -> None:
+    """Time the commands as an installed zbpscale runs: its modules' bytecode written once (under `tmp`, not in the
+    source tree) and read after, where PYTHONDONTWRITEBYTECODE (some containers set it) would have every command
+    compile every module again (a fifth of a second of status's start-up on a slow core)."""
+    ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+
+
 def timed_status(folder: Path, *extra: str) -> tuple[float, str]:
     """(seconds, stdout) of `zbpscale status DIR *extra` (or a sweep file) in a fresh process."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(folder), *extra], capture_output=True,
-                         text=True, check=False)
+                         text=True, check=False, env=ENV)
     return time.perf_counter() - t, out.stdout
 
 
@@ -213,7 +226,7 @@ def timed_on_terminal(folder: Path) -> tuple[float, str]:
     import pty
 
     main_fd, tty = pty.openpty()
-    env = {**os.environ, "COLUMNS": "120", "FORCE_COLOR": "1"}
+    env = {**ENV, "COLUMNS": "120", "FORCE_COLOR": "1"}
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "zbpscale.cli", "status", str(folder)], stdout=tty,
                             stderr=subprocess.DEVNULL, env=env)
@@ -250,6 +263,9 @@ def main(argv=None) -> int:
         print(f"built {args.runs} run folders in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         size_mb = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
         sweep = sweep_file(folder, args.runs)
+        installed(Path(tmp))
+        for extra in ([], ["--goodput"]):  # untimed: the bytecode written, as an installed package has it
+            timed_status(folder, *extra)
         labels = ("zbpscale status DIR", "zbpscale status DIR --json", "zbpscale status DIR --goodput",
                   "zbpscale status DIR, on a terminal",
                   "zbpscale status SWEEP_FILE", "rows in process", "the files alone, read, not decoded",

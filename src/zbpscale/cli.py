@@ -107,22 +107,25 @@ exit status: 0 listed, 1 --params: no shape within 10% by the rule, 2 a mistake"
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; `command`: of that one alone, the others listed by name and summary with their
+    modules left unimported (a command's start-up imports its own module only: status of 10,000 runs, ...)."""
     parser = argparse.ArgumentParser(prog="zbpscale", description="ZBP vs backprop scaling studies on SLURM or "
                                      "one node: sweeps, runs, results.", formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, summary, more) in COMMANDS.items():
-        module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=more,
                            formatter_class=HelpFormatter)
-        module.add_arguments(p)
-        p.set_defaults(run=module.run, command_parser=p)
+        if command is None or name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(run=module.run, command_parser=p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     if not argv:  # `zbpscale` alone: the list of commands, which is not a mistake
         parser.print_help()
         return 0

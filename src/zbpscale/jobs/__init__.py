@@ -23,8 +23,8 @@
     executors/      one module per back end (base.Executor, which imports none): slurm.py (+ slurm_job.py,
                     slurm_commands.py), local.py (+ local_queue/)
 
-May import: zbpscale.run (the run folder and its history, below), the shared modules (argtypes, bulk, errors, files,
-lease, proc, signals, tables, text, version, cli), zbpscale.entry (the job names kept across releases, which call
+May import: zbpscale.run (the run folder and its history, below), the shared modules (argtypes, bulk, cached, errors,
+files, lease, proc, signals, tables, text, version, cli), zbpscale.entry (the job names kept across releases, which call
 back into executors/), zbpscale.data and train's torch-free modules (metrics, exits, trackers: its tracker classes
 import their packages when opened). The trainer (zbpscale.train.loop, .cli) only inside the function that
 runs on a compute node (executors/slurm_job.py's run_train_job, local_queue/rank.py); zbpscale.results.summary and

@@ -16,10 +16,10 @@ import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
+from zbpscale.cached import cached
 from zbpscale.errors import ConfigError, ZbpError
 from zbpscale.files import as_json, atomic_write
 from zbpscale.jobs.settings import MIN_POLL_S, POLL_S, SweepSettings
@@ -211,16 +211,16 @@ class Size:
         overrides = {"max_seq_len": self.seq_len} if self.seq_len else {}
         return dataclasses.replace(self.model if self.model is not None else SIZES[self.name], zbp=zbp, **overrides)
 
-    @cached_property  # asked of each run of the size (10,000 runs: a shape built and checked for each)
+    @cached  # asked of each run of the size (10,000 runs: a shape built and checked for each)
     def params(self) -> int:
         return n_params(self.shape())
 
-    @cached_property
+    @cached
     def params_non_embedding(self) -> int:
         """N of the scaling laws (the gap's, the lr law's): parameters without the token tables and the LM head."""
         return n_params(self.shape(), embeddings=False)
 
-    @cached_property
+    @cached
     def steps(self) -> int:
         tokens = self.tokens or self.tokens_per_param * self.params
         return max(1, math.ceil(tokens / (self.global_batch * self.shape().max_seq_len)))

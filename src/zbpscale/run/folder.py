@@ -30,9 +30,9 @@ import os
 import re
 from collections.abc import Container
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
+from zbpscale.cached import cached
 from zbpscale.errors import BrokenRunFolder
 from zbpscale.files import loads, read_bytes
 from zbpscale.lease import Rule, lease_path, try_lock
@@ -91,22 +91,22 @@ class RunFolder:
         if not isinstance(self.path, Path):  # a Path made again is parsed again: 5 us, 3 times a run in status
             object.__setattr__(self, "path", Path(self.path))
 
-    config = cached_property(lambda self: self.path / "config.json")
-    plan = cached_property(lambda self: self.path / "plan.json")
-    metrics = cached_property(lambda self: self.path / "metrics.jsonl")
-    heartbeat = cached_property(lambda self: self.path / "heartbeat.json")
-    attempts = cached_property(lambda self: self.path / "attempts.jsonl")
-    checkpoints = cached_property(lambda self: self.path / "checkpoints")
-    logs = cached_property(lambda self: self.path / "logs")
-    complete = cached_property(lambda self: self.path / "COMPLETE")
-    digest = cached_property(lambda self: self.path / ".snapshot.json")  # a look kept (run/snapshot.py's `keep`)
-    cancel = cached_property(lambda self: self.path / "CANCEL")
-    trainer_lock = cached_property(lambda self: self.path / ".trainer.lock")
-    trainer_lease = cached_property(lambda self: lease_path(self.trainer_lock))
-    ranks = cached_property(lambda self: self.path / ".ranks")
-    trackers = cached_property(lambda self: self.path / "trackers.json")  # what trackers keep across attempts (W&B id)
-    tensorboard = cached_property(lambda self: self.path / "tensorboard")  # TensorBoard's event files
-    wandb = cached_property(lambda self: self.path / "wandb")  # W&B's folder (offline runs: offline-run-*)
+    config = cached(lambda self: self.path / "config.json")
+    plan = cached(lambda self: self.path / "plan.json")
+    metrics = cached(lambda self: self.path / "metrics.jsonl")
+    heartbeat = cached(lambda self: self.path / "heartbeat.json")
+    attempts = cached(lambda self: self.path / "attempts.jsonl")
+    checkpoints = cached(lambda self: self.path / "checkpoints")
+    logs = cached(lambda self: self.path / "logs")
+    complete = cached(lambda self: self.path / "COMPLETE")
+    digest = cached(lambda self: self.path / ".snapshot.json")  # a look kept (run/snapshot.py's `keep`)
+    cancel = cached(lambda self: self.path / "CANCEL")
+    trainer_lock = cached(lambda self: self.path / ".trainer.lock")
+    trainer_lease = cached(lambda self: lease_path(self.trainer_lock))
+    ranks = cached(lambda self: self.path / ".ranks")
+    trackers = cached(lambda self: self.path / "trackers.json")  # what trackers keep across attempts (W&B id)
+    tensorboard = cached(lambda self: self.path / "tensorboard")  # TensorBoard's event files
+    wandb = cached(lambda self: self.path / "wandb")  # W&B's folder (offline runs: offline-run-*)
 
     RECORDS = ("metrics", "config", "attempts", "heartbeat", "complete")
     """The run's small files, by attribute: what `zbpscale collect` copies into a results bundle."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from zbpscale.cached import cached
 from zbpscale.run.account import Attempt
 from zbpscale.run.snapshot import Snapshot
 
@@ -83,28 +84,33 @@ def read(run: Path | Snapshot) -> Goodput:
 
 @dataclass(frozen=True)
 class RunTime:
-    """A run's time, as status, collect and goodput all count it: where its held time went (`goodput`, whose
-    `held` is the wall time its jobs held) and the GPUs it held them with."""
+    """A run's time, as status, collect and goodput all count it: its accounted attempts, whose held time is the
+    wall time its jobs held (`goodput`: where it went), and the GPUs it held them with."""
 
-    goodput: Goodput
+    attempts: tuple[Attempt, ...]
     gpus: int | None
     """The GPUs each attempt held: plan.json's (what the run's jobs ask the scheduler for), else, for a run trained
     by hand, its trainer's latest start record's (its world size on cuda, 0 on cpu); None when neither says."""
 
-    @property
+    @cached
+    def goodput(self) -> Goodput:
+        """Where the held time went (made when asked: status's rows ask only the held time, 10,000 times)."""
+        return Goodput.of(self.attempts)
+
+    @cached
     def held_s(self) -> float:
-        return self.goodput.held
+        return sum(a.held for a in self.attempts)  # Goodput.of's sum, in its order
 
     @property
     def gpu_hours(self) -> float | None:
         """held x GPUs, in hours (None when the GPUs are not known)."""
-        return None if self.gpus is None else self.goodput.held * self.gpus / 3600
+        return None if self.gpus is None else self.held_s * self.gpus / 3600
 
 
 def run_time(run: Path | Snapshot) -> RunTime:
     """The time of one run folder (or of a look at one already taken): the one account of it."""
     look = run if isinstance(run, Snapshot) else Snapshot(run)
-    return RunTime(read(look), gpus_held(look.plan, look.own.get("start", {})))
+    return RunTime(tuple(read_attempts(look)), gpus_held(look.plan, look.own.get("start", {})))
 
 
 def gpus_held(plan: dict, start: dict) -> int | None:

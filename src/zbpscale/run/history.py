@@ -21,10 +21,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Union
 
+from zbpscale.cached import cached
 from zbpscale.errors import BrokenRunFolder
 from zbpscale.files import append_jsonl, check_fields, json_lines, read_bytes
 from zbpscale.run.folder import RunFolder
@@ -142,7 +142,7 @@ class History:
         """The run's events; one whose time is not a number (a hand edit) is skipped, as a garbled line is."""
         return cls(tuple(e for e in read_attempts(run_dir) if _timed(e)))
 
-    @cached_property
+    @cached
     def _by_event(self) -> dict[str, list[dict]]:
         """The events of each kind, in order (status asks a history for them some 30 times a run)."""
         found: dict[str, list[dict]] = {}
@@ -153,14 +153,26 @@ class History:
     def _of(self, event: str, job: str | None = None) -> list[dict]:
         return [a for a in self._by_event.get(event, ()) if job is None or a.get("job_id") == job]
 
-    @cached_property
+    def _last(self, job: str) -> tuple[Start, End]:
+        """(the start of `job`'s latest attempt, that attempt's end), each {} when there is none."""
+        starts = self._of("start", job)
+        start = starts[-1] if starts else {}
+        since = start.get("time", 0)
+        return start, next((a for a in reversed(self._of("end", job)) if a.get("time", 0) >= since), {})
+
+    @cached
+    def _latest(self) -> tuple[Start, End]:
+        """`_last` of the latest job: status asks for its start and end some 3 times a run each."""
+        return self._last(self.job_id)
+
+    @cached
     def submitted(self) -> Submitted:
         """The latest `submitted` event (job id, executor, logs), {} if the run was never submitted (asked some 10
         times a run by status's decision and row)."""
         subs = self._of("submitted")
         return subs[-1] if subs else {}
 
-    @cached_property
+    @cached
     def job_id(self) -> str:
         """The latest submitted job's id, "" if none."""
         return self.submitted.get("job_id", "")
@@ -176,14 +188,11 @@ class History:
 
     def last_start(self, job: str | None = None) -> Start:
         """The latest attempt's start of `job` (default: the latest job), {} if it never started."""
-        starts = self.starts(self.job_id if job is None else job)
-        return starts[-1] if starts else {}
+        return (self._latest if job is None or job == self.job_id else self._last(job))[0]
 
     def last_end(self, job: str | None = None) -> End:
         """The `end` of `job`'s latest attempt (default: the latest job), {} if that attempt has none."""
-        job = self.job_id if job is None else job
-        since = self.last_start(job).get("time", 0)
-        return next((a for a in reversed(self._of("end", job)) if a.get("time", 0) >= since), {})
+        return (self._latest if job is None or job == self.job_id else self._last(job))[1]
 
     def ends_since(self, job: str | None, since: float) -> list[End]:
         """`job`'s end events (any job's for None) recorded at `since` or later."""
@@ -222,7 +231,7 @@ class History:
         starts = self.starts()
         return starts[-1].get("nodes", "") if starts else ""
 
-    @cached_property
+    @cached
     def _counted_ends(self) -> Counter:
         """The attempts' ends since the run was last submitted with --retry (which resets the counts), by why."""
         since = max((a.get("time", 0) for a in self._of("submitted") if a.get("retry")), default=0)

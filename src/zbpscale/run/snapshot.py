@@ -33,9 +33,9 @@ import hashlib
 import importlib
 import json
 import os
-from functools import cached_property
 from pathlib import Path
 
+from zbpscale.cached import cached
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import atomic_write, loads, read_bytes, read_json
 from zbpscale.run import history
@@ -50,10 +50,10 @@ from zbpscale.run.records import Record, records_of
 DIGEST_FORMAT = 1
 """The digest's format: one of another format is not read (and the next event's writer replaces it)."""
 
-LOOK_CODE = ("zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc", "zbpscale.run.account",
-             "zbpscale.run.config", "zbpscale.run.fold", "zbpscale.run.folder", "zbpscale.run.formats",
-             "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.records", "zbpscale.run.snapshot",
-             "zbpscale.tables", "zbpscale.text", "zbpscale.zbp.config")
+LOOK_CODE = ("zbpscale.cached", "zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc",
+             "zbpscale.run.account", "zbpscale.run.config", "zbpscale.run.fold", "zbpscale.run.folder",
+             "zbpscale.run.formats", "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.records",
+             "zbpscale.run.snapshot", "zbpscale.tables", "zbpscale.text", "zbpscale.zbp.config")
 """The modules a look's values come from (this one's imports, at any depth: tests/test_snapshot.py checks): a
 digest names their source (`look_code`), and one made by other code (another release, an edited clone: a config
 it validated otherwise, an account it split otherwise) is not read."""
@@ -108,7 +108,7 @@ class Snapshot:
     def run_dir(self) -> Path:
         return self.folder.path
 
-    @cached_property
+    @cached
     def _kept(self) -> dict | None:
         """The folder's digest, made into the values it keeps, where it was asked for and names every file as it is
         now; None otherwise (not asked for, none, another format, a file changed since, or bytes that are no
@@ -144,7 +144,7 @@ class Snapshot:
                 "glance": dataclasses.asdict(self.glance), "attempts": [dataclasses.asdict(a) for a in self.attempts],
                 "unread_metrics": self.unread_metrics}
 
-    @cached_property
+    @cached
     def _history(self) -> tuple[History, str]:
         if self._kept is not None:
             return self._kept["history"], ""
@@ -158,7 +158,7 @@ class Snapshot:
         """attempts.jsonl; an empty history where it cannot be read (`broken` says why)."""
         return self._history[0]
 
-    @cached_property
+    @cached
     def _config(self) -> tuple[dict | None, str]:
         if self._kept is not None:
             return self._kept["config"], ""
@@ -172,7 +172,7 @@ class Snapshot:
         """config.json as written; None when there is none or it is not a JSON object (`broken` says)."""
         return self._config[0]
 
-    @cached_property
+    @cached
     def _train_config(self) -> tuple[TrainConfig | None, str]:
         config, error = self._config
         if config is None:
@@ -194,18 +194,18 @@ class Snapshot:
         a new run)."""
         return self._config_error or self._history[1]
 
-    @cached_property
+    @cached
     def _config_error(self) -> str:
         return "" if self._kept is not None else self._train_config[1]
 
-    @cached_property
+    @cached
     def step_timeout(self) -> float:
         """The run's step_timeout_s (its config, migrated); 0 (no bound) without a config the trainer takes."""
         if self._kept is not None:
             return self._kept["step_timeout"]
         return self.train_config.step_timeout_s if self.train_config is not None else 0.0
 
-    @cached_property
+    @cached
     def heartbeat(self) -> dict:
         """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out; from a
         digest, without its index of metrics.jsonl (the glance and the attempts it served are kept)."""
@@ -217,15 +217,15 @@ class Snapshot:
                 del beat[key]
         return beat
 
-    @cached_property
+    @cached
     def plan(self) -> dict:
         return self._kept["plan"] if self._kept is not None else read_json(self.folder.plan)
 
-    @cached_property
+    @cached
     def complete(self) -> bool:
         return self._kept["complete"] if self._kept is not None else self.folder.complete.exists()
 
-    @cached_property
+    @cached
     def metrics(self) -> bytes:
         """metrics.jsonl's bytes (b"" when there is none)."""
         try:
@@ -233,12 +233,12 @@ class Snapshot:
         except OSError:
             return b""
 
-    @cached_property
+    @cached
     def records(self) -> list[Record]:
         """Every record of metrics.jsonl, in order (torn lines skipped), as today's types have them."""
         return records_of(self.metrics)
 
-    @cached_property
+    @cached
     def _tail(self) -> bytes | None:
         """metrics.jsonl's bytes after those the heartbeat's index covers (the records the trainer wrote after its
         latest heartbeat), read once for both the glance and the fold; None where the index does not serve (none,
@@ -250,7 +250,7 @@ class Snapshot:
         except OSError:
             return None
 
-    @cached_property
+    @cached
     def glance(self) -> Glance:
         """What status shows of metrics.jsonl (run/glance.py's Glance): through the heartbeat's index of it, the
         bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
@@ -263,7 +263,7 @@ class Snapshot:
                 pass  # an index this release did not write: read the whole file
         return glance_of(self.metrics)
 
-    @cached_property
+    @cached
     def fold(self) -> Fold:
         """Goodput's fold over metrics.jsonl's records (run/goodput.py): through the heartbeat's index, the records
         the trainer wrote after its latest heartbeat alone (every record without an index, or once read)."""
@@ -279,14 +279,14 @@ class Snapshot:
                 return fold
         return Fold.of(self.records)
 
-    @cached_property
+    @cached
     def attempts(self) -> list[Attempt]:
         """The account of the run's attempts (run/account.py), oldest first."""
         if self._kept is not None:
             return self._kept["attempts"]
         return account(self.history, self.fold, self.heartbeat)
 
-    @cached_property
+    @cached
     def unread_metrics(self) -> int:
         """The size of metrics.jsonl where it holds bytes but no record this release reads (garbled, or another file
         in its place: its steps, losses and tokens cannot be shown); 0 where it holds one, or is empty or missing."""

@@ -11,7 +11,7 @@
 
 May import: zbpscale.zbp, zbpscale.data, zbpscale.run (the run folder, its config and record formats, the word
 for how an attempt ended) and
-the shared modules (argtypes, bulk, errors, files, lease, proc, signals, tables, text, version). Nothing of
+the shared modules (argtypes, bulk, cached, errors, files, lease, proc, signals, tables, text, version). Nothing of
 zbpscale.jobs, nothing of zbpscale.results (tests/test_layout.py checks). A new diagnostic is
 a field of run/records.py's DiagRecord (or a row type there), computed in diagnostics.py and drawn in
 results/plot.py.
