@@ -482,17 +482,24 @@ def test_cancel_checkpoints_and_a_resubmit_resumes(tmp_path, data_dir, straight_
     assert losses(run) == losses(straight_run(run))
 
 
-def orphaned(tmp_path: Path, data_dir: Path) -> tuple[Path, LocalQueue, Path, Path]:
+def orphaned(tmp_path: Path, data_dir: Path, *, frozen: bool = False, signal_delay_s: int = 30
+             ) -> tuple[Path, LocalQueue, Path, Path]:
     """A sweep of two runs, one training and one waiting behind it, whose driver and training rank were killed -9
-    together (the OOM killer): (its file, the queue, the run that trained, the one that waits)."""
-    sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5)
+    together (the OOM killer), or, `frozen`, whose rank was stopped (SIGSTOP: a frozen trainer, which the dead
+    driver's signal does not reach) and its driver killed -9: (its file, the queue, the run that trained, the one
+    that waits)."""
+    sweep = write_sweep(tmp_path, "orphans", data_dir, steps=400, arms=("bp", "zbp_n4"), ckpt_every=5,
+                        signal_delay_s=signal_delay_s)
     queue = LocalQueue(tmp_path / "jobs")
     running, waiting = (tmp_path / "jobs" / "orphans" / n for n in ("nano-bp", "nano-zbp_n4"))
     submit(sweep, "--max-parallel", "1")
     wait_until(lambda: last_step(running) >= 2, "the first run's steps", 120)
     start = [a for a in read_attempts(running) if a["event"] == "start"][-1]
+    if frozen:
+        os.kill(start["pid"], signal.SIGSTOP)
     os.kill(queue.driver_info()["pid"], signal.SIGKILL)
-    os.kill(start["pid"], signal.SIGKILL)
+    if not frozen:
+        os.kill(start["pid"], signal.SIGKILL)
     wait_until(lambda: not queue.driver_alive(), "the killed driver's lock to go", 10)
     return sweep, queue, running, waiting
 
@@ -512,6 +519,31 @@ def test_a_cancel_after_the_driver_died_stops_every_run_and_starts_none(tmp_path
     assert [a["event"] for a in read_attempts(running)].count("start") == 1
     assert ends(waiting) == ["cancelled"] and "start" not in [a["event"] for a in read_attempts(waiting)]
     assert not RunFolder(waiting).metrics.exists() and last_step(running) < 399
+
+
+def test_a_cancel_after_the_driver_died_kills_a_frozen_attempt(tmp_path, data_dir):
+    """A frozen rank (SIGSTOP) whose driver was killed -9, then a cancel: the cancel's driver adopted the attempt
+    and only waited for its ranks to end (no cancel, time limit or hang reached a rank it had not started), so the
+    cancel said 'still stopping' at its --timeout and the rank stayed stopped for ever. Now the adopted ranks are
+    signalled by pid as its own are: SIGUSR2, then SIGKILL after the sweep's signal delay; the attempt ends
+    cancelled, killed, and the waiting run is cancelled before it started."""
+    from zbpscale.proc import pid_alive, process_start_time
+
+    sweep, queue, running, waiting = orphaned(tmp_path, data_dir, frozen=True, signal_delay_s=3)
+    pid = [a for a in read_attempts(running) if a["event"] == "start"][-1]["pid"]
+    born = process_start_time(pid)
+    assert born is not None  # stopped, not gone
+    try:
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--timeout", "60"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        wait_driver_gone(queue)
+        assert not pid_alive(pid, born)
+        assert ends(running) == ["cancelled"] and read_attempts(running)[-1]["reason"] == "zbpscale cancel; killed"
+        assert ends(waiting) == ["cancelled"] and "start" not in [a["event"] for a in read_attempts(waiting)]
+    finally:
+        if pid_alive(pid, born):  # the bug: the frozen rank left behind
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, data_dir):
@@ -537,6 +569,9 @@ def test_a_cancel_of_one_run_after_the_driver_died_starts_no_other(tmp_path, dat
     assert rows["nano-bp"]["state"] == "stopped" and "submit again" in rows["nano-bp"]["reason"], rows["nano-bp"]
     submit(sweep)  # goes on: the run starts again from its checkpoint
     wait_until(lambda: starts(running) == 2, "the run to start again", 60)
+    subprocess.run([sys.executable, "-m", "zbpscale.cli", "cancel", str(sweep), "--timeout", "60"], cwd=tmp_path,
+                   capture_output=True, timeout=120, check=True)  # nothing left training after the test
+    wait_driver_gone(queue)
 
 
 def test_a_cancelled_sweep_s_data_prep_does_not_run_after_it(tmp_path, data_dir):

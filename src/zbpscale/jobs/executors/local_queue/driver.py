@@ -17,11 +17,13 @@ One driver per queue (its lock says which: queue.py). Every tick it renews its l
   4. starts queued jobs on free GPU slots (local_queue/slots.py), each rank pinned to its own GPU (two jobs that
      make one file, two sweeps' preps of one data folder, one after the other);
 and leaves when nothing is queued or running. A driver that finds entries marked running from a dead driver
-adopts them: it waits for their processes to end (the kernel told them to checkpoint: rank.py) and then settles
-them by their records, since their exit statuses went with the dead driver (`settle_adopted`): the trainer's own
-end record says how it ended; an attempt that logged steps and left no end record was killed with its driver
-(kill -9 of both, the OOM killer): crashed, with the steps it logged past its checkpoint named as dropped; a
-command job (the data prep, which outlives its driver) by the file it makes (`Entry.makes`): done if it is there.
+adopts them: it waits for their processes to end (the kernel told them to checkpoint: rank.py), signalling them by
+pid as it signals its own (a cancel, the time limit, a hang: a frozen rank that the kernel's signal did not stop
+is killed), and then settles them by their records, since their exit statuses went with the dead driver
+(`settle_adopted`): the trainer's own end record says how it ended; one this driver killed ended killed; an attempt
+that logged steps and left no end record was killed with its driver (kill -9 of both, the OOM killer): crashed,
+with the steps it logged past its checkpoint named as dropped; a command job (the data prep, which outlives its
+driver) by the file it makes (`Entry.makes`): done if it is there.
 An attempt's end is recorded once: one whose end is in the run's attempts but whose entry still says running (its
 driver died, or a full disk refused the entry, in between) follows that end. A tick that fails on a file (a full
 disk) is logged and tried again; the driver does not leave its jobs unwatched for it.
@@ -79,6 +81,7 @@ class Driver:
         self.first_exit: dict[str, float] = {}
         self.checked: dict[str, float] = {}  # job id -> when its hang was last checked
         self.hangs: dict[str, str] = {}  # job id -> what catch_hang saw
+        self.killed: set[str] = set()  # adopted attempts this driver killed (their exit statuses are unseen)
         self.beat = 0.0
         self.troubled = ("", 0.0)  # the last file error a tick hit, and when it was said (trouble)
 
@@ -226,14 +229,17 @@ class Driver:
         if procs is None:  # adopted from a dead driver: its ranks got SIGUSR2 and are checkpointing
             if not any(pid_alive(pid, start) for pid, start in e.pids):
                 self.settle_adopted(e)
-            return
-        codes = [p.poll() for p in procs]
-        if all(c is not None for c in codes):
-            self.procs.pop(e.job_id)
-            self.first_exit.pop(e.job_id, None)
-            self.settle(e, codes)
-            return
-        if any(c not in (None, 0, EXIT_REQUEUE) for c in codes):  # a rank died: the others may hang
+                return
+            failed = False  # their exit statuses are unseen: a rank that left may have checkpointed
+        else:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                self.procs.pop(e.job_id)
+                self.first_exit.pop(e.job_id, None)
+                self.settle(e, codes)
+                return
+            failed = any(c not in (None, 0, EXIT_REQUEUE) for c in codes)
+        if failed:  # a rank died: the others may hang
             first = self.first_exit.setdefault(e.job_id, now)
             if now - first > FAILED_RANK_GRACE_S:
                 self.signal(e, signal.SIGKILL, e.signalled or "kill")
@@ -269,7 +275,17 @@ class Driver:
         self.signal(e, signal.SIGKILL, "hung")
 
     def signal(self, e: Entry, sig: int, why: str) -> None:
-        for p in self.procs.get(e.job_id, []):
+        """`sig` to the attempt's live ranks: its processes, or, adopted from a dead driver, the pids its entry names
+        (each by its start time too: a pid taken since by another process is not signalled)."""
+        procs = self.procs.get(e.job_id)
+        if procs is None:
+            for pid, start in e.pids:
+                if pid_alive(pid, start):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+            if sig == signal.SIGKILL:
+                self.killed.add(e.job_id)
+        for p in procs or []:
             if p.poll() is None:
                 p.send_signal(sig)
         if e.signalled != why:
@@ -332,8 +348,11 @@ class Driver:
         for any attempt. Without one, an attempt that logged steps died without a word, killed with its driver: a
         crash (unless the run is complete), whose reason names the steps past its checkpoint that are dropped and
         redone (`_dropped`). One that logged none stopped before its first step (told to while compiling, it writes
-        no end record): nothing is lost, and it is settled as interrupted."""
-        unseen = [None] * len(e.pids)
+        no end record): nothing is lost, and it is settled as interrupted. One this driver killed (a cancel, its time
+        limit or a hang: `watch`) ended as its ranks killed by SIGKILL do."""
+        killed = e.job_id in self.killed
+        self.killed.discard(e.job_id)
+        unseen = [-signal.SIGKILL if killed else None] * len(e.pids)
         if e.kind != "train":  # a command: done if it made its file (the prep's manifest.json, written last)
             if e.makes and Path(e.makes).exists():
                 self.finish(e, "completed", f"{e.makes} is there (its exit status went with a dead driver)")
@@ -345,6 +364,8 @@ class Driver:
         word = end.get("why") if end.get("time", 0) >= e.started else None  # this attempt's own end record
         if word in TRAINER_EXITS:
             self.settle(e, [TRAINER_EXITS[word]] * len(e.pids))
+        elif killed:
+            self.settle(e, unseen)
         else:
             stepped = word is None and train.get("time", 0) >= e.started
             self.settle(e, unseen, unheard_after=train["step"] if stepped else None)
