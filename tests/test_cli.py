@@ -823,6 +823,15 @@ def test_results_commands_say_one_line_for_a_wrong_place_and_collect_mends_a_gar
     copy = next((bundle / "runs").iterdir())  # one run's copy: its hint was to collect bundle/runs (refused)
     assert f"{copy} is a run's copy in the collected results folder {bundle} (hint: give the results folder: " \
            f"{bundle})" in one_line("plot", copy)
+    figures = bundle / "figures"  # plot's: every command's hint was a folder it then refused, or to submit a sweep
+    figures.mkdir(exist_ok=True)
+    for command, inner in (("plot", figures), ("upload", figures), ("report", figures), ("report", copy),
+                           ("report", bundle / "runs")):
+        assert f"{inner} is inside the collected results folder {bundle} (hint: give the results folder: " \
+               f"{bundle})" in one_line(command, inner), (command, inner)
+    for inner in (figures, copy):  # collect's hint was to collect bundle/runs, for the copy (refused)
+        assert f"{inner} is inside the collected results folder {bundle} (hint: collect the sweep it came from: " \
+               f"zbpscale collect {runs})" in one_line("collect", inner)
     assert "does not exist" in one_line("plot", tmp_path / "nowhere")
     frozen = tmp_path / "frozen-bundle"  # a bundle this process cannot write in: a traceback (EROFS, EPERM)
     shutil.copytree(bundle, frozen)

@@ -116,8 +116,23 @@ class Bundle:
             raise ConfigError(f"{self.path} holds runs, not a collected results folder",
                               hint=f"collect them first: zbpscale collect {self.path} (into "
                                    f"{default_out(self.path)}), then give that folder")
+        if (holder := holding(self.path)) is not None:  # its figures/, say
+            raise inside(self.path, holder)
         raise ConfigError(f"{self.path} is not a collected results folder (no {file.name})",
                           hint=f"make one with: zbpscale collect SWEEP --out {self.path}")
+
+
+def holding(path: Path) -> Path | None:
+    """The collected results folder `path` lies in (its runs/, a run's copy there, its figures/), None if none: where
+    every command that takes a bundle, or refuses one, points a path inside one."""
+    path = Path(path)
+    return next((p for p in (path.parent, path.parent.parent) if p != path and Bundle(p).manifest.is_file()), None)
+
+
+def inside(path: Path, holder: Path) -> ConfigError:
+    """The one-line error of a path inside the collected results folder `holder`, given where the folder is asked."""
+    return ConfigError(f"{path} is inside the collected results folder {holder}",
+                       hint=f"give the results folder: {holder}")
 
 
 def _folders(path: Path) -> list[Path]:

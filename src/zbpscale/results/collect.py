@@ -122,7 +122,7 @@ def collect(sweep: str | Path, out: str | Path | None = None, *, with_ckpt: bool
         from zbpscale.jobs.sweep import not_found
 
         raise not_found(path)
-    for held in (path, path.parent):  # a bundle, or its runs/: collected already (it made a bundle of the copies)
+    for held in (path, path.parent, path.parent.parent):  # a bundle, or in one (runs/, a run's copy, figures/)
         made = Bundle(held).read_manifest() if path.is_dir() else None
         if isinstance(made, dict) and made.get("format") == FORMAT:
             source = made.get("source", "SWEEP")

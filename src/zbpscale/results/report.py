@@ -34,7 +34,7 @@ from pathlib import Path
 
 from zbpscale.errors import ConfigError
 from zbpscale.files import read_json, unwritable
-from zbpscale.results.bundle import Bundle
+from zbpscale.results.bundle import Bundle, holding, inside
 from zbpscale.results.summary import RunSummary
 from zbpscale.run.history import read_attempts
 from zbpscale.run.records import tail_records
@@ -67,6 +67,8 @@ def bundle_of(target: str | Path, log=print) -> Path:
     if not path.exists():
         raise ConfigError(f"{path} does not exist", hint="give a results folder (zbpscale collect makes one) or a "
                                                          "sweep file")
+    if (holder := holding(path)) is not None:  # a run's copy, the bundle's runs/ or figures/
+        raise inside(path, holder)
     from zbpscale.jobs.runs import find_runs
     from zbpscale.results.collect import collect, default_out
 
