@@ -318,3 +318,17 @@ def test_status_collect_and_goodput_count_the_same_hours(tmp_path):
                                                               if r["kind"] == START else r for r in RECORDS])
     assert goodput.run_time(on_cpu).gpu_hours == 0.0 and goodput.run_time(on_cpu).held_s == pytest.approx(held)
     assert goodput.run_time(write_run(tmp_path / "auto" / "nano-bp")).gpu_hours is None  # nothing says its GPUs
+
+
+def test_a_total_is_the_parts_added_one_by_one_to_the_last_bit():
+    """Goodput.total (one pass: the restarts' tuple was copied again for each of 10,000 runs' parts) is what adding
+    the parts one by one gives, every second and restart as it was, in order."""
+    import random
+
+    from zbpscale.run.goodput import BUCKETS, Goodput
+
+    rng = random.Random(54)
+    parts = [Goodput(held=rng.uniform(0, 1e5), queue=rng.uniform(0, 1e3), attempts=rng.randrange(5),
+                     restarts=tuple(rng.uniform(0, 600) for _ in range(rng.randrange(4))),
+                     **{b: rng.uniform(0, 2e4) for b in BUCKETS}) for _ in range(500)]
+    assert Goodput.total(parts) == sum(parts, Goodput()) and Goodput.total([]) == Goodput()

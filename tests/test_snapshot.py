@@ -1,7 +1,8 @@
-"""The run folder's digest (run/snapshot.py's `keep`, #54 item 2): a look through it has the values of a look at the
-files, on run folders of every kind at hand (the mini ladder's real runs, runs of older releases, the status bench's
-runs, folders of odd states); it is not taken once a file it names has changed; the writers of attempts.jsonl keep
-it, and an error in keeping it costs no event."""
+"""The run folder's digest (run/snapshot.py's `keep`, #54 item 2), kept in its sweep folder's looks (run/looks.py): a
+look through it has the values of a look at the files, on run folders of every kind at hand (the mini ladder's real
+runs, runs of older releases, the status bench's runs, folders of odd states); it is not taken once a file it names
+has changed, nor from a line that is not whole; the writers of attempts.jsonl keep it, many at once, and an error in
+keeping it costs no event."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from zbpscale.files import atomic_write
 from zbpscale.jobs import goodput_table
 from zbpscale.jobs.runs import find_runs
 from zbpscale.jobs.status import collect_rows
-from zbpscale.run import history, snapshot
+from zbpscale.run import history, looks, snapshot
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.snapshot import Snapshot, keep, record
 
@@ -35,6 +36,17 @@ def looked(look: Snapshot) -> str:
               "broken": look.broken, "own": look.own, "train_config": config and config.to_dict(),
               "fold": look.fold.state, "job_id": look.history.job_id}
     return json.dumps(values, sort_keys=True)
+
+
+def kept_look(run: Path) -> dict | None:
+    """The digest the run's sweep folder keeps for it (its latest whole line), None without one."""
+    line = looks.read(run.parent).get(run.name)
+    return None if line is None else json.loads(line)
+
+
+def keep_instead(run: Path, digest: dict) -> None:
+    """A whole line that keeps `digest` as the run's latest."""
+    looks.append(run, json.dumps(digest).encode())
 
 
 def odd_folders(root: Path) -> list[Path]:
@@ -70,7 +82,7 @@ def corpus(tmp_path: Path) -> list[Path]:
         for arm in ("bp", "zbp_n4"):
             shutil.copytree(release / arm, runs / f"{release.name}-{arm}", ignore=shutil.ignore_patterns("*.pt"))
     load_tool("bench_status").build(tmp_path / "bench", 24, 60)
-    return sorted(runs.iterdir()) + sorted((tmp_path / "bench").iterdir()) + odd_folders(tmp_path)
+    return sorted(runs.iterdir()) + RunFolder.all_in(tmp_path / "bench") + odd_folders(tmp_path)
 
 
 def test_a_look_through_the_digest_has_the_values_of_a_look_at_the_files(tmp_path):
@@ -105,14 +117,26 @@ def test_a_digest_is_not_taken_once_a_file_it_names_has_changed(tmp_path):
         "a plan made": lambda: atomic_write(folder.plan, json.dumps({"gpus": 2})),
         "COMPLETE removed": lambda: folder.complete.unlink(),
         "COMPLETE made again": lambda: folder.complete.write_text(""),
-        "another format": lambda: folder.digest.write_text(json.dumps(
-            {**json.loads(folder.digest.read_text()), "format": snapshot.DIGEST_FORMAT + 1})),
-        "no digest": lambda: folder.digest.write_text("{not json"),
-        "another release's code": lambda: folder.digest.write_text(json.dumps(
-            {**json.loads(folder.digest.read_text()), "code": "0" * 16})),
-        "a digest without its stamps": lambda: folder.digest.write_text(json.dumps(
-            {k: v for k, v in json.loads(folder.digest.read_text()).items() if k != "stamps"})),
+        "another format": lambda: keep_instead(run, {**kept_look(run), "format": snapshot.DIGEST_FORMAT + 1}),
+        "no digest": lambda: looks.append(run, b"{not json"),
+        "another release's code": lambda: keep_instead(run, {**kept_look(run), "code": "0" * 16}),
+        "a digest without its stamps": lambda: keep_instead(
+            run, {k: v for k, v in kept_look(run).items() if k != "stamps"}),
+        "a line torn": lambda: torn(folder.looks),
+        "two appends crossed": lambda: crossed(folder.looks),
+        "the sweep's looks removed": lambda: folder.looks.unlink(),
     }
+
+    def torn(path: Path) -> None:  # a writer killed mid-line: the line it leaves is the run's latest
+        data = path.read_bytes()
+        last = data[:-1].rindex(b"\n") + 1 if data.count(b"\n") > 1 else 0
+        with open(path, "ab") as fh:
+            fh.write(data[last:-200])
+
+    def crossed(path: Path) -> None:  # another node's append written over this one's tail (NFS)
+        data = path.read_bytes()
+        path.write_bytes(data[:-40] + b"x" * 39 + b"\n")
+
     for what, change in changes.items():
         assert keep(run) and Snapshot(run, kept=True).from_digest, what
         change()
@@ -134,9 +158,9 @@ def test_no_digest_is_kept_of_a_folder_that_changes_while_it_is_read_or_of_a_bro
 
     with monkeypatch.context() as patch:
         patch.setattr(Snapshot, "digest", read_by_a_live_trainer)
-        assert not keep(run) and not RunFolder(run).digest.exists()
+        assert not keep(run) and kept_look(run) is None
     (run / "config.json").write_text('{"steps": "many"}')  # a config the trainer would refuse: its words name paths
-    assert Snapshot(run).broken and not keep(run) and not RunFolder(run).digest.exists()
+    assert Snapshot(run).broken and not keep(run) and kept_look(run) is None
 
 
 def test_every_event_keeps_the_digest_and_one_that_cannot_be_kept_costs_no_event(tmp_path, monkeypatch):
@@ -145,9 +169,9 @@ def test_every_event_keeps_the_digest_and_one_that_cannot_be_kept_costs_no_event
     record(run, "end", job_id="local-3", executor="local", why="completed", reason="all steps done")
     assert Snapshot(run, kept=True).from_digest
     assert Snapshot(run, kept=True).history.events[-1]["job_id"] == "local-3"
-    kept = RunFolder(run).digest.read_bytes()
+    kept = RunFolder(run).looks.read_bytes()
     record(run, "start", job_id="local-3", executor="local", host="node-1")  # its trainer writes next: none kept
-    assert RunFolder(run).digest.read_bytes() == kept and not Snapshot(run, kept=True).from_digest
+    assert RunFolder(run).looks.read_bytes() == kept and not Snapshot(run, kept=True).from_digest
     assert Snapshot(run, kept=True).history.events[-1]["event"] == "start"
 
     def full_disk(run_dir):
@@ -167,7 +191,7 @@ def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path)
     bench, mini = tmp_path / "jobs" / "ladder", tmp_path / "jobs" / "mini"
     load_tool("bench_status").build(bench, 30, 60)
     shutil.copytree(REPO / "docs" / "mini_ladder" / "runs", mini)
-    runs = sorted(bench.iterdir()) + sorted(mini.iterdir())
+    runs = RunFolder.all_in(bench) + RunFolder.all_in(mini)
     for run in runs:
         assert keep(run)
 
@@ -177,8 +201,8 @@ def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path)
             goodput_table.rows([r for _, found in find_runs(str(tmp_path / "jobs"), None) for r in found])
 
     through = rows()
-    for run in runs:
-        os.unlink(RunFolder(run).digest)
+    for sweep in (bench, mini):
+        os.unlink(sweep / ".looks.jsonl")
     assert json.dumps(through) == json.dumps(rows()) and len(through) == 97 + 98  # and goodput's total
 
 
@@ -196,3 +220,72 @@ def test_a_digest_names_the_code_of_every_module_a_look_s_values_come_from():
             todo += [n for n, _ in imports(known[name])]
     assert sorted(seen) == sorted(snapshot.LOOK_CODE)
     assert len(snapshot.look_code()) == 16
+
+
+def test_appends_of_many_writers_at_once_are_each_a_whole_line(tmp_path):
+    """Eight processes appending to one sweep's looks at once (submit, the driver, SLURM jobs), 4.5 KB a line as a
+    real digest: every line is whole, and each run's look is its writer's last; with compaction on the way (a small
+    SLACK), every look read is one its run's writer wrote, and the file stays bounded."""
+    import multiprocessing
+
+    def write(names: list[str], versions: int) -> None:
+        for v in range(versions):
+            for name in names:
+                looks.append(tmp_path / name, json.dumps({"run": name, "v": v, "pad": "x" * 4500}).encode())
+
+    def run_writers(versions: int) -> list[str]:
+        fork = multiprocessing.get_context("fork")
+        names = [[f"w{w}-r{r}" for r in range(6)] for w in range(8)]
+        procs = [fork.Process(target=write, args=(part, versions)) for part in names]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+        return [n for part in names for n in part]
+
+    names = run_writers(4)  # 192 lines, 0.9 MB: under SLACK, no compaction
+    kept = looks.read(tmp_path)
+    assert len(kept) == len(names) and all(json.loads(kept.get(n))["v"] == 3 for n in names)
+    assert (tmp_path / ".looks.jsonl").read_bytes().count(b"\n\n") == 4 * len(names) - 1  # a line each, whole
+    (tmp_path / ".looks.jsonl").unlink()
+    old = looks.SLACK
+    looks.SLACK = 50_000  # the forked writers compact every few dozen lines
+    try:
+        names = run_writers(20)
+    finally:
+        looks.SLACK = old
+    kept = looks.read(tmp_path)
+    assert 0 < len(kept) <= len(names)
+    for name in names:  # a line lost in a compaction's race leaves an older one, or none: never another's
+        line = kept.get(name)
+        assert line is None or json.loads(line)["run"] == name
+    assert (tmp_path / ".looks.jsonl").stat().st_size < 2 * len(names) * 4600 + 50_000 + 8 * 4600
+
+
+def test_compaction_keeps_the_latest_line_of_each_run_where_it_is_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(looks, "SLACK", 0)
+    path = tmp_path / ".looks.jsonl"
+    for v in range(3):
+        for r in range(4):
+            looks.append(tmp_path / f"r{r}", json.dumps({"v": v, "r": r}).encode())
+    with open(path, "ab") as fh:
+        fh.write(b"\nr0\t00000000\t{torn")  # a writer killed mid-line: r0's earlier lines are older than its event
+    looks.compact(path)
+    data = path.read_bytes()
+    header, body = data.split(b"\n", 1)
+    assert header == b"\tcompacted\t%d" % len(body) and body.count(b"\n") == 3
+    kept = looks.read(tmp_path)
+    assert kept.get("r0") is None and [json.loads(kept.get(f"r{r}")) for r in (1, 2, 3)] == \
+        [{"v": 2, "r": r} for r in (1, 2, 3)]
+
+
+def test_a_digest_kept_in_the_run_folder_by_a_release_before_is_not_read_and_is_removed(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
+    assert keep(run)
+    legacy = RunFolder(run).digest
+    legacy.write_text(json.dumps(kept_look(run)))  # what the release before wrote, of the same code and files
+    (tmp_path / ".looks.jsonl").unlink()
+    assert not Snapshot(run, kept=True).from_digest
+    assert keep(run) and not legacy.exists() and Snapshot(run, kept=True).from_digest

@@ -5,7 +5,8 @@ requeues), heartbeat, and a metrics.jsonl of `--records` train records with an e
 1 MB per run at the default), some runs complete, some failed with a log. The records and the heartbeat are those a
 trainer writes (its start records with the config and its derived numbers, an end record with a row for each of
 SAVES checkpoint saves, a heartbeat with their tally), so that what status decodes of each run is as long as it is on
-a cluster; and each folder's digest, as the job layer's record of the run's latest end leaves it (run/snapshot.py).
+a cluster; and each folder's digest, as the job layer's record of the run's latest end leaves it (run/snapshot.py,
+kept in the sweep folder's looks: run/looks.py).
 Then times, side by side, in interleaved rounds (median): the whole command in a fresh process (`zbpscale
 status DIR`, table and --json, the table on a pseudo-terminal as people see it, boxed and in color, and `zbpscale
 status` of a sweep file that plans the runs, `sweep_file`), and the in-process gathering of the rows (what --watch
@@ -150,19 +151,19 @@ SWEEP = Sweep(name={folder.name!r}, root={str(folder.parent)!r},
 
 
 def reads_alone(folder: Path, *, alone: bool = False) -> float:
-    """Seconds to read, without decoding, what status reads of each run folder through its digest (the digest, and
-    a stat of each file it names), over as many forked processes as status uses (`bulk.spread`; `alone`: in this
-    process only): the part of status's time that is the file system's, beside the rows' (`rows in process`)."""
+    """Seconds to read, without decoding, what status reads of the runs through their digests (the sweep's looks,
+    read once, and a stat of each file a look names), the stats over as many forked processes as status uses
+    (`bulk.spread`; `alone`: in this process only): the part of status's time that is the file system's, beside the
+    rows' (`rows in process`)."""
     from zbpscale.bulk import spread
+    from zbpscale.run.looks import read
     from zbpscale.run.snapshot import stamps
-
-    def one(run: RunFolder) -> int:
-        with open(run.digest, "rb") as fh:
-            return len(fh.read()) + len(stamps(run))
 
     t = time.perf_counter()
     runs = RunFolder.all_in(folder)
-    spread(lambda part: [one(RunFolder(p)) for p in part], runs, least=len(runs) + 1 if alone else None)
+    kept = read(folder)
+    spread(lambda part: [len(stamps(RunFolder(p))) for p in part], runs, least=len(runs) + 1 if alone else None)
+    assert len(kept) == len(runs)
     return time.perf_counter() - t
 
 
@@ -302,8 +303,7 @@ def main(argv=None) -> int:
         assert len(rows) == args.runs
         planned = json.loads(timed_status(sweep, "--json")[1])[folder.name]
         assert sum(r["state"] != "new" for r in planned) == args.runs, "the sweep file does not find the runs"
-        for run in RunFolder.all_in(folder):  # the digests are a cache: the same rows without them
-            RunFolder(run).digest.unlink()
+        RunFolder(folder / run_name(0)).looks.unlink()  # the digests are a cache: the same rows without them
         for _ in range(args.rounds):
             times["zbpscale status DIR, no digests"].append(timed_status(folder)[0])
             if cold:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from zbpscale.jobs.runs import Run
 from zbpscale.run.goodput import BUCKETS, Goodput, read
-from zbpscale.run.snapshot import Snapshot
+from zbpscale.run.snapshot import through_digests
 from zbpscale.tables import age, boxed, color_on, fit_columns, on_terminal, plain_lines, terminal_width, wrap
 
 WORDS = {"training": "training", "startup": "start-up", "saves": "saves", "lost": "lost", "other": "other"}
@@ -27,8 +27,9 @@ TOTAL = "all"
 
 def rows(runs: list[Run]) -> list[dict]:
     """One row per run with a folder, then the sweep's total: plain JSON types, seconds."""
-    found = [(r.name, read(Snapshot(r.run_dir, kept=True))) for r in runs if Path(r.run_dir).is_dir()]  # digests
-    total = sum((g for _, g in found), Goodput())
+    looks = through_digests(r.run_dir for r in runs if Path(r.run_dir).is_dir())
+    found = [(r.name, read(looks.pop(r.run_dir))) for r in runs if r.run_dir in looks]  # each look let go once read
+    total = Goodput.total([g for _, g in found])
     return [_row(name, g) for name, g in found] + ([_row(TOTAL, total)] if found else [])
 
 

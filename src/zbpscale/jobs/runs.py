@@ -25,7 +25,7 @@ from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_
 from zbpscale.run.config import SIZES, TrainConfig
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
-from zbpscale.run.snapshot import Snapshot
+from zbpscale.run.snapshot import Snapshot, through_digests
 from zbpscale.tables import named
 from zbpscale.text import matches, patterns, runs_hint
 from zbpscale.zbp.config import arm_name, arm_zbp_config
@@ -153,7 +153,7 @@ def viewed(runs: list[Run], root: Path, *, look=None, now: float, kept: bool = F
     holds, run/snapshot.py) and the one view of their jobs."""
     from zbpscale.jobs import executors
 
-    seen = {r.run_dir: Snapshot(r.run_dir, kept=kept) for r in runs}
+    seen = through_digests(r.run_dir for r in runs) if kept else {r.run_dir: Snapshot(r.run_dir) for r in runs}
     view = look(seen) if look else executors.view_all(root, {d: s.history for d, s in seen.items()}, now=now)
     return seen, view
 

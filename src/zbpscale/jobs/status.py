@@ -27,8 +27,8 @@ every refresh and asks the scheduler at most once per the sweep's poll_s (jobs/p
 its folder, the one its last submit kept there (jobs/settings.py). A run's GPU-hours used are its held time, the
 one account goodput and collect give too (run/goodput.py's run_time). The runs of a large sweep are read in forked
 processes, two per core (bulk.spread_asking: from 1,000 runs a process), each reading its runs' attempts for the one
-view of the jobs, then, told it, making their rows; a run folder is read through its digest where it holds (one file
-for five: run/snapshot.py), as --goodput reads it.
+view of the jobs, then, told it, making their rows; a run folder is read through its digest where it holds (its
+sweep's looks, read once for all its runs: run/snapshot.py, run/looks.py), as --goodput reads it.
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish; --goodput and --logs judge no state
 (0 once shown).
 """
@@ -59,7 +59,7 @@ from zbpscale.run.divergence import Divergence, diverged
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.goodput import run_time
 from zbpscale.run.history import History
-from zbpscale.run.snapshot import Snapshot
+from zbpscale.run.snapshot import Snapshot, through_digests
 from zbpscale.tables import (
     ALIKE,
     age,
@@ -177,7 +177,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             seen, view = viewed(runs, root, look=look, now=now, kept=True)
             rows = spread(lambda part: rows_of(part, view), runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
-            seen = {r.run_dir: Snapshot(r.run_dir, kept=True) for r in runs}
+            seen = through_digests(r.run_dir for r in runs)
             rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) for r in part],
                                        lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     by_dir = {r.run_dir: row for r, row in zip(runs, rows)}

@@ -6,7 +6,8 @@
                 job, that job's last start and end, requeue counts, the retry rule), and the one vocabulary of
                 how an attempt ended (`why`)
     snapshot.py Snapshot: one look at a run folder, each of its files read at most once (what status, cancel,
-                collect and submit decide and show a run from)
+                collect and submit decide and show a run from); looks.py: its digest, kept in the sweep folder's
+                file of looks, a line a run
     goodput.py  where the wall time held by a run's jobs went (training, start-up, saves, lost work, other; the
                 queue wait beside), from attempts.jsonl, metrics.jsonl and the heartbeat read as plain JSON
     fold.py     the trainer's attempts folded over metrics.jsonl's records (goodput's reading of the file), whose

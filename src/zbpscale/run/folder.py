@@ -14,9 +14,12 @@ status, cancel and collect); no other module spells a file name (tests/test_layo
               .trainer.lease   with the lease that holds across nodes (lease.py: who holds it, renewed as it steps)
               .ranks/<r>.json  each rank's last step and liveness stamp (the hang watchdog, train/watchdog.py)
               COMPLETE         the trainer finished every step
-              .snapshot.json   the folder's digest: a look at these files kept by the writers of attempts.jsonl,
-                               named by their inodes, sizes and times (run/snapshot.py; a cache status reads)
               CANCEL           `zbpscale cancel` asked the job to stop; the next checkpoint ends it
+              .snapshot.json   a look at these files kept here by releases before 2026-12-07 (a cache; the next
+                               event's writer removes it: the looks are kept in the sweep folder's file now)
+    <sweep folder>/.looks.jsonl  the looks the writers of attempts.jsonl keep, a line a run (run/looks.py): what a
+                               look made of a run's files, named by their inodes, sizes and times
+                               (run/snapshot.py; a cache status reads)
 
 Run names are `{size}-{arm}` plus `-s{seed}` for seeds other than 0 (`run_name`, read back by
 `parse_run_name`); a learning-rate tuning run has `-lr{lr}` before the seed (`s60-zbp_n16-lr3e-3-s1`); sizes and
@@ -40,6 +43,9 @@ from zbpscale.lease import Rule, lease_path, try_lock
 _NAME = re.compile(r"(?P<size>[^-]+)-(?P<arm>[^-]+)(?:-lr(?P<lr>\d[\d.]*(?:e-?\d+)?))?(?:-s(?P<seed>\d+))?")
 _CKPT = re.compile(r"ckpt_(\d{8})\.pt")
 
+
+LOOKS = ".looks.jsonl"
+"""A sweep folder's file of the looks kept of its runs (run/looks.py): each run's `RunFolder.looks`."""
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
@@ -99,7 +105,8 @@ class RunFolder:
     checkpoints = cached(lambda self: self.path / "checkpoints")
     logs = cached(lambda self: self.path / "logs")
     complete = cached(lambda self: self.path / "COMPLETE")
-    digest = cached(lambda self: self.path / ".snapshot.json")  # a look kept (run/snapshot.py's `keep`)
+    digest = cached(lambda self: self.path / ".snapshot.json")  # a look kept here by releases before 2026-12-07
+    looks = cached(lambda self: self.path.parent / LOOKS)  # its sweep folder's kept looks (run/looks.py)
     cancel = cached(lambda self: self.path / "CANCEL")
     trainer_lock = cached(lambda self: self.path / ".trainer.lock")
     trainer_lease = cached(lambda self: lease_path(self.trainer_lock))

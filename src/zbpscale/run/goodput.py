@@ -71,6 +71,13 @@ class Goodput:
     def __add__(self, other: Goodput) -> Goodput:
         return Goodput(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
+    @classmethod
+    def total(cls, parts: list[Goodput]) -> Goodput:
+        """The sum of `parts`, as `sum(parts, Goodput())` adds them (the same seconds, in the same order), in one
+        pass: added one by one, the restarts' tuple was copied again for each part (10,000 runs: a second)."""
+        return cls(restarts=tuple(r for p in parts for r in p.restarts),
+                   **{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(cls) if f.name != "restarts"})
+
     @property
     def fraction(self) -> float | None:
         """training / held (None when nothing was held)."""

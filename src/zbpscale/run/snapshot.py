@@ -14,31 +14,35 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
     complete     whether COMPLETE is there
     attempts     the account of its attempts (run/account.py: goodput's and status's GPU-hours)
 
-The folder's digest (`keep`, RunFolder.digest) is a look kept beside the files: what a look makes of them (every
-value above but the metrics' bytes, records and fold, which the glance and the attempts stand for), with the inode,
-size and modification time of each file it was made from. The writers of attempts.jsonl keep it after each event
-but a job's start (`record`): the last write to the folder of a run that has stopped, is queued or has ended. A look
-asked to use it (`Snapshot(run_dir, kept=True)`: status, for 10,000 runs) takes those values while every file is as
-it names them and the code that made them is this code (`look_code`), and reads the files otherwise (a live
-trainer's, a folder changed by hand, a digest of another format or release, or none): the same values either way
-(tests/test_snapshot.py). It is a cache: nothing reads it but a look, nothing migrates it, and a folder without one
-is read as before.
+The folder's digest (`keep`) is a look kept in its sweep folder's file of looks (run/looks.py: a line a run, the
+sweep's read at once): what a look makes of the files (every value above but the metrics' bytes, records and fold,
+which the glance and the attempts stand for), with the inode, size and modification time of each file it was made
+from. The writers of attempts.jsonl keep it after each event but a job's start (`record`): the last write to the
+folder of a run that has stopped, is queued or has ended. A look asked to use it (`Snapshot(run_dir, kept=looks)`:
+status, for 10,000 runs, with its sweep's looks read once; `kept=True`: read for this run) takes those values while
+every file is as it names them and the code that made them is this code (`look_code`), and reads the files otherwise
+(a live trainer's, a folder changed by hand, a digest of another format or release, or none): the same values
+either way (tests/test_snapshot.py). It is a cache: nothing reads it but a look, nothing migrates it, and a folder
+without one is read as before (the digest a release before 2026-12-07 kept in the run folder is not read; the next
+event's writer removes it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import importlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from zbpscale.cached import cached
 from zbpscale.errors import BrokenRunFolder, ConfigError
-from zbpscale.files import atomic_write, loads, read_bytes, read_json
-from zbpscale.run import history
+from zbpscale.files import loads, read_bytes, read_json
+from zbpscale.run import history, looks
 from zbpscale.run.account import Attempt, account
 from zbpscale.run.config import TrainConfig
 from zbpscale.run.fold import Fold
@@ -52,8 +56,9 @@ DIGEST_FORMAT = 1
 
 LOOK_CODE = ("zbpscale.cached", "zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc",
              "zbpscale.run.account", "zbpscale.run.config", "zbpscale.run.fold", "zbpscale.run.folder",
-             "zbpscale.run.formats", "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.records",
-             "zbpscale.run.snapshot", "zbpscale.tables", "zbpscale.text", "zbpscale.zbp.config")
+             "zbpscale.run.formats", "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.looks",
+             "zbpscale.run.records", "zbpscale.run.snapshot", "zbpscale.tables", "zbpscale.text",
+             "zbpscale.zbp.config")
 """The modules a look's values come from (this one's imports, at any depth: tests/test_snapshot.py checks): a
 digest names their source (`look_code`), and one made by other code (another release, an edited clone: a config
 it validated otherwise, an account it split otherwise) is not read."""
@@ -91,13 +96,13 @@ def stamps(folder: RunFolder) -> list[list[int] | None]:
 
 
 _STAMPED_NAMES = tuple(getattr(RunFolder(Path(".")), f).name for f in STAMPED)
-_DIGEST_NAME = RunFolder(Path(".")).digest.name
 
 
 class Snapshot:
-    """A run folder, read once (see the module docstring); `kept`: through its digest where it holds."""
+    """A run folder, read once (see the module docstring); `kept`: through its digest where it holds (its sweep's
+    looks, run/looks.py's `read` of its parent folder; True: read here)."""
 
-    def __init__(self, run_dir: Path | str, *, kept: bool = False):
+    def __init__(self, run_dir: Path | str, *, kept: bool | looks.Looks = False):
         self.folder = RunFolder(run_dir)
         self._use_digest = kept
 
@@ -113,10 +118,16 @@ class Snapshot:
         """The folder's digest, made into the values it keeps, where it was asked for and names every file as it is
         now; None otherwise (not asked for, none, another format, a file changed since, or bytes that are no
         digest)."""
-        if not self._use_digest:
+        if self._use_digest is False:
             return None
         try:
-            kept = loads(read_bytes(os.path.join(self.folder.path, _DIGEST_NAME)))
+            at = os.path.abspath(self.folder.path)  # as text: a Path made is parsed, 10,000 times
+            sweep = self._use_digest if isinstance(self._use_digest, looks.Looks) else \
+                looks.read(os.path.dirname(at))
+            line = sweep.get(os.path.basename(at))
+            if line is None:
+                return None
+            kept = loads(line)
             if not look_code() or not isinstance(kept, dict) or kept.get("format") != DIGEST_FORMAT \
                     or kept.get("code") != look_code():
                 return None
@@ -302,6 +313,20 @@ class Snapshot:
         return {k: r for k, r in (("start", seen.start), ("end", seen.end)) if r}
 
 
+def through_digests(run_dirs: Iterable[Path]) -> dict[Path, Snapshot]:
+    """A look at each run folder through its digest where it holds (`Snapshot(d, kept=...)`), each sweep folder's
+    looks read once for all its runs (status of 10,000 runs)."""
+    sweeps: dict[str, looks.Looks] = {}
+    seen = {}
+    for run_dir in run_dirs:
+        parent = os.path.dirname(os.path.abspath(run_dir))
+        sweep = sweeps.get(parent)
+        if sweep is None:
+            sweep = sweeps[parent] = looks.read(parent)
+        seen[run_dir] = Snapshot(run_dir, kept=sweep)
+    return seen
+
+
 def keep(run_dir: Path | str) -> bool:
     """Write the run folder's digest (see the module docstring) from a look taken now; whether it was written. Not
     written where the look is broken (its words name the folder's path, which may move) or where a file changed
@@ -314,7 +339,9 @@ def keep(run_dir: Path | str) -> bool:
     digest = look.digest()
     if stamps(folder) != before:
         return False
-    atomic_write(folder.digest, json.dumps({**digest, "stamps": before}), durable=False)  # a cache: no fsync
+    looks.append(folder.path, json.dumps({**digest, "stamps": before}).encode())  # a cache: no fsync
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(folder.digest)  # a release before's, in the run folder: not read
     return True
 
 
