@@ -139,10 +139,11 @@ def upload_bundle(api, bundle: str | Path, *, repo_id: str | None = None, with_c
 def _held(api, repo_id: str, tag: str) -> set[str]:
     """The files the repo holds under `tag`/ (none where the folder is not there)."""
     from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.hf_api import RepoFile
 
     try:
         return {f.path for f in api.list_repo_tree(repo_id, path_in_repo=tag, recursive=True, repo_type=REPO_TYPE)
-                if hasattr(f, "size")}  # files, not folders
+                if isinstance(f, RepoFile)}  # files, not folders
     except EntryNotFoundError:
         return set()
 
