@@ -145,6 +145,26 @@ def test_a_digest_is_not_taken_once_a_file_it_names_has_changed(tmp_path):
         assert looked(kept) == looked(Snapshot(run)), what
 
 
+def test_a_run_named_relative_to_where_it_is_asked_is_looked_at_through_its_sweep_s_looks(tmp_path, monkeypatch):
+    """A run folder named as a user names it (from its sweep's folder, from inside it: `.`, from a folder beside
+    it: `../run`): its look is its sweep folder's line for its name, one read for all runs given alike
+    (through_digests), and none is taken from a file of another folder."""
+    run = tmp_path / "sweep" / "run"
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
+    (tmp_path / "sweep" / "other").mkdir()
+    (run / "logs").mkdir()
+    assert keep(run)
+    for cwd, given in ((tmp_path / "sweep", "run"), (run, "."), (tmp_path / "sweep" / "other", "../run"),
+                       (run / "logs", ".."), (tmp_path, "sweep/run")):
+        monkeypatch.chdir(cwd)
+        looks_taken = snapshot.through_digests([Path(given)])
+        assert looks_taken[Path(given)].from_digest, (cwd, given)
+        assert looked(looks_taken[Path(given)]) == looked(Snapshot(run)), given
+        assert Snapshot(Path(given), kept=True).from_digest, given
+    monkeypatch.chdir(tmp_path / "sweep" / "other")  # a folder of no run: its parent's looks hold no line for it
+    assert not snapshot.through_digests([Path(".")])[Path(".")].from_digest
+
+
 def test_no_digest_is_kept_of_a_folder_that_changes_while_it_is_read_or_of_a_broken_one(tmp_path, monkeypatch):
     run = tmp_path / "run"
     shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", run)
