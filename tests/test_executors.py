@@ -7,7 +7,8 @@ error, a stale record under a reused id); a job nobody lists yet is queued withi
 after it; squeue not answering leaves every run alone. A third back end is one class (`FakeExecutor`). Real
 trainer processes: a second trainer on a live run folder refuses to start; a direct run killed with -9 is
 failed at once. A config the trainer would refuse is broken, by the trainer's own validation. Two submits on
-one sweep queue each run once (the local queue, for real).
+one sweep queue each run once (the local queue, for real), and a submit after an upgrade keeps anew the looks of
+the runs it leaves (the looks the runs' ends kept name another release's code).
 """
 
 import json
@@ -26,7 +27,9 @@ from zbpscale.jobs import executors
 from zbpscale.jobs.executors import Executor, JobView, View
 from zbpscale.jobs.status import collect_rows
 from zbpscale.jobs.submit import run_action
+from zbpscale.run import looks
 from zbpscale.run.history import History, read_attempts
+from zbpscale.run.snapshot import Snapshot
 
 ISO = "%Y-%m-%dT%H:%M:%S"
 
@@ -222,6 +225,12 @@ def test_two_submits_of_one_sweep_queue_each_run_once(tmp_path, data_dir):
     again = subprocess.run(command + ["--wait"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "all 2 runs complete" in again.stdout, again.stdout + again.stderr
     assert [sum(a["event"] == "submitted" for a in read_attempts(r)) for r in runs] == [1, 1]
+    for run in runs:  # an upgrade: the looks their ends kept name another release's code, and are not read
+        kept = json.loads(looks.read(run.parent).get(run.name))
+        looks.append(run, json.dumps({**kept, "code": "0" * 16}).encode())
+    assert not any(Snapshot(r, kept=True).from_digest for r in runs)
+    left = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert left.returncode == 0 and all(Snapshot(r, kept=True).from_digest for r in runs), left.stdout + left.stderr
 
 
 def test_the_plan_says_a_queued_run_is_left_alone_queued(tmp_path, clients, data_dir):

@@ -204,6 +204,26 @@ def test_every_event_keeps_the_digest_and_one_that_cannot_be_kept_costs_no_event
     assert not look.from_digest and look.history.job_id == "local-4"
 
 
+def test_keep_missing_keeps_a_look_where_the_sweep_s_is_another_release_s_or_none(tmp_path):
+    """After an upgrade every look names other code and is not read, and a finished run has no next event to keep
+    one: keep_missing (what submit does for the runs it leaves) keeps a look at each run whose sweep holds none of
+    this code, and only those."""
+    sweep = tmp_path / "sweep"
+    names = ("current", "older", "none")
+    for name in names:
+        shutil.copytree(REPO / "docs" / "mini_ladder" / "runs" / "micro-bp", sweep / name)
+    runs = [sweep / n for n in names]
+    assert keep(runs[0]) and keep(runs[1])
+    keep_instead(runs[1], {**kept_look(runs[1]), "code": "0" * 16})  # as a release before left it
+    before = looks.read(sweep)
+    assert [Snapshot(r, kept=True).from_digest for r in runs] == [True, False, False]
+    assert snapshot.keep_missing(runs) == 2
+    assert [Snapshot(r, kept=True).from_digest for r in runs] == [True, True, True]
+    assert looks.read(sweep).get("current") == before.get("current")  # kept once, not again
+    assert all(looked(Snapshot(r, kept=True)) == looked(Snapshot(r)) for r in runs)
+    assert snapshot.keep_missing(runs) == 0
+
+
 def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path):
     """The bench's runs and the mini ladder's, as two sweep folders: the rows status and status --goodput give
     through their digests are the rows they give once the digests are removed (but each heartbeat's age, which grows

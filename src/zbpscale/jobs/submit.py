@@ -47,7 +47,7 @@ from zbpscale.jobs.sweep_edits import config_notes, settings_notes, trained, unp
 from zbpscale.lease import wait_lock
 from zbpscale.run.config import RESUME_SAFE, batch_plan, n_params
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.snapshot import Snapshot
+from zbpscale.run.snapshot import Snapshot, keep_missing
 from zbpscale.tables import (
     ALIKE,
     boxed,
@@ -360,6 +360,18 @@ def look(sweep: Sweep, runs: list[PlannedRun], *, poller: Poller | None = None, 
     return {r.name: r for r in decided}, view
 
 
+STALE_SAID = 100
+"""Runs left as they are whose looks a release before kept, from which submit says it keeps them anew (a second
+for a thousand)."""
+
+
+def say_keeping(count: int) -> None:
+    """The line before submit keeps anew the looks a release before kept (run/snapshot.py's keep_missing)."""
+    if count >= STALE_SAID:
+        print(f"keeping a look at {plural(count, 'run')} whose look a release before kept (status reads their files "
+              "until it is kept)", flush=True)
+
+
 SUBMIT_LOCK_STALE_S = 120.0
 """A sweep's submit lease not renewed for this long (its thread renews it every few seconds) is a submit gone."""
 
@@ -418,6 +430,9 @@ def submit(path: str, *, dry_run: bool = False, only: str | None = None, executo
         actions = {r.name: "leave" if r.waits_for else states[r.name].action(RunFolder(r.run_dir), retry=retry)
                    for r in runs}  # a final run whose lr tuning has not given yet waits (submit --wait sends it)
         todo = [r for r in runs if actions[r.name] in SUBMITS]
+        if not dry_run:  # each run left as it is whose look a release before kept: kept anew, for status
+            keep_missing([r.run_dir for r in runs if actions[r.name] not in SUBMITS and not decided[r.name].job.live
+                          and Path(r.run_dir).is_dir()], say=say_keeping)
         if todo:
             prep_problem(sweep)
         notes = budget_notes(runs) + data_notes(sweep, todo) + ratio_notes(sweep, runs)
