@@ -6,6 +6,7 @@ keeping it costs no event."""
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import math
@@ -34,7 +35,7 @@ def looked(look: Snapshot) -> str:
               "complete": look.complete, "glance": dataclasses.asdict(look.glance),
               "attempts": [dataclasses.asdict(a) for a in look.attempts], "unread_metrics": look.unread_metrics,
               "broken": look.broken, "own": look.own, "train_config": config and config.to_dict(),
-              "fold": look.fold.state, "job_id": look.history.job_id}
+              "fold": look.fold.state, "job_id": look.history.job_id, "shown": look.shown}
     return json.dumps(values, sort_keys=True)
 
 
@@ -244,6 +245,39 @@ def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path)
     for sweep in (bench, mini):
         os.unlink(sweep / ".looks.jsonl")
     assert json.dumps(through) == json.dumps(rows()) and len(through) == 97 + 98  # and goodput's total
+
+
+def test_status_through_the_digests_opens_no_file_of_a_run_but_a_failed_one_s_log(tmp_path, monkeypatch):
+    """#54 item 2: what status shows of a run whose look holds comes from its sweep's looks (one file) and six stats
+    of its files: its config, heartbeat, plan, attempts and metrics are not opened (the look keeps what its row
+    shows of them: Snapshot.shown); a failed run's log is, for the last line of its error. Without the looks, each
+    is."""
+    bench = tmp_path / "jobs" / "ladder"
+    load_tool("bench_status").build(bench, 30, 60)
+    opened: list[Path] = []
+
+    def opens(real):
+        def recording(path, *args, **kwargs):
+            opened.append(Path(os.path.abspath(path)))
+            return real(path, *args, **kwargs)
+        return recording
+
+    def rows() -> list[dict]:
+        opened.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "open", opens(os.open))
+            patch.setattr(builtins, "open", opens(builtins.open))
+            found = collect_rows(bench)
+        return [{k: v for k, v in row.items() if k != "heartbeat_age_s"} for row in found]
+
+    through = rows()
+    in_runs = {p.relative_to(bench) for p in opened if p.is_relative_to(bench)}
+    assert in_runs - {Path(".looks.jsonl")} == {p for p in in_runs if p.parent.name == "logs"}
+    assert sum(r["state"] == "failed" for r in through) == len(in_runs) - 1 > 0  # a log each, and the looks
+    os.unlink(bench / ".looks.jsonl")
+    assert rows() == through
+    read = {p.relative_to(bench) for p in opened if p.is_relative_to(bench)}
+    assert {Path("nano-bp/config.json"), Path("nano-bp/heartbeat.json"), Path("nano-bp/attempts.jsonl")} <= read
 
 
 def test_a_digest_names_the_code_of_every_module_a_look_s_values_come_from():

@@ -149,9 +149,10 @@ def answered_too_high(run: Snapshot) -> bool:
     """A grid run of a tuning sweep whose trainer stopped it at a non-finite loss (its latest end record, after its
     latest start, says diverged): its grid's answer 'lr too high' (jobs/tuning.py's `answer`), which it is done
     giving: complete, not a failure to retry."""
-    own = run.own
-    return run.plan.get("role") == "tuning" and own.get("end", {}).get("why") == "diverged" and \
-        own["end"].get("time", 0) >= own.get("start", {}).get("time", 0)
+    if run.plan.get("role") != "tuning":  # before its records: through the digest, they are read from the files
+        return False
+    stopped, started = run.own.get("end", {}), run.own.get("start", {})
+    return stopped.get("why") == "diverged" and stopped.get("time", 0) >= started.get("time", 0)
 
 
 WAITING_IN_LINE = ("", "None", "Priority", "Resources", "JobArrayTaskLimit", "Dependency", "BeginTime")

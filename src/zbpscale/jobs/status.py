@@ -55,9 +55,8 @@ from zbpscale.jobs.runs import Run, find_runs, judged, viewed
 from zbpscale.jobs.state import STATES
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
-from zbpscale.run.divergence import Divergence, diverged
+from zbpscale.run.divergence import Divergence
 from zbpscale.run.folder import RunFolder
-from zbpscale.run.goodput import run_time
 from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot, through_digests
 from zbpscale.tables import (
@@ -85,47 +84,34 @@ def run_row(run: Run, *, now: float) -> dict:
     the scheduler's view of its latest job, its state: runs.decided); a planned run without a folder yet shows
     its sweep file's numbers."""
     look, history, verdict = run.seen or Snapshot(run.run_dir), run.history, run.state
-    config = look.config or {}
-    seen = look.glance
-    start, tail = seen.first, {"train": seen.train, "eval": seen.eval}
-    spike = diverged(seen.steps, config)
-    beat, plan = look.heartbeat, look.plan
-    derived = start.get("derived", {})
-    steps = config.get("steps") or derived.get("total_steps") or 0
-    tokens_per_step = derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0)
-    # steps done: the heartbeat is rewritten every few seconds, the train record every log_every steps; after a
-    # hard stop either may be the later one
-    step = max(beat.get("step", 0), tail.get("train", {}).get("step", -1) + 1)
-    timeouts, preemptions, failures = history.requeue_counts()
-    used_h = run_time(look).gpu_hours or 0.0  # a run that does not say its GPUs (trained by hand on 'auto'): 0
-    beat_age = now - beat["time"] if "time" in beat else None
+    shown, planned = look.shown, run.planned  # what its files say (through its digest where it holds)
+    steps, step = shown["steps"], max(shown["step"], 0)
+    # T/P/F: as its files count them, unless the scheduler's account adds an end they lack (state.heard)
+    timeouts, preemptions, failures = shown["requeues"] if history is look.history else history.requeue_counts()
     state, reason, log = verdict.state, verdict.reason, verdict.log
-    step_time = tail.get("train", {}).get("step_time")
-    eta = (steps - step) * step_time if state == "running" and step_time and steps else None
+    step_time = shown["step_time"]
+    eta = (steps - shown["step"]) * step_time if state == "running" and step_time and steps else None
+    lr = shown.get("lr", planned.lr if planned else None)
     row = {
-        "run": run.name, "size": run.size, "arm": run.arm, "seed": run.seed, "state": state, "step": max(step, 0),
-        "steps": steps,
-        "tokens": max(step, 0) * tokens_per_step, "pct": 100.0 * max(step, 0) / steps if steps else 0.0,
-        "train_loss": tail.get("train", {}).get("loss"), "val_loss": tail.get("eval", {}).get("val_loss"),
-        "tokens_per_s": tail.get("train", {}).get("tokens_per_s"), "eta_s": eta,
-        "timeouts": timeouts, "preemptions": preemptions, "failures": failures,
-        "job": history.job_id, "executor": history.executor, "heartbeat_age_s": beat_age,
-        "gpu_hours": used_h, "gpu_hours_planned": plan.get("gpu_hours"), "reason": reason, "log": str(log or ""),
-        "next": verdict.next, "params": derived.get("params") or plan.get("params"),
-        "params_non_embedding": derived.get("params_non_embedding") or plan.get("params_non_embedding"),
-        "nodes": history.nodes,
-        "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
-        "trackers_off": beat.get("trackers_off", []), "dir": str(run.run_dir),
-        "unplanned": run.unplanned, "job_live": run.job.live,
-        "diverged": None if spike is None else dataclasses.asdict(spike),
-        "lr": config.get("lr", run.planned.lr if run.planned else None),
-        "role": plan.get("role", run.planned.role if run.planned else ""),  # a tuning sweep's: tuning | final
-        "lr_from": run.planned.lr_from if run.planned and run.planned.lr_from and run.planned.lr == config.get(
-            "lr", run.planned.lr) else plan.get("lr_from", ""),  # else the words of the lr it was submitted with
-        "lr_planned": run.planned.lr if run.planned else None,  # a final run's: its tuning's choice now
+        "run": run.name, "size": run.size, "arm": run.arm, "seed": run.seed, "state": state, "step": step,
+        "steps": steps, "tokens": step * shown["tokens_per_step"], "pct": 100.0 * step / steps if steps else 0.0,
+        "train_loss": shown["train_loss"], "val_loss": shown["val_loss"], "tokens_per_s": shown["tokens_per_s"],
+        "eta_s": eta, "timeouts": timeouts, "preemptions": preemptions, "failures": failures,
+        "job": history.job_id, "executor": history.executor,
+        "heartbeat_age_s": None if shown["beat_time"] is None else now - shown["beat_time"],
+        "gpu_hours": shown["gpu_hours"] or 0.0,  # a run that does not say its GPUs (trained by hand on 'auto'): 0
+        "gpu_hours_planned": shown["gpu_hours_planned"], "reason": reason, "log": str(log or ""),
+        "next": verdict.next, "params": shown["params"], "params_non_embedding": shown["params_non_embedding"],
+        "nodes": history.nodes, "impl_used": shown["impl_used"], "fallbacks": shown["fallbacks"],
+        "trackers_off": shown["trackers_off"], "dir": str(run.run_dir),
+        "unplanned": run.unplanned, "job_live": run.job.live, "diverged": shown["diverged"], "lr": lr,
+        "role": shown.get("plan_role", planned.role if planned else ""),  # a tuning sweep's: tuning | final
+        "lr_from": planned.lr_from if planned and planned.lr_from and planned.lr == shown.get("lr", planned.lr)
+        else shown.get("plan_lr_from", ""),  # else the words of the lr it was submitted with
+        "lr_planned": planned.lr if planned else None,  # a final run's: its tuning's choice now
         "metrics_unread": look.unread_metrics,  # bytes of a metrics.jsonl that holds no record (0: none such)
     }
-    if run.planned is not None and look.config is None and not look.broken:  # planned, not written yet
+    if planned is not None and not shown["config"] and not look.broken:  # planned, not written yet
         hours = run.planned.estimated_hours()
         row.update(steps=run.planned.steps, params=run.planned.size.params,
                    params_non_embedding=run.planned.size.params_non_embedding,

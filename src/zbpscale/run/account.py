@@ -72,3 +72,17 @@ def _split(start: float, end: float, ended: str, trained: list[Trained], queue: 
     return Attempt(start=start, end=start + held, ended=ended, first_step=first, queue=queue,
                    other=max(0.0, held - sum(parts.values())), restart=None if before is None else first - before,
                    **parts)
+
+
+def gpus_held(plan: dict, start: dict) -> int | None:
+    """The GPUs a run's attempts held (run/goodput.py's RunTime.gpus): from its plan.json, else from its trainer's
+    start record (StartRecord)."""
+    if isinstance(plan.get("gpus"), int):
+        return plan["gpus"]
+    device = start.get("config", {}).get("device")
+    return start.get("world_size", 1) if device == "cuda" else 0 if device == "cpu" else None
+
+
+def gpu_hours(held_s: float, gpus: int | None) -> float | None:
+    """Held seconds x GPUs, in hours (None when the GPUs are not known)."""
+    return None if gpus is None else held_s * gpus / 3600

@@ -61,7 +61,7 @@ class Glance:
 
 UNSHOWN = {"start": ("config", "numerics", "git", "host", "versions", "setup_s"), "end": ("ckpt_saves",)}
 """What a Glance leaves out of the start and end records it keeps: the long fields no reader of a glance reads (a
-start record's config, but its device, which goodput's gpus_held asks; an end record's row for each save), so that
+start record's config, but its device, which account.py's gpus_held asks; an end record's row for each save), so that
 the heartbeat's index, decoded for every run by every status, stays short (a heartbeat of tools/bench_status.py's
 runs, with the save tally's change: 8.9 -> 2.5 KB)."""
 

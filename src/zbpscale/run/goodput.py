@@ -40,7 +40,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from zbpscale.cached import cached
-from zbpscale.run.account import Attempt
+from zbpscale.run.account import Attempt, gpu_hours, gpus_held
 from zbpscale.run.snapshot import Snapshot
 
 BUCKETS = ("training", "startup", "saves", "lost", "other")
@@ -111,21 +111,13 @@ class RunTime:
     @property
     def gpu_hours(self) -> float | None:
         """held x GPUs, in hours (None when the GPUs are not known)."""
-        return None if self.gpus is None else self.held_s * self.gpus / 3600
+        return gpu_hours(self.held_s, self.gpus)
 
 
 def run_time(run: Path | Snapshot) -> RunTime:
     """The time of one run folder (or of a look at one already taken): the one account of it."""
     look = run if isinstance(run, Snapshot) else Snapshot(run)
     return RunTime(tuple(read_attempts(look)), gpus_held(look.plan, look.own.get("start", {})))
-
-
-def gpus_held(plan: dict, start: dict) -> int | None:
-    """RunTime.gpus: from a run's plan.json, else from its trainer's start record (StartRecord)."""
-    if isinstance(plan.get("gpus"), int):
-        return plan["gpus"]
-    device = start.get("config", {}).get("device")
-    return start.get("world_size", 1) if device == "cuda" else 0 if device == "cpu" else None
 
 
 def read_attempts(run: Path | Snapshot) -> list[Attempt]:

@@ -13,19 +13,21 @@ was read; a later look is a new snapshot (`Snapshot(run_dir)`), never a re-read 
                  `fold` (what goodput reads) are parsed; `own` is the trainer's latest start and end records
     complete     whether COMPLETE is there
     attempts     the account of its attempts (run/account.py: goodput's and status's GPU-hours)
+    shown        what status shows of the folder that its files alone say (`shown_of`: steps, losses, GPU-hours...)
 
 The folder's digest (`keep`) is a look kept in its sweep folder's file of looks (run/looks.py: a line a run, the
-sweep's read at once): what a look makes of the files (every value above but the metrics' bytes, records and fold,
-which the glance and the attempts stand for), with the inode, size and modification time of each file it was made
-from. The writers of attempts.jsonl keep it after each event but a job's start (`record`): the last write to the
-folder of a run that has stopped, is queued or has ended. A look asked to use it (`Snapshot(run_dir, kept=looks)`:
-status, for 10,000 runs, with its sweep's looks read once; `kept=True`: read for this run) takes those values while
-every file is as it names them and the code that made them is this code (`look_code`), and reads the files otherwise
-(a live trainer's, a folder changed by hand, a digest of another format or release, or none): the same values
-either way (tests/test_snapshot.py). It is a cache: nothing reads it but a look, nothing migrates it, and a folder
-without one is read as before (the digest a release before 2026-12-07 kept in the run folder is not read; the next
-event's writer removes it). A look another release kept is not read either; submit keeps one anew for each run it
-leaves as it is (`keep_missing`: a finished run has no next event).
+sweep's read at once): what status and goodput read of a look (its history, plan, step_timeout, attempts, shown and
+unread_metrics; its config, heartbeat and glance, of which shown is made, are not kept: a look through the digest
+reads them from the files when asked, which the digest's stamps say are as they were), with the inode, size and
+modification time of each file it was made from. The writers of attempts.jsonl keep it after each event but a job's
+start (`record`): the last write to the folder of a run that has stopped, is queued or has ended. A look asked to
+use it (`Snapshot(run_dir, kept=looks)`: status, for 10,000 runs, with its sweep's looks read once; `kept=True`:
+read for this run) takes those values while every file is as it names them and the code that made them is this code
+(`look_code`), and reads the files otherwise (a live trainer's, a folder changed by hand, a digest of another format
+or release, or none): the same values either way (tests/test_snapshot.py). It is a cache: nothing reads it but a
+look, nothing migrates it, and a folder without one is read as before (the digest a release before 2026-12-07 kept
+in the run folder is not read; the next event's writer removes it). A look another release kept is not read either;
+submit keeps one anew for each run it leaves as it is (`keep_missing`: a finished run has no next event).
 """
 
 from __future__ import annotations
@@ -45,22 +47,23 @@ from zbpscale.cached import cached
 from zbpscale.errors import BrokenRunFolder, ConfigError
 from zbpscale.files import loads, read_bytes, read_json
 from zbpscale.run import history, looks
-from zbpscale.run.account import Attempt, account
+from zbpscale.run.account import Attempt, account, gpu_hours, gpus_held
 from zbpscale.run.config import TrainConfig
+from zbpscale.run.divergence import diverged
 from zbpscale.run.fold import Fold
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.glance import Glance, glance_after, glance_of, indexed_tail
 from zbpscale.run.history import History
 from zbpscale.run.records import Record, records_of
 
-DIGEST_FORMAT = 1
+DIGEST_FORMAT = 2
 """The digest's format: one of another format is not read (and the next event's writer replaces it)."""
 
-LOOK_CODE = ("zbpscale.bulk", "zbpscale.cached", "zbpscale.errors", "zbpscale.files", "zbpscale.lease", "zbpscale.proc",
-             "zbpscale.run.account", "zbpscale.run.config", "zbpscale.run.fold", "zbpscale.run.folder",
-             "zbpscale.run.formats", "zbpscale.run.glance", "zbpscale.run.history", "zbpscale.run.looks",
-             "zbpscale.run.records", "zbpscale.run.snapshot", "zbpscale.tables", "zbpscale.text",
-             "zbpscale.zbp.config")
+LOOK_CODE = ("zbpscale.bulk", "zbpscale.cached", "zbpscale.errors", "zbpscale.files", "zbpscale.lease",
+             "zbpscale.proc", "zbpscale.run.account", "zbpscale.run.config", "zbpscale.run.divergence",
+             "zbpscale.run.fold", "zbpscale.run.folder", "zbpscale.run.formats", "zbpscale.run.glance",
+             "zbpscale.run.history", "zbpscale.run.looks", "zbpscale.run.records", "zbpscale.run.snapshot",
+             "zbpscale.tables", "zbpscale.text", "zbpscale.zbp.config")
 """The modules a look's values come from (this one's imports, at any depth: tests/test_snapshot.py checks): a
 digest names their source (`look_code`), and one made by other code (another release, an edited clone: a config
 it validated otherwise, an account it split otherwise) is not read."""
@@ -117,9 +120,8 @@ class Snapshot:
 
     @cached
     def _kept(self) -> dict | None:
-        """The folder's digest, made into the values it keeps, where it was asked for and names every file as it is
-        now; None otherwise (not asked for, none, another format, a file changed since, or bytes that are no
-        digest)."""
+        """The values the folder's digest keeps, where it was asked for and names every file as it is now; None
+        otherwise (not asked for, none, another format, a file changed since, or bytes that are no digest)."""
         if self._use_digest is False:
             return None
         try:
@@ -133,13 +135,12 @@ class Snapshot:
                     or kept.get("code") != look_code():
                 return None
             now = stamps(self.folder)
-            if kept["stamps"] != now:
+            if kept["stamps"] != now or not isinstance(kept["attempts"], list) or not isinstance(kept["shown"], dict):
                 return None
-            return {"history": History(tuple(kept["events"])), "config": kept["config"],
-                    "step_timeout": float(kept["step_timeout"]), "heartbeat": dict(kept["heartbeat"]),
+            return {"history": History(tuple(kept["events"])), "step_timeout": float(kept["step_timeout"]),
                     "plan": dict(kept["plan"]), "complete": now[STAMPED.index("complete")] is not None,
-                    "glance": Glance(**kept["glance"]), "attempts": [Attempt(**a) for a in kept["attempts"]],
-                    "unread_metrics": int(kept["unread_metrics"])}
+                    "attempts": kept["attempts"], "unread_metrics": int(kept["unread_metrics"]),
+                    "shown": kept["shown"]}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -150,11 +151,10 @@ class Snapshot:
 
     def digest(self) -> dict:
         """What the folder's digest keeps of this look (see the module docstring; `keep` writes it)."""
-        beat = {k: v for k, v in self.heartbeat.items() if k != "glance"}
         return {"format": DIGEST_FORMAT, "code": look_code(), "events": list(self.history.events),
-                "config": self.config, "step_timeout": self.step_timeout, "heartbeat": beat, "plan": self.plan,
-                "glance": dataclasses.asdict(self.glance), "attempts": [dataclasses.asdict(a) for a in self.attempts],
-                "unread_metrics": self.unread_metrics}
+                "step_timeout": self.step_timeout, "plan": self.plan,
+                "attempts": [dataclasses.asdict(a) for a in self.attempts], "unread_metrics": self.unread_metrics,
+                "shown": self.shown}
 
     @cached
     def _history(self) -> tuple[History, str]:
@@ -172,8 +172,6 @@ class Snapshot:
 
     @cached
     def _config(self) -> tuple[dict | None, str]:
-        if self._kept is not None:
-            return self._kept["config"], ""
         try:
             return self.folder.read_config(), ""
         except BrokenRunFolder as err:
@@ -219,10 +217,7 @@ class Snapshot:
 
     @cached
     def heartbeat(self) -> dict:
-        """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out; from a
-        digest, without its index of metrics.jsonl (the glance and the attempts it served are kept)."""
-        if self._kept is not None:
-            return self._kept["heartbeat"]
+        """heartbeat.json ({} when there is none); a time or step that is not a number (a hand edit) left out."""
         beat = read_json(self.folder.heartbeat)
         for key in ("time", "step"):
             if key in beat and (isinstance(beat[key], bool) or not isinstance(beat[key], (int, float))):
@@ -255,7 +250,7 @@ class Snapshot:
         """metrics.jsonl's bytes after those the heartbeat's index covers (the records the trainer wrote after its
         latest heartbeat), read once for both the glance and the fold; None where the index does not serve (none,
         one the file no longer matches, the file gone) or the whole file was read already."""
-        if "metrics" in self.__dict__ or self._kept is not None:
+        if "metrics" in self.__dict__:
             return None
         try:
             return indexed_tail(self.folder.metrics, self.heartbeat.get("glance"))
@@ -266,8 +261,6 @@ class Snapshot:
     def glance(self) -> Glance:
         """What status shows of metrics.jsonl (run/glance.py's Glance): through the heartbeat's index of it, the
         bytes the trainer wrote after its latest heartbeat alone (the whole file without an index, or once read)."""
-        if self._kept is not None:
-            return self._kept["glance"]
         if self._tail is not None:
             try:
                 return glance_after(self.heartbeat["glance"], self._tail)
@@ -295,7 +288,8 @@ class Snapshot:
     def attempts(self) -> list[Attempt]:
         """The account of the run's attempts (run/account.py), oldest first."""
         if self._kept is not None:
-            return self._kept["attempts"]
+            with contextlib.suppress(TypeError):  # else the files say, as they said when it was kept
+                return [Attempt(**a) for a in self._kept["attempts"]]
         return account(self.history, self.fold, self.heartbeat)
 
     @cached
@@ -306,12 +300,50 @@ class Snapshot:
             return self._kept["unread_metrics"]
         return 0 if any(self.glance.__dict__.values()) else len(self.metrics)  # read once already to find none
 
+    @cached
+    def shown(self) -> dict:
+        """What status shows of the folder that its files alone say (`shown_of`): kept in the digest, from which
+        status reads it for each of 10,000 runs without the config, heartbeat and metrics it is made of."""
+        return self._kept["shown"] if self._kept is not None else shown_of(self)
+
     @property
     def own(self) -> dict[str, Record]:
         """The trainer's latest `start` and `end` records as the glance keeps them (run/glance.py's `shown`: a start
         record's config holds only its device; {} for each it has not written)."""
         seen = self.glance
         return {k: r for k, r in (("start", seen.start), ("end", seen.end)) if r}
+
+
+def shown_of(look: Snapshot) -> dict:
+    """What status shows of a run folder that its files alone say, in plain JSON types (jobs/status.py's `run_row`
+    adds what its history, its job and its state say): its steps and the step it reached, its latest losses and
+    speed, its parameters, its GPU-hours so far and planned, the ZBP paths its trainer used, the trackers it turned
+    off, whether it diverged (run/divergence.py), its attempts.jsonl's requeue counts (T/P/F), and the lr its config
+    names and the role and lr words its plan gives, each only where they name it; `config`: whether it has a
+    config.json."""
+    config = look.config or {}
+    seen, beat, plan = look.glance, look.heartbeat, look.plan
+    start, train = seen.first, seen.train
+    derived = start.get("derived", {})
+    spike = diverged(seen.steps, config)
+    return {
+        "steps": config.get("steps") or derived.get("total_steps") or 0,
+        "tokens_per_step": derived.get("tokens_per_step") or config.get("global_batch", 0) * config.get("seq_len", 0),
+        # steps done: the heartbeat is rewritten every few seconds, the train record every log_every steps; after a
+        # hard stop either may be the later one
+        "step": max(beat.get("step", 0), train.get("step", -1) + 1), "beat_time": beat.get("time"),
+        "train_loss": train.get("loss"), "val_loss": seen.eval.get("val_loss"),
+        "tokens_per_s": train.get("tokens_per_s"), "step_time": train.get("step_time"),
+        "params": derived.get("params") or plan.get("params"),
+        "params_non_embedding": derived.get("params_non_embedding") or plan.get("params_non_embedding"),
+        "gpu_hours": gpu_hours(sum(a.held for a in look.attempts), gpus_held(plan, look.own.get("start", {}))),
+        "gpu_hours_planned": plan.get("gpu_hours"),
+        "impl_used": beat.get("impl_used", start.get("impl_used", {})), "fallbacks": beat.get("fallbacks", []),
+        "trackers_off": beat.get("trackers_off", []), "diverged": None if spike is None else dataclasses.asdict(spike),
+        "requeues": list(look.history.requeue_counts()),
+        "config": look.config is not None, **({"lr": config["lr"]} if "lr" in config else {}),
+        **{f"plan_{k}": plan[k] for k in ("role", "lr_from") if k in plan},
+    }
 
 
 def through_digests(run_dirs: Iterable[Path]) -> dict[Path, Snapshot]:
@@ -379,7 +411,7 @@ def keep_missing(run_dirs: Iterable[Path], *, say: Callable[[int], None] = lambd
             stale.append(run_dir)
     if stale:
         say(len(stale))
-    return sum(spread(lambda part: [keep(run_dir) for run_dir in part], stale, least=50))
+    return sum(spread(lambda part: [try_keep(run_dir) for run_dir in part], stale, least=50))
 
 
 def record(run_dir: Path, event: str, **fields) -> None:
@@ -389,9 +421,14 @@ def record(run_dir: Path, event: str, **fields) -> None:
     job's start a read of metrics.jsonl). A digest that cannot be written (a full disk, a look that raises) is no
     error of the event's: a look reads the files."""
     history.record(run_dir, event, **fields)
-    if event == "start":
-        return
+    if event != "start":
+        try_keep(run_dir)
+
+
+def try_keep(run_dir: Path) -> bool:
+    """`keep`, and False where it raises (a full disk, a folder whose files a look cannot make values of: a hand
+    edit): the digest is a cache, and its writers' work, the record that matters, is done."""
     try:
-        keep(run_dir)
-    except Exception:  # noqa: BLE001 - the digest is a cache; the event, the record that matters, is written
-        pass
+        return keep(run_dir)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return False
