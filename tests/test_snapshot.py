@@ -258,7 +258,8 @@ def test_status_through_the_digests_opens_no_file_of_a_run_but_a_failed_one_s_lo
 
     def opens(real):
         def recording(path, *args, **kwargs):
-            opened.append(Path(os.path.abspath(path)))
+            if isinstance(path, (str, os.PathLike)):  # not a descriptor
+                opened.append(Path(os.path.abspath(path)))
             return real(path, *args, **kwargs)
         return recording
 
