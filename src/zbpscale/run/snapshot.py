@@ -39,7 +39,7 @@ import hashlib
 import importlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from zbpscale.bulk import spread
@@ -349,15 +349,18 @@ def shown_of(look: Snapshot) -> dict:
 def through_digests(run_dirs: Iterable[Path]) -> dict[Path, Snapshot]:
     """A look at each run folder through its digest where it holds (`Snapshot(d, kept=...)`), each sweep folder's
     looks read once for all its runs (status of 10,000 runs)."""
+    return {run_dir: Snapshot(run_dir, kept=sweep) for run_dir, _, sweep in _with_looks(run_dirs)}
+
+
+def _with_looks(run_dirs: Iterable[Path]) -> Iterator[tuple[Path, str, looks.Looks]]:
+    """Each run folder with its name and its sweep folder's looks, each sweep's read once."""
     sweeps: dict[str, looks.Looks] = {}
-    seen = {}
     for run_dir in run_dirs:
-        parent = _placed(run_dir)[0]
+        parent, name = _placed(run_dir)
         sweep = sweeps.get(parent)
         if sweep is None:
             sweep = sweeps[parent] = looks.read(parent)
-        seen[run_dir] = Snapshot(run_dir, kept=sweep)
-    return seen
+        yield run_dir, name, sweep
 
 
 def _placed(run_dir: Path | str) -> tuple[str, str]:
@@ -399,16 +402,8 @@ def keep_missing(run_dirs: Iterable[Path], *, say: Callable[[int], None] = lambd
     if not code:
         return 0
     mark = b'"code": "%s"' % code.encode()  # as keep's json.dumps writes it
-    sweeps: dict[str, looks.Looks] = {}
-    stale = []
-    for run_dir in run_dirs:
-        parent, name = _placed(run_dir)
-        sweep = sweeps.get(parent)
-        if sweep is None:
-            sweep = sweeps[parent] = looks.read(parent)
-        line = sweep.get(name)
-        if line is None or mark not in line:
-            stale.append(run_dir)
+    stale = [run_dir for run_dir, name, sweep in _with_looks(run_dirs)
+             if (line := sweep.get(name)) is None or mark not in line]
     if stale:
         say(len(stale))
     return sum(spread(lambda part: [try_keep(run_dir) for run_dir in part], stale, least=50))
