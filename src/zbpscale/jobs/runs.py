@@ -160,8 +160,16 @@ def viewed(runs: list[Run], root: Path, *, look=None, now: float, kept: bool = F
 
 def judged(r: Run, snap: Snapshot, view: View, *, now: float, stall_after_s: float | None = None) -> Run:
     """`decided`'s second half, for one run: its state from its look and its job's view."""
+    history, job, state = judgement(r, snap, view, now=now, stall_after_s=stall_after_s)
+    return dataclasses.replace(r, seen=snap, history=history, job=job, state=state)
+
+
+def judgement(r: Run, snap: Snapshot, view: View, *, now: float, stall_after_s: float | None = None
+              ) -> tuple[History, JobView, RunState]:
+    """What `judged` gives the run (its history as heard, its job's view, its state), without the new Run: status
+    makes a row of each of 10,000 runs from them (a Run made again cost a third of the decision)."""
     job = view.of(snap.history.job_id)
     state = refined(decide(snap, job, now=now, stall_after_s=stall_after_s))
     if state.state == "new" and r.planned is not None and r.planned.waits_for:  # a final run of a tuning sweep
         state = dataclasses.replace(state, reason=f"waits for tuning: {named(list(r.planned.waits_for))}")
-    return dataclasses.replace(r, seen=snap, history=heard(snap, job), job=job, state=state)
+    return heard(snap, job), job, state

@@ -35,6 +35,7 @@ Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish; --g
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -48,11 +49,11 @@ from zbpscale.argtypes import at_least
 from zbpscale.bulk import paused_gc, spread, spread_asking
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import executors, goodput_table
-from zbpscale.jobs.executors.base import View
+from zbpscale.jobs.executors.base import JobView, View
 from zbpscale.jobs.poller import Poller, poll_s_of
 from zbpscale.jobs.reasons import log_tail
-from zbpscale.jobs.runs import Run, find_runs, judged, viewed
-from zbpscale.jobs.state import STATES
+from zbpscale.jobs.runs import Run, find_runs, judgement, viewed
+from zbpscale.jobs.state import STATES, RunState
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.divergence import Divergence
@@ -79,11 +80,10 @@ from zbpscale.text import runs_hint
 
 
 # ---------------------------------------------------------------------------------------------- one run
-def run_row(run: Run, *, now: float) -> dict:
+def run_row(run: Run, look: Snapshot, history: History, job: JobView, verdict: RunState, *, now: float) -> dict:
     """Everything status shows about one run (plain JSON types), from its folder and its decision (its history,
-    the scheduler's view of its latest job, its state: runs.decided); a planned run without a folder yet shows
+    the scheduler's view of its latest job, its state: runs.judgement); a planned run without a folder yet shows
     its sweep file's numbers."""
-    look, history, verdict = run.seen or Snapshot(run.run_dir), run.history, run.state
     shown, planned = look.shown, run.planned  # what its files say (through its digest where it holds)
     steps, step = shown["steps"], max(shown["step"], 0)
     # T/P/F: as its files count them, unless the scheduler's account adds an end they lack (state.heard)
@@ -104,7 +104,7 @@ def run_row(run: Run, *, now: float) -> dict:
         "next": verdict.next, "params": shown["params"], "params_non_embedding": shown["params_non_embedding"],
         "nodes": history.nodes, "impl_used": shown["impl_used"], "fallbacks": shown["fallbacks"],
         "trackers_off": shown["trackers_off"], "dir": str(run.run_dir),
-        "unplanned": run.unplanned, "job_live": run.job.live, "diverged": shown["diverged"], "lr": lr,
+        "unplanned": run.unplanned, "job_live": job.live, "diverged": shown["diverged"], "lr": lr,
         "role": shown.get("plan_role", planned.role if planned else ""),  # a tuning sweep's: tuning | final
         "lr_from": planned.lr_from if planned and planned.lr_from and planned.lr == shown.get("lr", planned.lr)
         else shown.get("plan_lr_from", ""),  # else the words of the lr it was submitted with
@@ -124,15 +124,12 @@ def row_of(run: Run, look: Snapshot, view: View, *, now: float, stall_after_s: f
     writes (a hand edit: a time that is words, a loss that is not a number), a `broken` row that says which error
     its files gave: one run's folder does not stop the status of the others."""
     try:
-        return run_row(judged(run, look, view, now=now, stall_after_s=stall_after_s), now=now)
+        return run_row(run, look, *judgement(run, look, view, now=now, stall_after_s=stall_after_s), now=now)
     except (TypeError, ValueError, KeyError, AttributeError) as err:
-        from zbpscale.jobs.state import RunState
-
         why = f"its files hold what zbpscale does not write ({type(err).__name__}: {err}): look at its " \
               "metrics.jsonl, attempts.jsonl and heartbeat.json"
-        empty = dataclasses.replace(run, seen=Snapshot(run.run_dir / ".none"), history=History(),  # nothing read
-                                    state=RunState("broken", why, next="leave"))
-        return {**run_row(empty, now=now), "dir": str(run.run_dir)}
+        return run_row(run, Snapshot(run.run_dir / ".none"), History(), JobView(),  # nothing read
+                       RunState("broken", why, next="leave"), now=now)
 
 
 # -------------------------------------------------------------------------------------------- the sweep
@@ -166,13 +163,12 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             seen = through_digests(r.run_dir for r in runs)
             rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) for r in part],
                                        lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
-    by_dir = {r.run_dir: row for r, row in zip(runs, rows)}
-    data = []
-    for name, runs in found:
-        rows = [by_dir[r.run_dir] for r in runs]
-        for row in rows:
+    data, at = [], 0
+    for name, runs in found:  # the rows in the runs' order: each sweep's in turn
+        mine, at = rows[at:at + len(runs)], at + len(runs)
+        for row in mine:
             row["scheduler_notes"] = view.notes if row["executor"] else []
-        data.append((name, sorted(rows, key=order)))
+        data.append((name, sorted(mine, key=order)))
     return data
 
 
@@ -305,8 +301,8 @@ def unsubmitted(rows: list[dict]) -> bool:
 def footer(rows: list[dict]) -> str:
     """The count per state, and GPU-hours used / planned where any run asks for GPUs ('+?': a run without a
     plan, e.g. one trained by hand)."""
-    counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
-    states = "  ".join(f"{s} {n}" for s, n in counts.items() if n)
+    counts = collections.Counter(r["state"] for r in rows)
+    states = "  ".join(f"{s} {counts[s]}" for s in STATES if counts[s])
     used = sum(r["gpu_hours"] for r in rows)
     planned = [r["gpu_hours_planned"] for r in rows]
     if not used and not any(planned):  # CPU runs, or none planned: no GPU-hours to speak of
