@@ -966,6 +966,37 @@ def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(t
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_status_tests_each_entry_of_a_sweep_folder_in_the_process_that_reads_it(tmp_path, monkeypatch):
+    """#54: status lists the folders of a sweep's folder without testing each (a cold folder of 10,000 runs took
+    0.75 s to test one after another before the rows) and tests each where it reads it, by the stamps its look takes
+    (Snapshot.is_run): its rows are those of the runs RunFolder.is_run finds, in one process or spread over several,
+    from the sweep's folder or the jobs root, with a look kept or not."""
+    from zbpscale import bulk
+    from zbpscale.run.snapshot import keep
+
+    sweep = tmp_path / "jobs" / "s"
+    make_run(sweep, "tiny-bp", done=3)
+    assert keep(make_run(sweep, "tiny-zbp_n4", done=5, job="local-1", executor="local",
+                         ends=[("timeout", "checkpointed")]))  # its look kept in the sweep's .looks.jsonl
+    lost = make_run(sweep, "micro-bp", done=2)
+    (lost / "config.json").unlink()  # still a run's: its metrics and attempts
+    make_run(sweep, ".tiny-bp.old", done=1)  # moved aside by hand, hidden: a run still
+    for other in ("notes", "array-logs"):  # folders of other things
+        (sweep / other).mkdir()
+        (sweep / other / "1_0.log").write_text("x\n")
+    (sweep / "README").write_text("a file is no run\n")
+    runs = [p.name for p in RunFolder.all_in(sweep)]
+    assert runs == [".tiny-bp.old", "micro-bp", "tiny-bp", "tiny-zbp_n4"]
+    assert sorted(r["run"] for r in collect_rows(sweep)) == runs
+    monkeypatch.setattr(bulk, "LEAST", 1)
+    monkeypatch.setattr(bulk.threading, "active_count", lambda: 1)  # pytest-xdist's worker thread
+    assert sorted(r["run"] for r in collect_rows(sweep)) == runs
+    for target in (sweep, tmp_path / "jobs"):
+        out = subprocess.run([sys.executable, "-m", "zbpscale.cli", "status", str(target), "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert sorted(r["run"] for r in json.loads(out.stdout)["s"]) == runs, out.stderr
+
+
 def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fake_sacct, monkeypatch):
     """#54: status of a large sweep reads its runs in forked processes (bulk.spread_asking, from 1,000 runs a
     process), each its runs' attempts for the one view of their jobs (SLURM's, here) and then their rows; the 12-run

@@ -140,20 +140,24 @@ def jobs_root(found: list[tuple[str, list[Run]]]) -> Path:
 
 def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float | None = None) -> list[dict]:
     """Every run's row of one sweep folder (or sweep file)."""
-    ((_, rows),) = collect_sweeps(find_runs(str(folder), only), stall_after_s=stall_after_s)
+    ((_, rows),) = collect_sweeps(find_runs(str(folder), only, checked=False), stall_after_s=stall_after_s)
     return rows
 
 
 def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float | None = None, look=None
                    ) -> list[tuple[str, list[dict]]]:
-    """[(sweep name, its rows)] of the runs found (runs.find_runs), from one view of every run's latest job
-    whatever the number of runs and sweeps (SLURM: one squeue, at most one sacct); `look`: a Poller's (status
-    --watch), else each back end asked now."""
+    """[(sweep name, its rows)] of the runs found (runs.find_runs, `checked` or not: an entry of a sweep's folder
+    that is no run's has no row), from one view of every run's latest job whatever the number of runs and sweeps
+    (SLURM: one squeue, at most one sacct); `look`: a Poller's (status --watch), else each back end asked now."""
     now, root = time.time(), jobs_root(found)
     runs = [r for _, runs in found for r in runs]
 
-    def rows_of(part: list[Run], view: View) -> list[dict]:
-        return [row_of(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) for r in part]
+    def a_run(r: Run) -> bool:  # a folder found unchecked, tested by its look (in the process that reads it)
+        return not r.unchecked or seen[r.run_dir].is_run
+
+    def rows_of(part: list[Run], view: View) -> list[dict | None]:
+        return [row_of(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) if a_run(r) else None
+                for r in part]
 
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
         if look:  # the Poller looks at the folders itself, to decide when to ask
@@ -161,11 +165,12 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             rows = spread(lambda part: rows_of(part, view), runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
             seen = through_digests(r.run_dir for r in runs)
-            rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) for r in part],
+            rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) if a_run(r) else None
+                                                     for r in part],
                                        lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     data, at = [], 0
     for name, runs in found:  # the rows in the runs' order: each sweep's in turn
-        mine, at = rows[at:at + len(runs)], at + len(runs)
+        mine, at = [row for row in rows[at:at + len(runs)] if row is not None], at + len(runs)
         for row in mine:
             row["scheduler_notes"] = view.notes if row["executor"] else []
         data.append((name, sorted(mine, key=order)))
@@ -522,7 +527,7 @@ def _run(args) -> int:
             raise ConfigError(f"--{mode} does not --watch", hint="run it again when you want a newer one")
     if args.json and args.logs:
         raise ConfigError("--logs prints a log, not JSON", hint="leave out --json")
-    found = find_runs(args.target, args.only)
+    found = find_runs(args.target, args.only, checked=bool(args.logs or args.goodput))  # rows test their own
     if args.logs:
         return print_logs(found, args.logs, args.lines)
     if args.goodput:
@@ -533,8 +538,8 @@ def _run(args) -> int:
             goodput_table.show(accounted)
         return 0
     poller = Poller(jobs_root(found), poll_s=poll_s_of(args.target)) if args.watch else None
-    gather = lambda: collect_sweeps(find_runs(args.target, args.only), stall_after_s=args.stall_after,  # noqa: E731
-                                    look=poller.look if poller else None)
+    gather = lambda: collect_sweeps(find_runs(args.target, args.only, checked=False),  # noqa: E731
+                                    stall_after_s=args.stall_after, look=poller.look if poller else None)
     data = collect_sweeps(found, stall_after_s=args.stall_after, look=poller.look if poller else None)
     if args.json:
         print(json.dumps({n: rows for n, rows in data}, indent=1))

@@ -134,7 +134,7 @@ class Snapshot:
             if not look_code() or not isinstance(kept, dict) or kept.get("format") != DIGEST_FORMAT \
                     or kept.get("code") != look_code():
                 return None
-            now = stamps(self.folder)
+            now = self._stamped
             if kept["stamps"] != now or not isinstance(kept["attempts"], list) or not isinstance(kept["shown"], dict):
                 return None
             return {"history": History(tuple(kept["events"])), "step_timeout": float(kept["step_timeout"]),
@@ -143,6 +143,21 @@ class Snapshot:
                     "shown": kept["shown"]}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
+
+    @cached
+    def _stamped(self) -> list[list[int] | None]:
+        """`stamps` of the folder, taken once: what says whether its digest holds, and whether it is a run's."""
+        return stamps(self.folder)
+
+    @cached
+    def is_run(self) -> bool:
+        """Whether the folder is a run's (RunFolder.is_run: any of MARKS there), from the stamps this look takes
+        (status tests so each of 10,000 folders in the process that reads it, not one after another before)."""
+        try:
+            stamped = self._stamped
+        except OSError:  # a folder that cannot be listed: as RunFolder.is_run tells it
+            return RunFolder.is_run(self.run_dir)
+        return any(stamped[STAMPED.index(mark)] is not None for mark in RunFolder.MARKS)
 
     @property
     def from_digest(self) -> bool:
