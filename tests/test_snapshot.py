@@ -225,6 +225,26 @@ def test_keep_missing_keeps_a_look_where_the_sweep_s_is_another_release_s_or_non
     assert snapshot.keep_missing(runs) == 0
 
 
+def test_stamps_taken_in_threads_where_the_disk_is_slow_are_those_taken_one_after_another(tmp_path, monkeypatch):
+    """#54: status takes its looks' stamps in threads where the first looks were slow to take (caches cold: a read
+    of the disk each, which answers several at once), one after another otherwise; every look is stamped once, by
+    one or by several threads, as `stamps` stamps its folder."""
+    import threading
+
+    shutil.copytree(REPO / "docs" / "mini_ladder" / "runs", tmp_path / "runs")
+    folders = sorted((tmp_path / "runs").iterdir()) + [tmp_path / "no such run", tmp_path / "runs" / "README"]
+    (tmp_path / "runs" / "README").write_text("a file, not a folder\n")
+    assert len(folders) > 40
+    taken = snapshot.stamps
+    for slow_s, threaded in ((math.inf, False), (0.0, True)):
+        by: set[int] = set()
+        monkeypatch.setattr(snapshot, "stamps", lambda folder: by.add(threading.get_ident()) or taken(folder))
+        seen = [Snapshot(p) for p in folders]
+        snapshot.stamped(seen, probe=4, slow_s=slow_s)
+        assert [look.__dict__.get("_stamped") for look in seen] == [taken(RunFolder(p)) for p in folders]
+        assert (len(by) > 1) is threaded
+
+
 def test_status_rows_are_the_same_through_the_digests_and_without_them(tmp_path):
     """The bench's runs and the mini ladder's, as two sweep folders: the rows status and status --goodput give
     through their digests are the rows they give once the digests are removed (but each heartbeat's age, which grows

@@ -59,7 +59,7 @@ from zbpscale.jobs.sweep_edits import unplanned_note
 from zbpscale.run.divergence import Divergence
 from zbpscale.run.folder import RunFolder
 from zbpscale.run.history import History
-from zbpscale.run.snapshot import Snapshot, through_digests
+from zbpscale.run.snapshot import Snapshot, stamped, through_digests
 from zbpscale.tables import (
     ALIKE,
     age,
@@ -155,6 +155,10 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     def a_run(r: Run) -> bool:  # a folder found unchecked, tested by its look (in the process that reads it)
         return not r.unchecked or seen[r.run_dir].is_run
 
+    def asks_of(part: list[Run]) -> list:  # each run's question of its job (None: no run's folder, or no job)
+        stamped([seen[r.run_dir] for r in part])  # in threads where the disk is cold
+        return [executors.asked(seen[r.run_dir].history) if a_run(r) else None for r in part]
+
     def rows_of(part: list[Run], view: View) -> list[dict | None]:
         return [row_of(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) if a_run(r) else None
                 for r in part]
@@ -165,9 +169,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             rows = spread(lambda part: rows_of(part, view), runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
             seen = through_digests(r.run_dir for r in runs)
-            rows, view = spread_asking(lambda part: [executors.asked(seen[r.run_dir].history) if a_run(r) else None
-                                                     for r in part],
-                                       lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
+            rows, view = spread_asking(asks_of, lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     data, at = [], 0
     for name, runs in found:  # the rows in the runs' order: each sweep's in turn
         mine, at = [row for row in rows[at:at + len(runs)] if row is not None], at + len(runs)

@@ -39,6 +39,7 @@ import hashlib
 import importlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -359,6 +360,30 @@ def shown_of(look: Snapshot) -> dict:
         "config": look.config is not None, **({"lr": config["lr"]} if "lr" in config else {}),
         **{f"plan_{k}": plan[k] for k in ("role", "lr_from") if k in plan},
     }
+
+
+def stamped(seen: list[Snapshot], *, threads: int = 4, probe: int = 32, slow_s: float = 1e-4) -> None:
+    """Take each look's stamps (`Snapshot._stamped`): in `threads` threads where the first `probe` looks took over
+    `slow_s` a look (the kernel's caches cold: each folder a read of the disk, which answers several at once), else
+    one after another (warm, threads only contend). Status of 10,000 runs, caches dropped: 2.74 -> 2.39 s."""
+    t = time.perf_counter()
+    for look in seen[:probe]:
+        _stamps_of(look)
+    rest = seen[probe:]
+    if not rest or time.perf_counter() - t <= slow_s * probe:
+        for look in rest:
+            _stamps_of(look)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(lambda k: [_stamps_of(look) for look in rest[k::threads]], range(threads)):
+            pass
+
+
+def _stamps_of(look: Snapshot) -> None:
+    with contextlib.suppress(OSError):  # a folder that cannot be read: its look says so when asked
+        look._stamped
 
 
 def through_digests(run_dirs: Iterable[Path]) -> dict[Path, Snapshot]:
