@@ -152,15 +152,23 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     now, root = time.time(), jobs_root(found)
     runs = [r for _, runs in found for r in runs]
 
+    sweeps: dict = {}  # each sweep's looks, read before the processes fork: each looks at its own runs
+
+    def look_of(r: Run) -> Snapshot:
+        look = seen.get(r.run_dir)
+        if look is None:
+            look = seen[r.run_dir] = through_digests([r.run_dir], sweeps)[r.run_dir]
+        return look
+
     def a_run(r: Run) -> bool:  # a folder found unchecked, tested by its look (in the process that reads it)
-        return not r.unchecked or seen[r.run_dir].is_run
+        return not r.unchecked or look_of(r).is_run
 
     def asks_of(part: list[Run]) -> list:  # each run's question of its job (None: no run's folder, or no job)
-        stamped([seen[r.run_dir] for r in part])  # in threads where the disk is cold
-        return [executors.asked(seen[r.run_dir].history) if a_run(r) else None for r in part]
+        stamped([look_of(r) for r in part])  # in threads where the disk is cold
+        return [executors.asked(look_of(r).history) if a_run(r) else None for r in part]
 
     def rows_of(part: list[Run], view: View) -> list[dict | None]:
-        return [row_of(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) if a_run(r) else None
+        return [row_of(r, look_of(r), view, now=now, stall_after_s=stall_after_s) if a_run(r) else None
                 for r in part]
 
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
@@ -168,7 +176,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             seen, view = viewed(runs, root, look=look, now=now, kept=True)
             rows = spread(lambda part: rows_of(part, view), runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
-            seen = through_digests(r.run_dir for r in runs)
+            seen = through_digests((runs[0].run_dir for _, runs in found if runs), sweeps)  # the looks read
             rows, view = spread_asking(asks_of, lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     data, at = [], 0
     for name, runs in found:  # the rows in the runs' order: each sweep's in turn

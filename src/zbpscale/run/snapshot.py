@@ -386,15 +386,17 @@ def _stamps_of(look: Snapshot) -> None:
         look._stamped
 
 
-def through_digests(run_dirs: Iterable[Path]) -> dict[Path, Snapshot]:
+def through_digests(run_dirs: Iterable[Path], sweeps: dict[str, looks.Looks] | None = None) -> dict[Path, Snapshot]:
     """A look at each run folder through its digest where it holds (`Snapshot(d, kept=...)`), each sweep folder's
-    looks read once for all its runs (status of 10,000 runs)."""
-    return {run_dir: Snapshot(run_dir, kept=sweep) for run_dir, _, sweep in _with_looks(run_dirs)}
+    looks read once for all its runs (status of 10,000 runs; `sweeps`: those read so far, by folder, to read no
+    sweep's again: status reads them before its processes fork, each of which looks at its runs)."""
+    return {run_dir: Snapshot(run_dir, kept=sweep) for run_dir, _, sweep in _with_looks(run_dirs, sweeps)}
 
 
-def _with_looks(run_dirs: Iterable[Path]) -> Iterator[tuple[Path, str, looks.Looks]]:
-    """Each run folder with its name and its sweep folder's looks, each sweep's read once."""
-    sweeps: dict[str, looks.Looks] = {}
+def _with_looks(run_dirs: Iterable[Path], sweeps: dict[str, looks.Looks] | None = None
+                ) -> Iterator[tuple[Path, str, looks.Looks]]:
+    """Each run folder with its name and its sweep folder's looks, each sweep's read once (kept in `sweeps`)."""
+    sweeps = {} if sweeps is None else sweeps
     for run_dir in run_dirs:
         parent, name = _placed(run_dir)
         sweep = sweeps.get(parent)
