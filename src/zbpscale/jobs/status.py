@@ -28,7 +28,9 @@ its folder, the one its last submit kept there (jobs/settings.py). A run's GPU-h
 one account goodput and collect give too (run/goodput.py's run_time). The runs of a large sweep are read in forked
 processes, two per core (bulk.spread_asking: from 1,000 runs a process), each reading its runs' attempts for the one
 view of the jobs, then, told it, making their rows; a run folder is read through its digest where it holds (its
-sweep's looks, read once for all its runs: run/snapshot.py, run/looks.py), as --goodput reads it.
+sweep's looks, read once for all its runs: run/snapshot.py, run/looks.py), as --goodput reads it. The folders of a
+sweep's folder are listed without a test each: each process tests its own by the stamps its look takes, in threads
+where the disk is slow to answer (the kernel's caches cold).
 Exit status: 0 all complete, 1 any failed or broken, 3 some still to finish; --goodput and --logs judge no state
 (0 once shown).
 """
