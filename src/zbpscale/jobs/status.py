@@ -178,7 +178,7 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             seen, view = viewed(runs, root, look=look, now=now, kept=True)
             rows = spread(lambda part: rows_of(part, view), runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
-            seen = through_digests((runs[0].run_dir for _, runs in found if runs), sweeps)  # the looks read
+            seen = through_digests((group[0].run_dir for _, group in found if group), sweeps)  # the looks read
             rows, view = spread_asking(asks_of, lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     data, at = [], 0
     for name, runs in found:  # the rows in the runs' order: each sweep's in turn
