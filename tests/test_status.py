@@ -965,7 +965,6 @@ def test_the_plan_piped_has_no_trailing_spaces_and_gives_both_parameter_counts(t
     assert len(notes) >= 3 and notes == [ln for ln in unwrapped(narrow.stdout).splitlines() if ln.startswith("note: ")]
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_status_tests_each_entry_of_a_sweep_folder_in_the_process_that_reads_it(tmp_path, monkeypatch):
     """#54: status lists the folders of a sweep's folder without testing each (a cold folder of 10,000 runs took
     0.75 s to test one after another before the rows) and tests each where it reads it, by the stamps its look takes
@@ -997,6 +996,7 @@ def test_status_tests_each_entry_of_a_sweep_folder_in_the_process_that_reads_it(
         assert sorted(r["run"] for r in json.loads(out.stdout)["s"]) == runs, out.stderr
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fake_sacct, monkeypatch):
     """#54: status of a large sweep reads its runs in forked processes (bulk.spread_asking, from 1,000 runs a
     process), each its runs' attempts for the one view of their jobs (SLURM's, here) and then their rows; the 12-run
