@@ -63,7 +63,7 @@ def plain_lines(columns: list[str], rows: list[dict[str, str]], left: set[str] |
     """A table as plain text lines (pipes, files, logs): the header, then each row, columns two spaces apart,
     words (`left`) left-aligned and numbers right-aligned, no line ending in spaces."""
     wide = widths(columns, rows)
-    every = [{c: c for c in columns}, *rows]  # column by column: 10,000 rows of status in a tenth of the time
+    every = [{c: c for c in columns}, *rows]  # column by column: 10,000 rows of status, 0.12 -> 0.09 s
     cut = [map(str.ljust if c in left else str.rjust, map(itemgetter(c), every), repeat(wide[c])) for c in columns]
     return [line.rstrip() for line in map("  ".join, zip(*cut))] if columns else ["" for _ in every]
 
