@@ -221,6 +221,28 @@ def test_tail_records_reads_only_the_end_and_skips_torn_lines(tmp_path):
     assert "eval" not in tail_records(path, ("train", "eval"), max_bytes=1 << 16)  # bounded
 
 
+def test_log_tail_gives_the_last_lines_of_the_logs_end_as_splitting_all_of_it_would(tmp_path):
+    """reasons.log_tail splits only its last lines: against str.splitlines of the whole tail it reads, on logs of
+    every kind of line break (carriage returns of progress bars, Windows' CRLF, Unicode's separators), multibyte
+    characters, a last line with and without its break, and logs longer than the bytes it reads (cut mid-character)."""
+    import random
+
+    from zbpscale.jobs.reasons import TAIL_BYTES, log_tail
+
+    rng = random.Random(5)
+    pieces = ["x", "step 12 loss 3.1", "é", "日本語", "\U0001f600", " ", "\n", "\r", "\r\n", "\x0c", "\u2028", "\x85",
+              ""]
+    path = tmp_path / "job.log"
+    for case in range(300):
+        size = rng.choice((0, 1, 5, 50, 400, 4000, TAIL_BYTES // 3, TAIL_BYTES))
+        text = "".join(rng.choice(pieces) for _ in range(size))
+        data = text.encode() + (b"\n" if case % 3 == 0 else b"")
+        path.write_bytes(data)
+        for lines in (1, 2, 40, 60):
+            assert log_tail(path, lines) == data[-TAIL_BYTES:].decode(errors="replace").splitlines()[-lines:], case
+    assert log_tail(tmp_path / "none.log") == []
+
+
 def test_glance_reads_what_the_tails_and_the_whole_file_say(tmp_path):
     """metrics.glance, status's one read of metrics.jsonl, against tail_records and read_jsonl: the first record,
     the latest train and eval records, the first train record and the eval with the highest val loss (all that
