@@ -162,16 +162,17 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
             look = seen[r.run_dir] = through_digests([r.run_dir], sweeps)[r.run_dir]
         return look
 
-    def a_run(r: Run) -> bool:  # a folder found unchecked, tested by its look (in the process that reads it)
-        return not r.unchecked or look_of(r).is_run
+    def looked(part: list[Run]) -> list[Snapshot | None]:  # each run's look, stamped (in threads where the disk
+        looks = [look_of(r) for r in part]  # is cold); None for a folder found unchecked that it says is no run's
+        stamped(looks)
+        return [look if not r.unchecked or look.is_run else None for r, look in zip(part, looks)]
 
     def asks_of(part: list[Run]) -> list:  # each run's question of its job (None: no run's folder, or no job)
-        stamped([look_of(r) for r in part])  # in threads where the disk is cold
-        return [executors.asked(look_of(r).history) if a_run(r) else None for r in part]
+        return [executors.asked(look.history) if look else None for look in looked(part)]
 
     def rows_of(part: list[Run], view: View) -> list[dict | None]:
-        return [row_of(r, look_of(r), view, now=now, stall_after_s=stall_after_s) if a_run(r) else None
-                for r in part]
+        return [row_of(r, look, view, now=now, stall_after_s=stall_after_s) if look else None
+                for r, look in zip(part, looked(part))]
 
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
         if look:  # the Poller looks at the folders itself, to decide when to ask
