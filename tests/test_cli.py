@@ -665,7 +665,7 @@ def test_a_boxed_table_is_the_rich_table_it_replaces():
     from rich.console import Console
     from rich.table import Table
 
-    from zbpscale.tables import boxed, painted
+    from zbpscale.tables import boxed, painted, plain_lines, widths
 
     rng = random.Random(0)
     for _ in range(300):
@@ -687,9 +687,18 @@ def test_a_boxed_table_is_the_rich_table_it_replaces():
         assert all(f" {painted(r[c], 'bold red')}" in colored[3 + i] for i, r in enumerate(rows) if i % 2
                    for c in columns)
         assert painted("x", "bold red") == "\x1b[1;31mx\x1b[0m"
+        first = lambda i, c: "green" if c == columns[0] and i % 2 else None  # noqa: E731 - one column styled
+        one = boxed(columns, rows, left, color=True, style=first)  # the other columns drawn without a style
+        assert [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in one] == drawn.getvalue().splitlines()
+        assert all(f" {painted(r[columns[0]], 'green')}" in one[3 + i] for i, r in enumerate(rows) if i % 2)
+        assert sum(line.count("\x1b[0m") for line in one[3:-1]) == len(rows) // 2  # those cells alone
+        wide = {**widths(columns, rows), "other": 99}  # the widths status measures once, of more columns
+        assert boxed(columns, rows, left, wide=wide) == boxed(columns, rows, left)
+        assert plain_lines(columns, rows, left, wide=wide) == plain_lines(columns, rows, left)
         narrow = len(drawn.getvalue().splitlines()[0]) - rng.randint(1, 12)  # narrower than it needs
         if narrow >= 4 * len(columns) + 1:  # a character a column at least
             cut = boxed(columns, rows, left, width=narrow)
+            assert boxed(columns, rows, left, width=narrow, wide=wide) == cut
             assert len(cut) == len(rows) + 4 and all(len(line) <= narrow for line in cut), (narrow, cut)
             for line, cells in zip(cut[3:-1], rows):
                 for got, c in zip(line[1:-1].split("│"), columns):

@@ -76,6 +76,7 @@ from zbpscale.tables import (
     plural,
     seed_count,
     terminal_width,
+    widths,
     wrap,
 )
 from zbpscale.text import runs_hint
@@ -286,13 +287,17 @@ def cells(rows: list[dict], columns: tuple[Column, ...]) -> list[dict[str, str]]
     return [{c.header: c.cell(r) for c in columns} for r in rows]
 
 
-def fitted(rows: list[dict], width: int, *, boxed: bool) -> tuple[list[dict[str, str]], list[str], set[str]]:
-    """(each row's cells, the headers of the columns that fit `width`, the left-aligned headers)."""
+def fitted(rows: list[dict], width: int, *, boxed: bool
+           ) -> tuple[list[dict[str, str]], list[str], set[str], dict[str, int]]:
+    """(each row's cells, the headers of the columns that fit `width`, the left-aligned headers, each column's
+    width: measured once for the fit and the lines)."""
     available = shown_columns(rows)
     shown = cells(rows, available)
+    wide = widths([c.header for c in available], shown)
     columns = fit_columns(tuple(c.header for c in available),
-                          tuple(c.header for c in sorted(available, key=lambda c: c.keep)), shown, width, boxed=boxed)
-    return shown, columns, {c.header for c in available if c.left}
+                          tuple(c.header for c in sorted(available, key=lambda c: c.keep)), shown, width, boxed=boxed,
+                          wide=wide)
+    return shown, columns, {c.header for c in available if c.left}, wide
 
 
 def plain_table(name: str, rows: list[dict], width: int | None = None, *, box: bool = False, color: bool = False
@@ -300,11 +305,12 @@ def plain_table(name: str, rows: list[dict], width: int | None = None, *, box: b
     """The table's lines, its title first: plain (for files, pipes and logs) or boxed for a terminal (`box`, each
     state in its color where `color`); the columns that fit `width` (default: tables.terminal_width)."""
     width = width or terminal_width()
-    shown, columns, left = fitted(rows, width, boxed=box)
+    shown, columns, left, wide = fitted(rows, width, boxed=box)
     if not box:
-        return [title(name, rows), *plain_lines(columns, shown, left)]
-    state = lambda i, c: STYLE[rows[i]["state"]] if c == "state" else None  # noqa: E731 - each state in its color
-    return [wrap(title(name, rows), width=width), *boxed(columns, shown, left, style=state, color=color, width=width)]
+        return [title(name, rows), *plain_lines(columns, shown, left, wide=wide)]
+    state = lambda i, c: STYLE[rows[i]["state"]]  # noqa: E731 - each state in its color
+    return [wrap(title(name, rows), width=width), *boxed(columns, shown, left, style=state, styled=("state",),
+                                                         color=color, width=width, wide=wide)]
 
 
 LEGEND = "T/P/F: each run's time limits / preemptions / failures so far (its requeues and restarts)"
