@@ -115,6 +115,36 @@ def test_seeds_and_duplicates():
         Sweep(name="x", sizes=sizes, arms=(arm("bp"), arm("bp")), data=Data(dir="d"))
 
 
+
+def test_every_size_and_arm_of_many_seeds_is_checked_and_the_jobs_folder_kept_or_followed(tmp_path, monkeypatch):
+    """A sweep checks each run's config as the trainer would, once for a run's seeds (their configs differ by the
+    seed alone, checked as TrainConfig checks it): a size or an arm whose config the trainer would refuse is named,
+    behind another that passes, at any seed count. A Sweep built in Python has no home: its folder follows the working
+    folder; a sweep file's is its project's, wherever the command runs (kept once: each of its runs asks for it)."""
+    ok, split = Size(name="tiny", global_batch=8, tokens=8192), Size(name="micro", global_batch=8, micro_batch=3,
+                                                                     tokens=8192)
+    seeds = tuple(range(5))
+    with pytest.raises(ConfigError, match="run micro-bp: micro_batch=3 does not divide"):
+        Sweep(name="x", sizes=(ok, split), arms=(arm("bp"),), seeds=seeds, data=Data(dir="d"))
+    with pytest.raises(ConfigError, match="run tiny-zbp_n16: TrainConfig.eval_batches must be an integer >= 1"):
+        Sweep(name="x", sizes=(ok,), arms=(arm("bp"), arm("zbp_n16", eval_batches=-2)), seeds=seeds,
+              data=Data(dir="d"))
+    sweep = Sweep(name="x", sizes=(ok,), arms=(arm("bp"),), seeds=seeds, data=Data(dir="d"))
+    monkeypatch.chdir(tmp_path)
+    assert sweep.jobs_dir == tmp_path / "jobs" / "x" and sweep.jobs_root == tmp_path / "jobs"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert sweep.jobs_dir == tmp_path / "elsewhere" / "jobs" / "x"
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "x.py").write_text("from zbpscale.sweep import Data, Size, Sweep, arm\n"
+                                              "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8, "
+                                              "tokens=8192),), arms=(arm('bp'),), data=Data(dir='d'))\n")
+    loaded = load_sweep(tmp_path / "sweeps" / "x.py")
+    for where in (tmp_path, tmp_path / "sweeps"):
+        monkeypatch.chdir(where)
+        assert loaded.jobs_dir == tmp_path / "jobs" / "x" and loaded.jobs_root == tmp_path / "jobs"
+        assert [r.run_dir for r in expand(loaded)] == [tmp_path / "jobs" / "x" / "tiny-bp"]
+
 MULTILINE = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 
 CPU = Resources(gpus_per_node=0, cpus_per_task=2, time_min=30)

@@ -61,7 +61,7 @@ class Run:
     @classmethod
     def of(cls, planned: PlannedRun) -> Run:
         """A run a sweep file plans."""
-        return cls(planned.name, Path(planned.run_dir), planned.size.name, planned.arm.name, planned.seed, planned)
+        return cls(planned.name, planned.run_dir, planned.size.name, planned.arm.name, planned.seed, planned)
 
     @classmethod
     def found(cls, run_dir: Path, *, unchecked: bool = False) -> Run:

@@ -469,12 +469,18 @@ class Sweep:
     @property
     def jobs_root(self) -> Path:
         """The absolute jobs root (the local queue lives in it too)."""
-        return (Path(self.home or ".") / self.root).absolute()
+        return self._jobs_dir.parent if self.home else (Path(".") / self.root).absolute()
 
     @property
     def jobs_dir(self) -> Path:
         """The sweep's folder of runs: <root>/<name>."""
-        return self.jobs_root / self.name
+        return self._jobs_dir if self.home else self.jobs_root / self.name
+
+    @cached
+    def _jobs_dir(self) -> Path:
+        """jobs_dir of a sweep that has a home (an absolute folder: the path does not change with the working
+        directory), made once: each of a sweep file's 10,000 runs asks for it (its run_dir)."""
+        return (Path(self.home) / self.root).absolute() / self.name
 
     def __post_init__(self) -> None:
         if not self.home and _LOADING is not None:  # built by the sweep file load_sweep runs: its home, checked once
@@ -547,7 +553,11 @@ class Sweep:
             raise field_error("Sweep", "arms" if len(set(arms)) < len(arms) else "sizes",
                               f"Sweep {self.name!r} has duplicate run names: {', '.join(duplicates)}",
                               hint="each size and arm may appear once; use seeds for repeats")
+        checked = set()  # a run's seeds differ in their config by the seed alone, checked above as TrainConfig does
         for run in expand(self):  # every value the trainer will check, checked now, the batch's split too
+            if (run.size.name, run.arm.name, run.lr, run.role) in checked:
+                continue
+            checked.add((run.size.name, run.arm.name, run.lr, run.role))
             try:
                 batch_plan(run.train_config(), run.size.resources.world_size)
             except ConfigError as err:
