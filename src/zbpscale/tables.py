@@ -51,7 +51,8 @@ def fit_columns(columns: tuple[str, ...], keep: tuple[str, ...], rows: list[dict
     boxed table takes 3 characters per column and 1 more; plain lines 2 between columns. `wide`: the columns'
     `widths`, where the caller has them (measured once for the fit and the lines: status's 10,000 rows)."""
     pad, edge = (3, 1) if boxed else (2, -2)
-    need = {c: (wide or widths(columns, rows))[c] + pad for c in columns}
+    wide = wide or widths(columns, rows)
+    need = {c: wide[c] + pad for c in columns}
     filled = {c for c in keep if any(map(itemgetter(c), rows))}
     kept = [c for c in keep if c in filled] + [c for c in keep if c not in filled]
     while len(kept) > at_least and sum(need[c] for c in kept) + edge > width:
