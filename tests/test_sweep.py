@@ -135,6 +135,10 @@ def test_every_size_and_arm_of_many_seeds_is_checked_and_the_jobs_folder_kept_or
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert sweep.jobs_dir == tmp_path / "elsewhere" / "jobs" / "x"
+    relative = dataclasses.replace(sweep, home="proj")  # a home given as a relative path: from the working folder too
+    assert relative.jobs_dir == tmp_path / "elsewhere" / "proj" / "jobs" / "x"
+    monkeypatch.chdir(tmp_path)
+    assert relative.jobs_dir == tmp_path / "proj" / "jobs" / "x" and relative.jobs_root == tmp_path / "proj" / "jobs"
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "x.py").write_text("from zbpscale.sweep import Data, Size, Sweep, arm\n"
                                               "SWEEP = Sweep(name='x', sizes=(Size(name='tiny', global_batch=8, "

@@ -469,16 +469,16 @@ class Sweep:
     @property
     def jobs_root(self) -> Path:
         """The absolute jobs root (the local queue lives in it too)."""
-        return self._jobs_dir.parent if self.home else (Path(".") / self.root).absolute()
+        return self._jobs_dir.parent if os.path.isabs(self.home) else (Path(self.home or ".") / self.root).absolute()
 
     @property
     def jobs_dir(self) -> Path:
         """The sweep's folder of runs: <root>/<name>."""
-        return self._jobs_dir if self.home else self.jobs_root / self.name
+        return self._jobs_dir if os.path.isabs(self.home) else self.jobs_root / self.name
 
     @cached
     def _jobs_dir(self) -> Path:
-        """jobs_dir of a sweep that has a home (an absolute folder: the path does not change with the working
+        """jobs_dir of a sweep whose home is absolute (a sweep file's: the path does not change with the working
         directory), made once: each of a sweep file's 10,000 runs asks for it (its run_dir)."""
         return (Path(self.home) / self.root).absolute() / self.name
 
