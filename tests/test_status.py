@@ -923,7 +923,7 @@ def test_a_status_of_a_12_run_sweep_opens_each_run_file_at_most_once(tmp_path, f
     for _ in range(2 if watching else 1):  # a second refresh: the Poller answers from its last ask
         OPENED = []
         try:
-            ((_, rows),) = collect_sweeps(found, look=poller.look if poller else None)
+            ((_, rows),) = collect_sweeps(found, poller=poller)
         finally:
             opened, OPENED = OPENED, None
         under = [Path(p).resolve() for p in opened if Path(p).resolve().is_relative_to(sweep.resolve())]
@@ -1022,8 +1022,12 @@ def test_status_tests_each_entry_of_a_sweep_folder_in_the_process_that_reads_it(
 def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fake_sacct, monkeypatch):
     """#54: status of a large sweep reads its runs in forked processes (bulk.spread_asking, from 1,000 runs a
     process), each its runs' attempts for the one view of their jobs (SLURM's, here) and then their rows; the 12-run
-    sweep in every state, spread one run a process, gives the rows read in one process."""
+    sweep in every state, spread one run a process, gives the rows read in one process, and so does status --watch's
+    refresh (each process reads its runs' looks for the Poller)."""
     from zbpscale import bulk
+    from zbpscale.jobs.poller import Poller
+    from zbpscale.jobs.runs import find_runs
+    from zbpscale.jobs.status import collect_sweeps
 
     sweep = tmp_path / "jobs" / "twelve"
     twelve_runs(sweep, fake_sacct)
@@ -1037,11 +1041,16 @@ def test_rows_spread_over_forked_processes_are_the_rows_read_in_one(tmp_path, fa
     assert forked and sum(forked) == 12 - 12 // bulk.processes(12), "no run was read in a child"
     assert {r["run"]: r["state"] for r in spread} == TWELVE
 
+    forked.clear()  # status --watch: each process reads its runs' looks for the Poller, which asks when it is due
+    ((_, watched),) = collect_sweeps(find_runs(str(sweep)), poller=Poller(tmp_path / "jobs", poll_s=60))
+    assert forked and sum(forked) == 12 - 12 // bulk.processes(12), "no run was read in a child"
+
     def aged(rows):  # what changes with the clock between the two looks: ages, a running attempt's hours
         return [{k: v for k, v in r.items() if k not in ("heartbeat_age_s", "gpu_hours")} for r in rows]
 
-    assert aged(spread) == aged(one)
+    assert aged(spread) == aged(one) == aged(watched)
     assert [r["gpu_hours"] for r in spread] == pytest.approx([r["gpu_hours"] for r in one], abs=0.01)
+    assert [r["gpu_hours"] for r in watched] == pytest.approx([r["gpu_hours"] for r in one], abs=0.01)
 
 
 def test_a_note_that_many_runs_share_is_one_line_naming_some(tmp_path):

@@ -8,7 +8,7 @@ asks a rate-limited back end (`Executor.rate_limited`) through one `Poller`:
     sacct for the jobs squeue no longer lists whose end their run folder has not recorded; executors.view_all). A
     command given a sweep folder rather than its file waits by the poll_s that the last submit kept in the folder
     (`poll_s_of`; a folder from before that, or a jobs root: POLL_S);
-  - plus once early when the folders suggest a change (`folder_marks`: an attempts event that the scheduler's
+  - plus once early when the folders suggest a change (`Polled.marks`: an attempts event that the scheduler's
     account did not write, a COMPLETE marker, a heartbeat gone stale), SETTLE_S after it is first seen (a trainer
     writes its end moments before its job leaves the queue) and no sooner than EARLY_GAP_S after the last ask;
   - a scheduler that does not answer (squeue or sacct: `Socket timed out`, `Resource temporarily unavailable`, a
@@ -21,13 +21,13 @@ Back ends whose view reads files (the local queue) are asked on every look. Deci
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from zbpscale.jobs import executors
 from zbpscale.jobs.executors import UNKNOWN, JobView, View
 from zbpscale.jobs.settings import POLL_S, SweepSettings
-from zbpscale.run.history import History
 from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import age
 
@@ -59,18 +59,36 @@ def poll_s_of(target: str | Path | None) -> float:
     return POLL_S if kept is None else kept.poll_s
 
 
-def folder_marks(run: Snapshot, *, now: float, stale_s: float = HEARTBEAT_STALE_S) -> tuple:
-    """What of a look at a run folder, when it changes, suggests that the scheduler has news: the number of
-    attempts events the scheduler's account did not write (a submit, a start, an end by the job itself), the
-    COMPLETE marker, and whether the heartbeat has gone stale."""
-    beat = run.heartbeat.get("time")
-    own = sum(1 for a in run.history.events if not a.get("source"))
-    return own, run.complete, beat is not None and now - beat > stale_s
+@dataclass(frozen=True)
+class Polled:
+    """What a Poller reads of a look at a run folder (`polled`): taken where the look is (status: in the processes
+    that read the runs), told to `Poller.look_at`."""
+
+    job_id: str
+    executor: str
+    ask: tuple[str, dict] | None
+    """Its history's question of its latest job (executors.asked)."""
+    polite: bool
+    """Its job's back end is rate-limited (SLURM): asked at most once per poll_s."""
+    signs: tuple = ()
+    """A polite run's `marks` as read: its attempts events the scheduler's account did not write (a submit, a start,
+    an end by the job itself), its COMPLETE marker, its heartbeat's time."""
+
+    def marks(self, *, now: float, stale_s: float = HEARTBEAT_STALE_S) -> tuple:
+        """What of its folder, when it changes, suggests that the scheduler has news: its signs, with whether its
+        heartbeat has gone stale in place of its time."""
+        own, complete, beat = self.signs
+        return own, complete, beat is not None and now - beat > stale_s
 
 
-def _rate_limited(history: History) -> bool:
+def polled(run: Snapshot) -> Polled:
+    """What a Poller reads of a look at a run folder (a polite run's heartbeat too)."""
+    history = run.history
     kind = executors.KINDS.get(history.executor or "slurm")
-    return bool(history.job_id) and kind is not None and kind.rate_limited
+    polite = bool(history.job_id) and kind is not None and kind.rate_limited
+    signs = (sum(1 for a in history.events if not a.get("source")), run.complete, run.heartbeat.get("time")) \
+        if polite else ()
+    return Polled(history.job_id, history.executor, executors.asked(history), polite, signs)
 
 
 def _clock(t: float) -> str:
@@ -94,18 +112,21 @@ class Poller:
         self.jobs: dict[str, JobView] = {}  # the last answer about each job
         self.asked: set[str] = set()  # the jobs of the last answered ask (not in `jobs`: no source lists them)
         self.notes: list[str] = []
-        self.marks: dict = {}  # each run's folder_marks at the last ask
+        self.marks: dict = {}  # each run's Polled.marks at the last ask
         self.changed_at: float | None = None
 
     def look(self, runs: dict[Path, Snapshot]) -> View:
         """The view of the latest job of every run ({run folder: a look at it}): the free back ends asked now,
         the rate-limited ones as last answered unless an ask is due."""
+        return self.look_at({d: polled(run) for d, run in runs.items()})
+
+    def look_at(self, runs: dict[Path, Polled]) -> View:
+        """`look`, told what each run's look says ({run folder: `polled` of it})."""
         now = self.clock()
-        histories = {d: run.history for d, run in runs.items()}
-        polite = {d: h for d, h in histories.items() if _rate_limited(h)}
-        view = executors.view_all(self.root, {d: h for d, h in histories.items() if d not in polite}, now=now)
+        polite = {d: p for d, p in runs.items() if p.polite}
+        view = executors.view_of(self.root, [p.ask for d, p in runs.items() if d not in polite], now=now)
         if polite:
-            marks = {d: folder_marks(runs[d], now=now) for d in polite}
+            marks = {d: p.marks(now=now) for d, p in polite.items()}
             if self.due(now, marks):
                 self._ask(polite, marks, now)
             view.update(self._seen(polite, marks))
@@ -126,9 +147,9 @@ class Poller:
         self.changed_at = now if self.changed_at is None else self.changed_at
         return now >= self.changed_at + SETTLE_S and now >= self.asked_at + EARLY_GAP_S
 
-    def _ask(self, histories: dict[Path, History], marks: dict, now: float) -> None:
-        fresh = executors.view_all(self.root, histories, now=now)
-        kinds = {h.executor or "slurm" for h in histories.values()}
+    def _ask(self, runs: dict[Path, Polled], marks: dict, now: float) -> None:
+        fresh = executors.view_of(self.root, [p.ask for p in runs.values()], now=now)
+        kinds = {p.executor or "slurm" for p in runs.values()}
         self.asks += len(kinds)
         self.asked_at, self.marks, self.changed_at = now, marks, None
         if not fresh.failed:
@@ -136,7 +157,7 @@ class Poller:
                 self.say(f"the scheduler answers again ({_clock(now)})")
             self.failures, self.error, self.answered_at, self.next_at = 0, "", now, now + self.poll_s
             self.jobs, self.notes = dict(fresh.jobs), list(fresh.notes)
-            self.asked = {h.job_id for h in histories.values()}
+            self.asked = {p.job_id for p in runs.values()}
             return
         self.failures += 1
         delay = backoff_s(self.failures, self.poll_s)
@@ -146,7 +167,7 @@ class Poller:
             self.say(f"the scheduler is not answering ({fresh.failed}): asking again in {age(delay)}, then less "
                      f"often (at most every {age(MAX_BACKOFF_S)}) until it does; runs keep their last-seen states")
 
-    def _seen(self, histories: dict[Path, History], marks: dict) -> View:
+    def _seen(self, runs: dict[Path, Polled], marks: dict) -> View:
         """The last answers, for the runs' jobs now: a job nobody answered for, or one last seen ended whose run
         folder changed since, is UNKNOWN (left alone) until the next ask."""
         view = View(notes=list(self.notes))
@@ -154,8 +175,8 @@ class Poller:
             since = f"as of its last answer at {_clock(self.answered_at)}" if self.answered_at else "unknown"
             view.notes.append(f"the scheduler is not answering ({self.error}): states {since}; asking again at "
                               f"{_clock(self.next_at)}")
-        for run_dir, history in histories.items():
-            job = history.job_id
+        for run_dir, run in runs.items():
+            job = run.job_id
             seen, changed = self.jobs.get(job), marks[run_dir] != self.marks.get(run_dir)
             if seen is not None and (seen.live or not changed):
                 view.jobs[job] = seen

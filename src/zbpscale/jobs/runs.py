@@ -25,7 +25,7 @@ from zbpscale.jobs.sweep import PlannedRun, Sweep, find_sweeps, load_sweep, not_
 from zbpscale.run.config import SIZES, TrainConfig
 from zbpscale.run.folder import RunFolder, parse_run_name
 from zbpscale.run.history import History
-from zbpscale.run.snapshot import Snapshot, through_digests
+from zbpscale.run.snapshot import Snapshot
 from zbpscale.tables import named
 from zbpscale.text import matches, patterns, runs_hint
 from zbpscale.zbp.config import arm_name, arm_zbp_config
@@ -155,13 +155,11 @@ def decided(runs: list[Run], root: Path, *, look=None, now: float | None = None,
     return [judged(r, seen[r.run_dir], view, now=now, stall_after_s=stall_after_s) for r in runs], view
 
 
-def viewed(runs: list[Run], root: Path, *, look=None, now: float, kept: bool = False
-           ) -> tuple[dict[Path, Snapshot], View]:
-    """`decided`'s first half: a look at each run's folder (its history read; `kept`: through its digest where it
-    holds, run/snapshot.py) and the one view of their jobs."""
+def viewed(runs: list[Run], root: Path, *, look=None, now: float) -> tuple[dict[Path, Snapshot], View]:
+    """`decided`'s first half: a look at each run's folder (its history read) and the one view of their jobs."""
     from zbpscale.jobs import executors
 
-    seen = through_digests(r.run_dir for r in runs) if kept else {r.run_dir: Snapshot(r.run_dir) for r in runs}
+    seen = {r.run_dir: Snapshot(r.run_dir) for r in runs}
     view = look(seen) if look else executors.view_all(root, {d: s.history for d, s in seen.items()}, now=now)
     return seen, view
 

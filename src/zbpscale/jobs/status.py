@@ -48,13 +48,13 @@ from pathlib import Path
 from typing import Callable
 
 from zbpscale.argtypes import at_least
-from zbpscale.bulk import paused_gc, spread, spread_asking
+from zbpscale.bulk import paused_gc, spread_asking
 from zbpscale.errors import ConfigError
 from zbpscale.jobs import executors, goodput_table
 from zbpscale.jobs.executors.base import JobView, View
-from zbpscale.jobs.poller import Poller, poll_s_of
+from zbpscale.jobs.poller import Polled, Poller, poll_s_of, polled
 from zbpscale.jobs.reasons import log_tail
-from zbpscale.jobs.runs import Run, find_runs, judgement, viewed
+from zbpscale.jobs.runs import Run, find_runs, judgement
 from zbpscale.jobs.state import STATES, RunState
 from zbpscale.jobs.sweep import lr_text
 from zbpscale.jobs.sweep_edits import unplanned_note
@@ -147,11 +147,12 @@ def collect_rows(folder: Path, *, only: str | None = None, stall_after_s: float 
     return rows
 
 
-def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float | None = None, look=None
-                   ) -> list[tuple[str, list[dict]]]:
+def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float | None = None,
+                   poller: Poller | None = None) -> list[tuple[str, list[dict]]]:
     """[(sweep name, its rows)] of the runs found (runs.find_runs, `checked` or not: an entry of a sweep's folder
     that is no run's has no row), from one view of every run's latest job whatever the number of runs and sweeps
-    (SLURM: one squeue, at most one sacct); `look`: a Poller's (status --watch), else each back end asked now."""
+    (SLURM: one squeue, at most one sacct); through `poller` (status --watch: it asks when due), else each back end
+    asked now."""
     now, root = time.time(), jobs_root(found)
     runs = [r for _, runs in found for r in runs]
 
@@ -171,16 +172,19 @@ def collect_sweeps(found: list[tuple[str, list[Run]]], *, stall_after_s: float |
     def asks_of(part: list[Run]) -> list:  # each run's question of its job (None: no run's folder, or no job)
         return [executors.asked(look.history) if look else None for look in looked(part)]
 
+    def polled_of(part: list[Run]) -> list[Polled | None]:  # what the poller reads of each run's look
+        return [polled(look) if look else None for look in looked(part)]
+
     def rows_of(part: list[Run], view: View) -> list[dict | None]:
         return [row_of(r, look, view, now=now, stall_after_s=stall_after_s) if look else None
                 for r, look in zip(part, looked(part))]
 
     with paused_gc():  # status makes many objects and no cycles: the collector's passes were a fifth of its time
-        if look:  # the Poller looks at the folders itself, to decide when to ask
-            seen, view = viewed(runs, root, look=look, now=now, kept=True)
-            rows = spread(lambda part: rows_of(part, view), runs)
+        seen = through_digests((group[0].run_dir for _, group in found if group), sweeps)  # the looks read
+        if poller:  # each process reads its runs' looks for the poller, which asks when it is due
+            rows, view = spread_asking(polled_of, lambda said: poller.look_at(
+                {r.run_dir: p for r, p in zip(runs, said) if p is not None}), rows_of, runs)
         else:  # each process reads the attempts files of its runs for the one view of their jobs
-            seen = through_digests((group[0].run_dir for _, group in found if group), sweeps)  # the looks read
             rows, view = spread_asking(asks_of, lambda asks: executors.view_of(root, asks, now=now), rows_of, runs)
     data, at = [], 0
     for name, runs in found:  # the rows in the runs' order: each sweep's in turn
@@ -558,8 +562,8 @@ def _run(args) -> int:
         return 0
     poller = Poller(jobs_root(found), poll_s=poll_s_of(args.target)) if args.watch else None
     gather = lambda: collect_sweeps(find_runs(args.target, args.only, checked=False),  # noqa: E731
-                                    stall_after_s=args.stall_after, look=poller.look if poller else None)
-    data = collect_sweeps(found, stall_after_s=args.stall_after, look=poller.look if poller else None)
+                                    stall_after_s=args.stall_after, poller=poller)
+    data = collect_sweeps(found, stall_after_s=args.stall_after, poller=poller)
     if args.json:
         print(json.dumps({n: rows for n, rows in data}, indent=1))
         return exit_code([r for _, rows in data for r in rows])
