@@ -115,7 +115,6 @@ def test_seeds_and_duplicates():
         Sweep(name="x", sizes=sizes, arms=(arm("bp"), arm("bp")), data=Data(dir="d"))
 
 
-
 def test_every_size_and_arm_of_many_seeds_is_checked_and_the_jobs_folder_kept_or_followed(tmp_path, monkeypatch):
     """A sweep checks each run's config as the trainer would, once for a run's seeds (their configs differ by the
     seed alone, checked as TrainConfig checks it): a size or an arm whose config the trainer would refuse is named,
@@ -148,6 +147,7 @@ def test_every_size_and_arm_of_many_seeds_is_checked_and_the_jobs_folder_kept_or
         monkeypatch.chdir(where)
         assert loaded.jobs_dir == tmp_path / "jobs" / "x" and loaded.jobs_root == tmp_path / "jobs"
         assert [r.run_dir for r in expand(loaded)] == [tmp_path / "jobs" / "x" / "tiny-bp"]
+
 
 MULTILINE = """from zbpscale.sweep import Data, Resources, Size, Sweep, arm
 
