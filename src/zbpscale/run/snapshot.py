@@ -102,6 +102,8 @@ def stamps(folder: RunFolder) -> list[list[int] | None]:
 
 
 _STAMPED_NAMES = tuple(getattr(RunFolder(Path(".")), f).name for f in STAMPED)
+_MARKS_AT = tuple(STAMPED.index(mark) for mark in RunFolder.MARKS)
+"""Where each of RunFolder.MARKS lies in a look's stamps."""
 
 
 class Snapshot:
@@ -158,7 +160,7 @@ class Snapshot:
             stamped = self._stamped
         except OSError:  # a folder that cannot be listed: as RunFolder.is_run tells it
             return RunFolder.is_run(self.run_dir)
-        return any(stamped[STAMPED.index(mark)] is not None for mark in RunFolder.MARKS)
+        return any(stamped[at] is not None for at in _MARKS_AT)
 
     @property
     def from_digest(self) -> bool:
